@@ -1,0 +1,59 @@
+# Test helpers.
+#
+# shardkit_add_mpi_test(NAME <name> TARGET <exe> [NP 1 2 3 4] [ARGS ...] [LABELS ...] [ENV VAR=VALUE ...]
+#                       [TIMEOUT s] [COMMAND ...])
+#   Registers <name>.np<N> for each N under ctest, launched through MPIEXEC_EXECUTABLE with
+#   --oversubscribe (Open MPI) and the root-user settings when running as root. Tests run in checked mode with a
+#   timeout (SHARDKIT_CHECK=1, SHARDKIT_TIMEOUT_S) so that a hang becomes an error. COMMAND replaces the target
+#   (for Python: COMMAND ${Python_EXECUTABLE} -m pytest ...).
+include_guard(GLOBAL)
+
+# Launcher flags, worked out once.
+execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _mpiexec_version ERROR_QUIET)
+set(SHARDKIT_MPIEXEC_FLAGS "")
+set(SHARDKIT_MPIEXEC_ENV "")
+if(_mpiexec_version MATCHES "Open MPI|OpenRTE")
+  # More ranks than cores is the norm in CI; binding would pin oversubscribed ranks onto the same core.
+  list(APPEND SHARDKIT_MPIEXEC_FLAGS --oversubscribe --bind-to none)
+  execute_process(COMMAND id -u OUTPUT_VARIABLE _uid OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(_uid STREQUAL "0")
+    list(APPEND SHARDKIT_MPIEXEC_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+  endif()
+endif()
+set(SHARDKIT_TEST_TIMEOUT_S 60 CACHE STRING "SHARDKIT_TIMEOUT_S given to MPI tests")
+
+function(shardkit_add_mpi_test)
+  cmake_parse_arguments(ARG "" "NAME;TARGET;TIMEOUT" "NP;ARGS;LABELS;ENV;COMMAND" ${ARGN})
+  if(NOT ARG_NP)
+    set(ARG_NP 1 2 3 4)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  if(ARG_COMMAND)
+    set(cmd ${ARG_COMMAND})
+  else()
+    set(cmd $<TARGET_FILE:${ARG_TARGET}>)
+  endif()
+  foreach(np IN LISTS ARG_NP)
+    set(test_name ${ARG_NAME}.np${np})
+    add_test(NAME ${test_name}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${SHARDKIT_MPIEXEC_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${np} ${MPIEXEC_PREFLAGS}
+                     ${cmd} ${MPIEXEC_POSTFLAGS} ${ARG_ARGS})
+    set_tests_properties(${test_name} PROPERTIES
+      LABELS "mpi;${ARG_LABELS}"
+      PROCESSORS ${np}
+      TIMEOUT ${ARG_TIMEOUT}
+      ENVIRONMENT "${SHARDKIT_MPIEXEC_ENV};SHARDKIT_CHECK=1;SHARDKIT_TIMEOUT_S=${SHARDKIT_TEST_TIMEOUT_S};OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;${ARG_ENV}")
+  endforeach()
+endfunction()
+
+# shardkit_add_unit_test(NAME <name> SOURCES ... [LIBS ...] [LABELS ...])
+#   A GoogleTest executable without MPI, registered as one ctest test.
+function(shardkit_add_unit_test)
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;LIBS;LABELS;ENV" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main shardkit_warnings)
+  add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
+  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT 300 ENVIRONMENT "${ARG_ENV}")
+endfunction()

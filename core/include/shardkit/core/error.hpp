@@ -1,0 +1,138 @@
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace shardkit {
+
+/// What kind of failure an Error reports. The Python package maps each code to its own exception class.
+enum class ErrorCode {
+  kInvalidArgument,  ///< A caller passed something the API does not accept; nothing was sent.
+  kMismatch,         ///< Ranks disagreed on a collective (checked mode).
+  kBackend,          ///< MPI, NCCL or CUDA reported a failure.
+  kTimeout,          ///< An operation did not complete within the configured timeout.
+  kInternal,         ///< A broken invariant inside shardkit.
+};
+
+/// Name of an error code ("InvalidArgument", ...).
+const char* error_code_name(ErrorCode code) noexcept;
+
+/// Base of every exception shardkit throws.
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  /// The kind of failure.
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+/// A caller passed an argument the API does not accept (thrown before anything is sent).
+class InvalidArgument : public Error {
+ public:
+  explicit InvalidArgument(const std::string& message) : Error(ErrorCode::kInvalidArgument, message) {}
+};
+
+/// Ranks disagreed on the signature of a collective (operation, dtype, count, root, op, sequence number).
+class MismatchError : public Error {
+ public:
+  explicit MismatchError(const std::string& message) : Error(ErrorCode::kMismatch, message) {}
+};
+
+/// A native library (MPI, NCCL, CUDA, BLAS) reported a failure; keeps the library's own code and message.
+class BackendError : public Error {
+ public:
+  /// @param backend  "MPI", "NCCL", "CUDA", ...
+  /// @param native_code  the library's error code
+  /// @param message  full message, including the library's own error string
+  BackendError(std::string backend, int native_code, const std::string& message)
+      : Error(ErrorCode::kBackend, message), backend_(std::move(backend)), native_code_(native_code) {}
+  /// Which library failed.
+  const std::string& backend() const noexcept { return backend_; }
+  /// The library's own error code.
+  int native_code() const noexcept { return native_code_; }
+
+ private:
+  std::string backend_;
+  int native_code_;
+};
+
+/// An operation did not complete within the configured timeout (SHARDKIT_TIMEOUT_S).
+class TimeoutError : public Error {
+ public:
+  explicit TimeoutError(const std::string& message) : Error(ErrorCode::kTimeout, message) {}
+};
+
+namespace detail {
+
+/// Builds a message from any streamable parts.
+template <typename... Parts>
+std::string concat(const Parts&... parts) {
+  if constexpr (sizeof...(Parts) == 0) {
+    return std::string();
+  } else {
+    std::ostringstream os;
+    (os << ... << parts);
+    return os.str();
+  }
+}
+
+[[noreturn]] void throw_check_failure(const char* expr, const char* file, int line, const std::string& detail,
+                                      const std::string& message);
+[[noreturn]] void throw_internal(const char* expr, const char* file, int line, const std::string& message);
+/// Throws BackendError for a failed CUDA runtime call; implemented where CUDA is linked (or reports "not built").
+[[noreturn]] void throw_cuda_error(int code, const char* expr, const char* file, int line);
+
+template <typename A, typename B>
+std::string describe_operands(const A& a, const B& b, const char* op) {
+  std::ostringstream os;
+  os << "(" << a << " " << op << " " << b << ")";
+  return os.str();
+}
+
+}  // namespace detail
+}  // namespace shardkit
+
+/// Throws InvalidArgument with the condition text, file, line and message when `cond` is false.
+#define SHARDKIT_CHECK(cond, ...)                                                                       \
+  do {                                                                                                  \
+    if (!(cond)) [[unlikely]]                                                                           \
+      ::shardkit::detail::throw_check_failure(#cond, __FILE__, __LINE__, "", ::shardkit::detail::concat(__VA_ARGS__)); \
+  } while (0)
+
+#define SHARDKIT_CHECK_OP_(a, b, op, ...)                                                                     \
+  do {                                                                                                        \
+    const auto& shardkit_a_ = (a);                                                                            \
+    const auto& shardkit_b_ = (b);                                                                            \
+    if (!(shardkit_a_ op shardkit_b_)) [[unlikely]]                                                           \
+      ::shardkit::detail::throw_check_failure(#a " " #op " " #b, __FILE__, __LINE__,                          \
+                                              ::shardkit::detail::describe_operands(shardkit_a_, shardkit_b_, #op), \
+                                              ::shardkit::detail::concat(__VA_ARGS__));                       \
+  } while (0)
+
+/// Comparison checks: throw InvalidArgument printing both operands.
+#define SHARDKIT_CHECK_EQ(a, b, ...) SHARDKIT_CHECK_OP_(a, b, ==, __VA_ARGS__)
+#define SHARDKIT_CHECK_NE(a, b, ...) SHARDKIT_CHECK_OP_(a, b, !=, __VA_ARGS__)
+#define SHARDKIT_CHECK_LT(a, b, ...) SHARDKIT_CHECK_OP_(a, b, <, __VA_ARGS__)
+#define SHARDKIT_CHECK_LE(a, b, ...) SHARDKIT_CHECK_OP_(a, b, <=, __VA_ARGS__)
+#define SHARDKIT_CHECK_GT(a, b, ...) SHARDKIT_CHECK_OP_(a, b, >, __VA_ARGS__)
+#define SHARDKIT_CHECK_GE(a, b, ...) SHARDKIT_CHECK_OP_(a, b, >=, __VA_ARGS__)
+
+/// Internal invariant: throws Error(kInternal) when false. Not for validating user input.
+#define SHARDKIT_ASSERT(cond, ...)                                                                        \
+  do {                                                                                                    \
+    if (!(cond)) [[unlikely]]                                                                             \
+      ::shardkit::detail::throw_internal(#cond, __FILE__, __LINE__, ::shardkit::detail::concat(__VA_ARGS__)); \
+  } while (0)
+
+/// Wraps a CUDA runtime call (cudaError_t); throws BackendError with cudaGetErrorString's text on failure.
+/// Only usable where the CUDA runtime header is included; the macro itself needs nothing from CUDA.
+#define SHARDKIT_CUDA_CHECK(expr)                                                                    \
+  do {                                                                                               \
+    const int shardkit_cuda_err_ = static_cast<int>(expr);                                           \
+    if (shardkit_cuda_err_ != 0) [[unlikely]]                                                        \
+      ::shardkit::detail::throw_cuda_error(shardkit_cuda_err_, #expr, __FILE__, __LINE__);           \
+  } while (0)

@@ -1,0 +1,81 @@
+// Core's CUDA kernels:
+//  - strided_copy_kernel: element-wise copy between two strided layouts of one shape. Used by Array copies of
+//    non-contiguous device arrays and by the pack/unpack steps of collectives on non-leading dimensions.
+// Zero-filling uses cudaMemsetAsync; no kernel is needed for it.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../kernels_internal.hpp"
+#include "shardkit/core/error.hpp"
+
+namespace shardkit::detail {
+namespace {
+
+struct Layout {
+  std::int64_t shape[kMaxKernelDims];
+  std::int64_t dst_strides[kMaxKernelDims];
+  std::int64_t src_strides[kMaxKernelDims];
+  int ndim;
+};
+
+struct alignas(8) Bytes16 {
+  std::uint64_t lo, hi;
+};
+
+template <typename T>
+__global__ void strided_copy_kernel(T* dst, const T* src, Layout layout, std::int64_t numel) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += stride) {
+    std::int64_t rest = i, doff = 0, soff = 0;
+    for (int d = layout.ndim - 1; d >= 0; --d) {
+      const std::int64_t k = rest % layout.shape[d];
+      rest /= layout.shape[d];
+      doff += k * layout.dst_strides[d];
+      soff += k * layout.src_strides[d];
+    }
+    dst[doff] = src[soff];
+  }
+}
+
+template <typename T>
+void launch(void* dst, const void* src, const Layout& layout, std::int64_t numel, StreamHandle stream) {
+  constexpr int kThreads = 256;
+  const std::int64_t blocks = (numel + kThreads - 1) / kThreads;
+  const int grid = static_cast<int>(blocks < 65535 ? blocks : 65535);
+  strided_copy_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src), layout, numel);
+  SHARDKIT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void cuda_strided_copy(void* dst, const std::int64_t* dst_strides, const void* src, const std::int64_t* src_strides,
+                       const std::int64_t* shape, int ndim, std::size_t elem_size, StreamHandle stream) {
+  SHARDKIT_CHECK(ndim <= kMaxKernelDims, "strided copy of rank ", ndim, " exceeds ", kMaxKernelDims);
+  Layout layout{};
+  layout.ndim = ndim;
+  std::int64_t numel = 1;
+  for (int d = 0; d < ndim; ++d) {
+    layout.shape[d] = shape[d];
+    layout.dst_strides[d] = dst_strides[d];
+    layout.src_strides[d] = src_strides[d];
+    numel *= shape[d];
+  }
+  if (numel == 0) return;
+  switch (elem_size) {
+    case 1: return launch<std::uint8_t>(dst, src, layout, numel, stream);
+    case 2: return launch<std::uint16_t>(dst, src, layout, numel, stream);
+    case 4: return launch<std::uint32_t>(dst, src, layout, numel, stream);
+    case 8: return launch<std::uint64_t>(dst, src, layout, numel, stream);
+    case 16: return launch<Bytes16>(dst, src, layout, numel, stream);
+    default: break;
+  }
+  throw InvalidArgument(concat("strided copy: unsupported element size ", elem_size));
+}
+
+void cuda_memset_zero(void* dst, std::size_t bytes, StreamHandle stream) {
+  if (bytes) SHARDKIT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream));
+}
+
+}  // namespace shardkit::detail

@@ -1,0 +1,27 @@
+#pragma once
+
+// Private interface between the host code of core and its CUDA kernels (cuda/kernels.cu). In a build without CUDA
+// these are implemented by cuda_stub.cpp and throw.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "shardkit/core/cuda.hpp"
+
+namespace shardkit::detail {
+
+/// Largest rank the strided kernels handle.
+inline constexpr int kMaxKernelDims = 8;
+
+/// Element-wise copy between two strided layouts of the same shape on the device (either side may be host memory
+/// that the device can address). Strides are in elements; `elem_size` is 1, 2, 4, 8 or 16.
+void cuda_strided_copy(void* dst, const std::int64_t* dst_strides, const void* src, const std::int64_t* src_strides,
+                       const std::int64_t* shape, int ndim, std::size_t elem_size, StreamHandle stream);
+/// Sets `bytes` bytes at `dst` to zero on `stream`.
+void cuda_memset_zero(void* dst, std::size_t bytes, StreamHandle stream);
+
+/// Host strided copy (any layouts, same shape), with a memcpy fast path for contiguous runs.
+void host_strided_copy(void* dst, const std::int64_t* dst_strides, const void* src, const std::int64_t* src_strides,
+                       const std::int64_t* shape, int ndim, std::size_t elem_size);
+
+}  // namespace shardkit::detail

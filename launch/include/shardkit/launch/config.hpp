@@ -1,0 +1,36 @@
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace shardkit {
+
+/// Which communication engine collectives use.
+enum class BackendKind {
+  kAuto,  ///< by where the buffers live: CUDA memory -> NCCL when built and a GPU is bound, else MPI
+  kMpi,   ///< always MPI (device buffers are staged through pinned memory unless MPI is CUDA-aware)
+  kNccl,  ///< always NCCL (host buffers are an error)
+};
+const char* backend_name(BackendKind kind) noexcept;
+
+/// Run-time configuration, read once from the environment (Config::get()) and overridable in code.
+struct Config {
+  /// SHARDKIT_BACKEND = auto | mpi | nccl.
+  BackendKind backend = BackendKind::kAuto;
+  /// SHARDKIT_CHECK = 1: before each collective, ranks compare signatures and raise MismatchError on disagreement.
+  bool check = false;
+  /// SHARDKIT_TIMEOUT_S (seconds, fractional allowed): a collective that does not complete in time raises
+  /// TimeoutError and aborts its communicator. Zero means wait forever.
+  std::chrono::milliseconds timeout{0};
+  /// SHARDKIT_VERBOSE = 1: log communicator creation and backend choices to stderr.
+  bool verbose = false;
+
+  /// Parses the variables above. @throws InvalidArgument on a malformed value.
+  static Config from_env();
+  /// The process-wide configuration (from_env() on first use; later changes through set()).
+  static const Config& get();
+  /// Replaces the process-wide configuration (tests, bindings).
+  static void set(const Config& config);
+};
+
+}  // namespace shardkit

@@ -1,0 +1,84 @@
+#pragma once
+
+// MPI as the rest of shardkit uses it, without including mpi.h: communicators travel as opaque handles (the value
+// of an MPI_Comm, as mpi4py's MPI._handleof() returns it), and RAII owns the ones shardkit creates.
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace shardkit {
+
+/// An MPI_Comm as an integer (a pointer in Open MPI, an int in MPICH).
+using MpiCommHandle = std::uintptr_t;
+
+/// Converts between MPI_Comm and MpiCommHandle; instantiate where mpi.h is included: `to_mpi<MPI_Comm>(h)`.
+template <typename Comm>
+Comm to_mpi(MpiCommHandle h) noexcept {
+  if constexpr (std::is_pointer_v<Comm>)
+    return reinterpret_cast<Comm>(h);
+  else
+    return static_cast<Comm>(h);
+}
+template <typename Comm>
+MpiCommHandle from_mpi(Comm c) noexcept {
+  if constexpr (std::is_pointer_v<Comm>)
+    return reinterpret_cast<MpiCommHandle>(c);
+  else
+    return static_cast<MpiCommHandle>(c);
+}
+
+bool mpi_initialized() noexcept;  ///< MPI_Initialized
+bool mpi_finalized() noexcept;    ///< MPI_Finalized
+/// MPI_Get_library_version of the MPI library this process runs (first line).
+std::string mpi_library_version();
+/// "Open MPI", "MPICH", ... from the library version string.
+std::string mpi_vendor();
+/// True when the MPI library reports CUDA awareness (MPIX_Query_cuda_support in Open MPI / MPICH builds).
+bool mpi_cuda_aware() noexcept;
+
+/// The handle of MPI_COMM_WORLD (for tests and interop; shardkit itself never communicates on it).
+MpiCommHandle mpi_comm_world() noexcept;
+
+/// An MPI communicator owned by shardkit: created by dup or split with MPI_ERRORS_RETURN set, so failures come back
+/// as BackendError instead of aborting; freed on destruction unless MPI is already finalised. Move-only.
+class MpiComm {
+ public:
+  MpiComm() = default;
+  /// MPI_Comm_dup of `parent`. Collective over `parent`.
+  static MpiComm dup(MpiCommHandle parent);
+  /// MPI_Comm_split of `parent`. Collective over `parent`. A negative color gives a null communicator.
+  static MpiComm split(MpiCommHandle parent, int color, int key);
+  ~MpiComm();
+  MpiComm(MpiComm&& other) noexcept;
+  MpiComm& operator=(MpiComm&& other) noexcept;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  MpiCommHandle handle() const noexcept { return handle_; }
+  bool is_null() const noexcept { return rank_ < 0; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+
+ private:
+  void adopt(MpiCommHandle h);
+  MpiCommHandle handle_ = 0;
+  int rank_ = -1;
+  int size_ = 0;
+};
+
+namespace detail {
+/// Throws BackendError with MPI_Error_string's text for a failed MPI call.
+[[noreturn]] void throw_mpi_error(int code, const char* expr, const char* file, int line);
+}  // namespace detail
+
+}  // namespace shardkit
+
+/// Wraps an MPI call; throws BackendError("MPI", code, message with MPI_Error_string) when it does not return
+/// MPI_SUCCESS (0 in every implementation).
+#define SHARDKIT_MPI_CHECK(expr)                                                                 \
+  do {                                                                                           \
+    const int shardkit_mpi_err_ = (expr);                                                        \
+    if (shardkit_mpi_err_ != 0) [[unlikely]]                                                     \
+      ::shardkit::detail::throw_mpi_error(shardkit_mpi_err_, #expr, __FILE__, __LINE__);         \
+  } while (0)

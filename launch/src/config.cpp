@@ -1,0 +1,77 @@
+#include "shardkit/launch/config.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <string_view>
+
+#include "shardkit/core/error.hpp"
+
+namespace shardkit {
+
+const char* backend_name(BackendKind kind) noexcept {
+  switch (kind) {
+    case BackendKind::kAuto: return "auto";
+    case BackendKind::kMpi: return "mpi";
+    case BackendKind::kNccl: break;
+  }
+  return "nccl";
+}
+
+namespace {
+
+std::optional<std::string_view> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string_view(v);
+}
+
+bool parse_bool(const char* name, std::string_view v) {
+  if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "off" || v == "no") return false;
+  throw InvalidArgument(detail::concat(name, "='", v, "': expected 1/0, true/false, on/off or yes/no"));
+}
+
+std::mutex g_mu;
+std::optional<Config> g_config;
+
+}  // namespace
+
+Config Config::from_env() {
+  Config c;
+  if (auto v = env("SHARDKIT_BACKEND")) {
+    if (*v == "auto")
+      c.backend = BackendKind::kAuto;
+    else if (*v == "mpi")
+      c.backend = BackendKind::kMpi;
+    else if (*v == "nccl")
+      c.backend = BackendKind::kNccl;
+    else
+      throw InvalidArgument(detail::concat("SHARDKIT_BACKEND='", *v, "': expected auto, mpi or nccl"));
+  }
+  if (auto v = env("SHARDKIT_CHECK")) c.check = parse_bool("SHARDKIT_CHECK", *v);
+  if (auto v = env("SHARDKIT_VERBOSE")) c.verbose = parse_bool("SHARDKIT_VERBOSE", *v);
+  if (auto v = env("SHARDKIT_TIMEOUT_S")) {
+    const std::string s(*v);
+    char* end = nullptr;
+    const double seconds = std::strtod(s.c_str(), &end);
+    if (end == s.c_str() || *end != '\0' || !std::isfinite(seconds) || seconds < 0)
+      throw InvalidArgument("SHARDKIT_TIMEOUT_S='" + s + "': expected a non-negative number of seconds");
+    c.timeout = std::chrono::milliseconds(static_cast<long long>(std::llround(seconds * 1000.0)));
+  }
+  return c;
+}
+
+const Config& Config::get() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_config) g_config = from_env();
+  return *g_config;
+}
+
+void Config::set(const Config& config) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_config = config;
+}
+
+}  // namespace shardkit

@@ -1,0 +1,124 @@
+#include "shardkit/launch/mpi.hpp"
+
+#include <mpi.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "shardkit/core/error.hpp"
+
+namespace shardkit {
+
+bool mpi_initialized() noexcept {
+  int flag = 0;
+  MPI_Initialized(&flag);
+  return flag != 0;
+}
+
+bool mpi_finalized() noexcept {
+  int flag = 0;
+  MPI_Finalized(&flag);
+  return flag != 0;
+}
+
+std::string mpi_library_version() {
+  char buf[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(buf, &len);
+  std::string s(buf, static_cast<std::size_t>(len));
+  if (auto nl = s.find_first_of("\r\n"); nl != std::string::npos) s.resize(nl);
+  while (!s.empty() && (s.back() == ' ' || s.back() == ',' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
+std::string mpi_vendor() {
+  const std::string v = mpi_library_version();
+  for (const char* name : {"Open MPI", "MPICH", "Intel(R) MPI", "MVAPICH", "Microsoft MPI"})
+    if (v.find(name) != std::string::npos) return name;
+  return v.substr(0, v.find(' '));
+}
+
+bool mpi_cuda_aware() noexcept {
+  if (const char* env = std::getenv("SHARDKIT_MPI_CUDA_AWARE"); env && *env) return std::strcmp(env, "0") != 0;
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() != 0;
+#else
+  return false;
+#endif
+}
+
+MpiCommHandle mpi_comm_world() noexcept { return from_mpi(MPI_COMM_WORLD); }
+
+// ---- MpiComm ---------------------------------------------------------------------------------------------------
+
+void MpiComm::adopt(MpiCommHandle h) {
+  handle_ = h;
+  MPI_Comm c = to_mpi<MPI_Comm>(h);
+  if (c == MPI_COMM_NULL) {
+    rank_ = -1;
+    size_ = 0;
+    return;
+  }
+  SHARDKIT_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+  SHARDKIT_MPI_CHECK(MPI_Comm_rank(c, &rank_));
+  SHARDKIT_MPI_CHECK(MPI_Comm_size(c, &size_));
+}
+
+MpiComm MpiComm::dup(MpiCommHandle parent) {
+  MPI_Comm out = MPI_COMM_NULL;
+  SHARDKIT_MPI_CHECK(MPI_Comm_dup(to_mpi<MPI_Comm>(parent), &out));
+  MpiComm c;
+  c.adopt(from_mpi(out));
+  return c;
+}
+
+MpiComm MpiComm::split(MpiCommHandle parent, int color, int key) {
+  MPI_Comm out = MPI_COMM_NULL;
+  SHARDKIT_MPI_CHECK(MPI_Comm_split(to_mpi<MPI_Comm>(parent), color < 0 ? MPI_UNDEFINED : color, key, &out));
+  MpiComm c;
+  c.adopt(from_mpi(out));
+  return c;
+}
+
+MpiComm::~MpiComm() {
+  if (rank_ < 0) return;
+  if (mpi_finalized()) return;  // MPI tore everything down already; freeing now would be an error
+  MPI_Comm c = to_mpi<MPI_Comm>(handle_);
+  if (MPI_Comm_free(&c) != MPI_SUCCESS) std::fprintf(stderr, "shardkit: warning: MPI_Comm_free failed\n");
+}
+
+MpiComm::MpiComm(MpiComm&& o) noexcept : handle_(o.handle_), rank_(o.rank_), size_(o.size_) {
+  o.rank_ = -1;
+  o.size_ = 0;
+}
+
+MpiComm& MpiComm::operator=(MpiComm&& o) noexcept {
+  if (this != &o) {
+    MpiComm old(std::move(*this));
+    handle_ = o.handle_;
+    rank_ = o.rank_;
+    size_ = o.size_;
+    o.rank_ = -1;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+namespace detail {
+
+void throw_mpi_error(int code, const char* expr, const char* file, int line) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof text, "unknown MPI error");
+  int cls = code;
+  MPI_Error_class(code, &cls);
+  throw BackendError("MPI", code, concat("MPI error ", code, " (class ", cls, ": ", text, ") in ", expr, " at ", file,
+                                         ":", line));
+}
+
+}  // namespace detail
+}  // namespace shardkit

@@ -1,0 +1,164 @@
+#include "shardkit/launch/runtime.hpp"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+
+#include "shardkit/config.hpp"
+#include "shardkit/core/cuda.hpp"
+#include "shardkit/core/error.hpp"
+
+namespace shardkit {
+namespace {
+
+std::atomic<Runtime*> g_current{nullptr};
+
+int to_mpi_level(ThreadLevel level) {
+  switch (level) {
+    case ThreadLevel::kSingle: return MPI_THREAD_SINGLE;
+    case ThreadLevel::kFunneled: return MPI_THREAD_FUNNELED;
+    case ThreadLevel::kSerialized: return MPI_THREAD_SERIALIZED;
+    case ThreadLevel::kMultiple: break;
+  }
+  return MPI_THREAD_MULTIPLE;
+}
+
+ThreadLevel from_mpi_level(int level) {
+  if (level >= MPI_THREAD_MULTIPLE) return ThreadLevel::kMultiple;
+  if (level >= MPI_THREAD_SERIALIZED) return ThreadLevel::kSerialized;
+  if (level >= MPI_THREAD_FUNNELED) return ThreadLevel::kFunneled;
+  return ThreadLevel::kSingle;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
+
+}  // namespace
+
+const char* thread_level_name(ThreadLevel level) noexcept {
+  switch (level) {
+    case ThreadLevel::kSingle: return "MPI_THREAD_SINGLE";
+    case ThreadLevel::kFunneled: return "MPI_THREAD_FUNNELED";
+    case ThreadLevel::kSerialized: return "MPI_THREAD_SERIALIZED";
+    case ThreadLevel::kMultiple: break;
+  }
+  return "MPI_THREAD_MULTIPLE";
+}
+
+DeviceBinding choose_device(int local_rank, int local_size, int gpu_count) {
+  SHARDKIT_CHECK(local_rank >= 0 && local_rank < local_size, "local rank ", local_rank, " outside [0, ", local_size,
+                 ")");
+  SHARDKIT_CHECK_GE(gpu_count, 0, "negative GPU count");
+  DeviceBinding b;
+  if (gpu_count == 0) {
+    b.device = Device::cpu();
+    return b;
+  }
+  b.device = Device::cuda(local_rank % gpu_count);
+  if (local_size > gpu_count) {
+    b.shared = true;
+    b.warning = detail::concat(local_size, " ranks on this node share ", gpu_count, " GPU", gpu_count == 1 ? "" : "s",
+                               ": rank-local ", local_rank, " uses cuda:", b.device.index,
+                               " with others (slower, and NCCL needs NCCL_MULTI_RANK_GPU_ENABLE=1 with NCCL >= 2.30)");
+  }
+  return b;
+}
+
+Runtime::Runtime(int* argc, char*** argv, RuntimeOptions options) {
+  Runtime* expected = nullptr;
+  if (!g_current.compare_exchange_strong(expected, this))
+    throw Error(ErrorCode::kInvalidArgument, "a shardkit Runtime already exists in this process; use Runtime::instance()");
+  try {
+    if (mpi_finalized())
+      throw BackendError("MPI", 0, "MPI has already been finalised in this process; it cannot be initialised again");
+    int provided = MPI_THREAD_SINGLE;
+    if (mpi_initialized()) {
+      SHARDKIT_MPI_CHECK(MPI_Query_thread(&provided));  // someone else (mpi4py, the application) owns MPI
+    } else {
+      SHARDKIT_MPI_CHECK(MPI_Init_thread(argc, argv, to_mpi_level(options.requested_thread_level), &provided));
+      owns_mpi_ = true;
+    }
+    thread_level_ = from_mpi_level(provided);
+    if (thread_level_ < options.required_thread_level)
+      throw BackendError("MPI", 0,
+                         detail::concat("MPI provides ", thread_level_name(thread_level_), " but shardkit needs at least ",
+                                        thread_level_name(options.required_thread_level),
+                                        owns_mpi_ ? "" : " (MPI was initialised before shardkit with a lower level)"));
+
+    world_ = MpiComm::dup(mpi_comm_world());
+    rank_ = world_.rank();
+    size_ = world_.size();
+    {
+      MpiComm node;
+      MPI_Comm node_comm = MPI_COMM_NULL;
+      SHARDKIT_MPI_CHECK(MPI_Comm_split_type(to_mpi<MPI_Comm>(world_.handle()), MPI_COMM_TYPE_SHARED, rank_,
+                                             MPI_INFO_NULL, &node_comm));
+      SHARDKIT_MPI_CHECK(MPI_Comm_rank(node_comm, &local_rank_));
+      SHARDKIT_MPI_CHECK(MPI_Comm_size(node_comm, &local_size_));
+      MPI_Comm_free(&node_comm);
+    }
+    host_ = host_name();
+
+    gpu_count_ = cuda::device_count();
+    binding_ = choose_device(local_rank_, local_size_, options.bind_device ? gpu_count_ : 0);
+    if (binding_.device.kind == DeviceKind::kCUDA) cuda::set_device(binding_.device.index);
+    if (binding_.shared) warnings_.push_back(binding_.warning);
+    if (options.print_warnings && local_rank_ == 0)
+      for (const auto& w : warnings_) std::fprintf(stderr, "shardkit: warning: %s\n", w.c_str());
+  } catch (...) {
+    world_ = MpiComm();
+    if (owns_mpi_ && !mpi_finalized()) MPI_Finalize();
+    g_current.store(nullptr);
+    throw;
+  }
+}
+
+Runtime::~Runtime() {
+  world_ = MpiComm();  // free our duplicate before MPI goes away
+  if (owns_mpi_ && !mpi_finalized()) {
+    if (MPI_Finalize() != MPI_SUCCESS) std::fprintf(stderr, "shardkit: warning: MPI_Finalize failed\n");
+  }
+  g_current.store(nullptr);
+}
+
+Runtime* Runtime::current() noexcept { return g_current.load(); }
+
+Runtime& Runtime::instance() {
+  Runtime* r = g_current.load();
+  if (!r) throw Error(ErrorCode::kInvalidArgument, "no shardkit Runtime: create one (shardkit::Runtime rt(&argc, &argv);)");
+  return *r;
+}
+
+std::string Runtime::describe() const {
+  const Config& config = Config::get();
+  std::string device = binding_.device.to_string();
+  if (binding_.device.kind == DeviceKind::kCUDA) device += " (" + cuda::device_name(binding_.device.index) + ")";
+  std::string backend;
+  if (config.backend != BackendKind::kAuto)
+    backend = backend_name(config.backend);
+  else
+    backend = (binding_.device.kind == DeviceKind::kCUDA && SHARDKIT_HAVE_NCCL) ? "nccl" : "mpi";
+
+  std::string cuda_text;
+  if (!cuda::compiled())
+    cuda_text = "not built";
+  else if (gpu_count_ == 0)
+    cuda_text = "runtime " + cuda_version_text(cuda::runtime_version()) + ", 0 GPUs (" + cuda::unavailable_reason() + ")";
+  else
+    cuda_text = "runtime " + cuda_version_text(cuda::runtime_version()) + ", driver " +
+                cuda_version_text(cuda::driver_version()) + ", " + std::to_string(gpu_count_) + " GPU" +
+                (gpu_count_ == 1 ? "" : "s");
+  return detail::concat("rank ", rank_, "/", size_, " host=", host_, " local_rank=", local_rank_, "/", local_size_,
+                        " device=", device, " backend=", backend, " | shardkit ", SHARDKIT_VERSION_STRING,
+                        ", MPI: ", mpi_library_version().substr(0, mpi_library_version().find(',')), " (", thread_level_name(thread_level_), "), CUDA: ",
+                        cuda_text, ", NCCL: ", SHARDKIT_HAVE_NCCL ? "built " SHARDKIT_NCCL_VERSION_STRING : "not built");
+}
+
+}  // namespace shardkit

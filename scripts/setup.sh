@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what shardkit needs to build and test, from Debian packages and PyPI only, and only what is missing.
+# Safe to run again: a second run installs nothing.
+set -euo pipefail
+
+# Debian packages: compilers and CMake, Open MPI, OpenBLAS, ScaLAPACK, GoogleTest.
+DEB_PACKAGES=(g++ cmake make openmpi-bin libopenmpi-dev libopenblas-dev libscalapack-openmpi-dev libgtest-dev)
+# PyPI packages (import name=pip name): build tools, the test runner, and the frameworks the tests exchange arrays with.
+# apache-tvm-ffi ships the DLPack 1.x header (Debian's libdlpack-dev is 0.6, without versioned tensors).
+PY_PACKAGES=(numpy=numpy pytest=pytest mpi4py=mpi4py nanobind=nanobind scikit_build_core=scikit-build-core
+             jax=jax[cpu] warp=warp-lang tvm_ffi=apache-tvm-ffi)
+
+missing_debs=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing_debs+=("$p")
+done
+if [ ${#missing_debs[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing_debs[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing_debs[@]}"
+fi
+
+PYTHON="${PYTHON:-python3}"
+missing_py=()
+for entry in "${PY_PACKAGES[@]}"; do
+  mod="${entry%%=*}"
+  pkg="${entry#*=}"
+  "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$mod') is None)" 2>/dev/null \
+    || missing_py+=("$pkg")
+done
+if [ ${#missing_py[@]} -gt 0 ]; then
+  echo "setup: installing Python packages: ${missing_py[*]}"
+  "$PYTHON" -m pip install -q --disable-pip-version-check "${missing_py[@]}"
+fi
+echo "setup: dependencies present"

@@ -1,0 +1,104 @@
+// CUDA paths of core. Every test skips cleanly without a GPU (no driver or no device).
+
+#include <gtest/gtest.h>
+
+#include "shardkit/core/array.hpp"
+#include "shardkit/core/cuda.hpp"
+#include "shardkit/core/dlpack.hpp"
+#include "shardkit/core/gemm.hpp"
+#include "shardkit/core/waitable.hpp"
+
+namespace shardkit {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU: " << cuda::unavailable_reason()
+
+TEST(Cuda, DeviceQueriesNeverCrash) {
+  // Holds everywhere: zero GPUs comes with a reason, GPUs come with a driver.
+  const int n = cuda::device_count();
+  EXPECT_GE(n, 0);
+  if (n == 0) {
+    EXPECT_FALSE(cuda::unavailable_reason().empty());
+  } else {
+    EXPECT_GT(cuda::driver_version(), 0);
+    EXPECT_FALSE(cuda::device_name(0).empty());
+  }
+  SKIP_WITHOUT_GPU();
+}
+
+TEST(Cuda, HostDeviceRoundTrip) {
+  SKIP_WITHOUT_GPU();
+  for (DType d : kAllDTypes) {
+    Array h = Array::arange(1001, d);
+    Array dev = h.to(Device::cuda(0));
+    EXPECT_EQ(dev.device(), Device::cuda(0));
+    EXPECT_TRUE(allclose(dev.to(Device::cpu()), h)) << dtype_name(d);
+  }
+}
+
+TEST(Cuda, StridedDeviceCopies) {
+  SKIP_WITHOUT_GPU();
+  Array h = Array::arange(24, DType::kFloat64).reshape({2, 3, 4});
+  Array dev = h.to(Device::cuda(0));
+  Array t = dev.permute({2, 0, 1}).contiguous();  // device strided -> device contiguous (kernel)
+  EXPECT_TRUE(allclose(t.to(Device::cpu()), h.permute({2, 0, 1}).contiguous()));
+  Array host_dst = Array::zeros({4, 2, 3}, DType::kFloat64);
+  Array view = host_dst.permute({1, 2, 0});  // pageable strided destination
+  view.copy_from(dev);
+  EXPECT_TRUE(allclose(host_dst, h.permute({2, 0, 1}).contiguous()));
+  Array dev_dst = Array::zeros({4, 3}, DType::kFloat64, Device::cuda(0));
+  dev_dst.permute({1, 0}).copy_from(h.select(0, 1));  // pageable contiguous -> device strided
+  EXPECT_TRUE(allclose(dev_dst.to(Device::cpu()), h.select(0, 1).permute({1, 0}).contiguous()));
+}
+
+TEST(Cuda, PinnedAndManagedMemory) {
+  SKIP_WITHOUT_GPU();
+  Array pinned = Array::arange(64, DType::kInt32, Device::cuda_host());
+  EXPECT_EQ(pinned.to_vector<std::int32_t>()[63], 63);
+  EXPECT_TRUE(cuda::pointer_info(pinned.data()).is_pinned_host);
+  Array managed = Array::zeros({64}, DType::kInt32, Device::cuda_managed(0));
+  managed.copy_from(pinned);
+  EXPECT_EQ(static_cast<std::int32_t*>(managed.data())[5], 5);  // host-accessible
+  Array dev = Array::zeros({64}, DType::kInt32, Device::cuda(0));
+  EXPECT_TRUE(cuda::pointer_info(dev.data()).is_device);
+}
+
+TEST(Cuda, EventsOrderStreams) {
+  SKIP_WITHOUT_GPU();
+  cuda::Stream a = cuda::Stream::create(0), b = cuda::Stream::create(0);
+  Array x = Array::arange(1 << 20, DType::kFloat32, Device::cuda(0));
+  Array y = Array::zeros({1 << 20}, DType::kFloat32, Device::cuda(0));
+  cuda::memcpy_async(y.data(), x.data(), x.nbytes(), a.handle());
+  auto ev = cuda::record_event(a.handle(), 0);
+  ev->enqueue_wait(b.handle());
+  Array z = Array::zeros({1 << 20}, DType::kFloat32, Device::cuda(0));
+  cuda::memcpy_async(z.data(), y.data(), y.nbytes(), b.handle());
+  b.synchronize();
+  EXPECT_TRUE(ev->is_complete());
+  EXPECT_TRUE(allclose(z.to(Device::cpu()), x.to(Device::cpu())));
+}
+
+TEST(Cuda, DLPackDeviceTensorsKeepTheirDevice) {
+  SKIP_WITHOUT_GPU();
+  Array dev = Array::arange(10, DType::kFloat32, Device::cuda(0));
+  Array back = from_dlpack(to_dlpack_versioned(dev));
+  EXPECT_EQ(back.device(), Device::cuda(0));
+  EXPECT_EQ(back.data(), dev.data());
+}
+
+TEST(Cuda, CublasGemmMatchesHost) {
+  SKIP_WITHOUT_GPU();
+  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
+    Array a = Array::arange(12, d).reshape({3, 4}), b = Array::arange(8, d).reshape({4, 2});
+    Array c_host = Array::empty({3, 2}, d);
+    gemm(a, b, c_host);
+    Array c_dev = Array::empty({3, 2}, d, Device::cuda(0));
+    gemm(a.to(Device::cuda(0)), b.to(Device::cuda(0)), c_dev);
+    cuda::synchronize(cuda::library_stream(0));
+    EXPECT_TRUE(allclose(c_dev.to(Device::cpu()), c_host)) << dtype_name(d);
+  }
+}
+
+}  // namespace
+}  // namespace shardkit

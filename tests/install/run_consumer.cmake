@@ -1,0 +1,26 @@
+# Steps of the install_consumer test (see CMakeLists.txt).
+file(REMOVE_RECURSE "${WORK_DIR}")
+set(prefix "${WORK_DIR}/prefix")
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "command failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(last_output "${out}" PARENT_SCOPE)
+endfunction()
+
+run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
+if(NOT EXISTS "${prefix}/lib/cmake/shardkit/shardkitConfig.cmake")
+  message(FATAL_ERROR "install did not produce lib/cmake/shardkit/shardkitConfig.cmake")
+endif()
+run(${CMAKE_COMMAND} -S "${CONSUMER_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
+    "-DCMAKE_PREFIX_PATH=${prefix}" -DCMAKE_BUILD_TYPE=Release)
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+run(${LAUNCH} "${WORK_DIR}/build/consumer")
+string(REGEX MATCHALL "consumer ok on rank [0-9]+" lines "${last_output}")
+list(LENGTH lines n)
+if(NOT n EQUAL 2)
+  message(FATAL_ERROR "expected 'consumer ok' from 2 ranks, got:\n${last_output}")
+endif()
+message(STATUS "${last_output}")

@@ -1,0 +1,60 @@
+#include "shardkit/launch/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "shardkit/core/error.hpp"
+
+namespace shardkit {
+namespace {
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v : {"SHARDKIT_BACKEND", "SHARDKIT_CHECK", "SHARDKIT_TIMEOUT_S", "SHARDKIT_VERBOSE"}) unsetenv(v);
+  }
+};
+
+TEST_F(ConfigTest, Defaults) {
+  const Config c = Config::from_env();
+  EXPECT_EQ(c.backend, BackendKind::kAuto);
+  EXPECT_FALSE(c.check);
+  EXPECT_EQ(c.timeout.count(), 0);
+}
+
+TEST_F(ConfigTest, ParsesEnvironment) {
+  setenv("SHARDKIT_BACKEND", "nccl", 1);
+  setenv("SHARDKIT_CHECK", "1", 1);
+  setenv("SHARDKIT_TIMEOUT_S", "2.5", 1);
+  const Config c = Config::from_env();
+  EXPECT_EQ(c.backend, BackendKind::kNccl);
+  EXPECT_TRUE(c.check);
+  EXPECT_EQ(c.timeout.count(), 2500);
+  EXPECT_STREQ(backend_name(c.backend), "nccl");
+}
+
+TEST_F(ConfigTest, RejectsMalformedValues) {
+  setenv("SHARDKIT_BACKEND", "gloo", 1);
+  EXPECT_THROW(Config::from_env(), InvalidArgument);
+  unsetenv("SHARDKIT_BACKEND");
+  setenv("SHARDKIT_TIMEOUT_S", "-1", 1);
+  EXPECT_THROW(Config::from_env(), InvalidArgument);
+  setenv("SHARDKIT_TIMEOUT_S", "10s", 1);
+  EXPECT_THROW(Config::from_env(), InvalidArgument);
+  unsetenv("SHARDKIT_TIMEOUT_S");
+  setenv("SHARDKIT_CHECK", "maybe", 1);
+  EXPECT_THROW(Config::from_env(), InvalidArgument);
+}
+
+TEST_F(ConfigTest, SetReplacesTheProcessConfig) {
+  Config c;
+  c.check = true;
+  Config::set(c);
+  EXPECT_TRUE(Config::get().check);
+  Config::set(Config{});
+  EXPECT_FALSE(Config::get().check);
+}
+
+}  // namespace
+}  // namespace shardkit

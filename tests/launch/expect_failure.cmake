@@ -1,0 +1,11 @@
+# Runs COMMAND and passes only if it exits non-zero and its output matches EXPECT_OUTPUT (a regex).
+execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(all "${out}\n${err}")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "expected a non-zero exit, got 0. Output:\n${all}")
+endif()
+string(REGEX MATCH "${EXPECT_OUTPUT}" found "${all}")
+if(NOT found)
+  message(FATAL_ERROR "exit code ${rc}, but the output does not match '${EXPECT_OUTPUT}':\n${all}")
+endif()
+message(STATUS "failed as expected (exit ${rc}): ${found}")
