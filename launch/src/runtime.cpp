@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <cstdio>
 
 #include "shardkit/config.hpp"
@@ -14,6 +15,8 @@ namespace shardkit {
 namespace {
 
 std::atomic<Runtime*> g_current{nullptr};
+std::mutex g_abort_mu;
+std::string g_abort_reason;
 
 int to_mpi_level(ThreadLevel level) {
   switch (level) {
@@ -41,6 +44,16 @@ std::string host_name() {
 std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 
 }  // namespace
+
+void request_abort_at_exit(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(g_abort_mu);
+  if (g_abort_reason.empty()) g_abort_reason = reason.empty() ? "unspecified" : reason;
+}
+
+std::string abort_at_exit_reason() {
+  std::lock_guard<std::mutex> lock(g_abort_mu);
+  return g_abort_reason;
+}
 
 const char* thread_level_name(ThreadLevel level) noexcept {
   switch (level) {
@@ -121,6 +134,11 @@ Runtime::Runtime(int* argc, char*** argv, RuntimeOptions options) {
 }
 
 Runtime::~Runtime() {
+  if (const std::string reason = abort_at_exit_reason(); !reason.empty() && !mpi_finalized()) {
+    std::fprintf(stderr, "shardkit: rank %d: ending the job (MPI_Abort): %s\n", rank_, reason.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   world_ = MpiComm();  // free our duplicate before MPI goes away
   if (owns_mpi_ && !mpi_finalized()) {
     if (MPI_Finalize() != MPI_SUCCESS) std::fprintf(stderr, "shardkit: warning: MPI_Finalize failed\n");

@@ -51,7 +51,9 @@ TEST(Runtime, LocalRanksAndHost) {
   MPI_Allgather(name.data(), 256, MPI_CHAR, names.data(), 256, MPI_CHAR, to_mpi<MPI_Comm>(rt.world()));
   for (int a = 0; a < rt.size(); ++a)
     for (int b = a + 1; b < rt.size(); ++b)
-      if (std::string(&names[256 * a]) == std::string(&names[256 * b])) EXPECT_NE(keys[a], keys[b]);
+      if (std::string(&names[256 * a]) == std::string(&names[256 * b])) {
+        EXPECT_NE(keys[a], keys[b]);
+      }
 }
 
 TEST(Runtime, GpuCountAndBinding) {

@@ -14,6 +14,12 @@ namespace shardkit {
 enum class ThreadLevel { kSingle = 0, kFunneled = 1, kSerialized = 2, kMultiple = 3 };
 const char* thread_level_name(ThreadLevel level) noexcept;
 
+/// Asks that the job end with MPI_Abort instead of MPI_Finalize when the Runtime goes away: used after a collective
+/// timed out, when finalising could hang on the operation left in flight. `reason` is printed then.
+void request_abort_at_exit(const std::string& reason);
+/// The reason given to request_abort_at_exit ("" when none).
+std::string abort_at_exit_reason();
+
 /// Options of the Runtime.
 struct RuntimeOptions {
   /// Level asked of MPI_Init_thread when the Runtime initialises MPI.
@@ -44,6 +50,7 @@ class Runtime {
   explicit Runtime(int* argc = nullptr, char*** argv = nullptr, RuntimeOptions options = {});
   explicit Runtime(RuntimeOptions options) : Runtime(nullptr, nullptr, options) {}
   /// Frees the world duplicate; finalises MPI only if this Runtime initialised it (and nobody finalised it since).
+  /// If request_abort_at_exit was called, prints the reason and calls MPI_Abort instead (whoever owns MPI).
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

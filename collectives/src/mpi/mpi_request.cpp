@@ -1,0 +1,129 @@
+#include "mpi/mpi_request.hpp"
+
+#include <sched.h>
+
+#include <thread>
+
+#include "shardkit/core/error.hpp"
+#include "shardkit/launch/mpi.hpp"
+#include "shardkit/launch/runtime.hpp"
+
+namespace shardkit::detail {
+
+bool wait_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>* statuses, Clock::time_point deadline) {
+  if (requests.empty()) return true;
+  MPI_Status* st = statuses ? statuses->data() : MPI_STATUSES_IGNORE;
+  if (deadline == Clock::time_point::max()) {
+    SHARDKIT_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), st));
+    return true;
+  }
+  // Spin briefly for latency, then yield, then sleep: ranks may outnumber cores.
+  for (long spin = 0;; ++spin) {
+    int done = 0;
+    SHARDKIT_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, st));
+    if (done) return true;
+    if ((spin & 63) == 0 && Clock::now() >= deadline) return false;
+    if (spin > 2000)
+      std::this_thread::sleep_for(std::chrono::microseconds(spin > 20000 ? 200 : 20));
+    else if (spin > 200)
+      sched_yield();
+  }
+}
+
+void cancel_receives(std::vector<MPI_Request>& requests) noexcept {
+  for (MPI_Request& r : requests) {
+    if (r == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&r);
+    MPI_Request_free(&r);
+  }
+  requests.clear();
+}
+
+void raise_timeout(const OpContext& ctx, AbortState& abort, const std::string& detail) {
+  abort.aborted = true;
+  abort.reason = concat(ctx.describe(), " timed out after ", ctx.timeout.count() / 1000.0, " s");
+  // The job cannot continue safely on this communicator: ask the Runtime to end the job at exit instead of
+  // finalising (which could hang on the operation left in flight).
+  request_abort_at_exit(abort.reason);
+  throw TimeoutError(concat("TimeoutError: ", ctx.describe(), " did not complete within ", ctx.timeout.count() / 1000.0,
+                            " s", detail.empty() ? "" : ": ", detail,
+                            ". The communicator is aborted; the job will end at exit."));
+}
+
+void PendingOp::finish(const std::vector<MPI_Status>& statuses) {
+  requests.clear();
+  for (auto& [staged, dst] : copy_back) dst.copy_from(staged);
+  copy_back.clear();
+  if (on_complete) on_complete(statuses);
+  on_complete = nullptr;
+  keep_alive.clear();
+}
+
+void complete(PendingOp& op, const OpContext& ctx, AbortState& abort) {
+  std::vector<MPI_Status> statuses;
+  if (op.want_statuses) statuses.resize(op.requests.size());
+  if (!wait_all(op.requests, op.want_statuses ? &statuses : nullptr, ctx.deadline)) {
+    // The requests (collectives among them) stay in flight: MPI cannot cancel them. The communicator is marked
+    // aborted, the buffers stay alive (leaked on purpose), and the job ends at exit.
+    op.requests.clear();
+    new std::vector<Array>(std::move(op.keep_alive));
+    raise_timeout(ctx, abort, "");
+  }
+  op.finish(statuses);
+}
+
+namespace {
+
+class PendingMpi final : public Waitable {
+ public:
+  PendingMpi(PendingOp op, const OpContext& ctx, std::shared_ptr<AbortState> abort)
+      : op_(std::move(op)), ctx_(ctx), name_(*ctx.comm_name), abort_(std::move(abort)) {
+    ctx_.comm_name = &name_;
+    ctx_.after = nullptr;
+  }
+  ~PendingMpi() override {
+    // Dropped without waiting: complete it anyway so buffers are not freed under MPI (errors are only logged).
+    if (!done_) {
+      try {
+        wait();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "shardkit: warning: pending %s failed: %s\n", op_name(ctx_.op), e.what());
+      }
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    complete(op_, ctx_, *abort_);
+    done_ = true;
+  }
+  bool is_complete() override {
+    if (done_) return true;
+    std::vector<MPI_Status> statuses(op_.want_statuses ? op_.requests.size() : 0);
+    int flag = 0;
+    SHARDKIT_MPI_CHECK(MPI_Testall(static_cast<int>(op_.requests.size()), op_.requests.data(), &flag,
+                                   op_.want_statuses ? statuses.data() : MPI_STATUSES_IGNORE));
+    if (!flag) return false;
+    op_.finish(statuses);
+    done_ = true;
+    return true;
+  }
+
+ private:
+  PendingOp op_;
+  OpContext ctx_;
+  std::string name_;
+  std::shared_ptr<AbortState> abort_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+Token pending_token(PendingOp op, const OpContext& ctx, std::shared_ptr<AbortState> abort) {
+  if (op.requests.empty()) {
+    op.finish({});
+    return Token();
+  }
+  return Token(std::make_shared<PendingMpi>(std::move(op), ctx, std::move(abort)));
+}
+
+}  // namespace shardkit::detail

@@ -1,0 +1,49 @@
+#pragma once
+
+// Completion of nonblocking MPI operations: polling with a deadline, and the Waitable behind a pending token.
+
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend.hpp"
+#include "shardkit/core/waitable.hpp"
+
+namespace shardkit::detail {
+
+/// Waits for every request, polling so that a deadline can end the wait. Returns false on timeout (requests left
+/// pending). Statuses are written when `statuses` is non-empty (one per request).
+bool wait_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>* statuses, Clock::time_point deadline);
+
+/// Cancels and frees point-to-point receive requests left pending after a timeout. Never throws. (Collective and
+/// send requests cannot be cancelled; they are left to the job's abort.)
+void cancel_receives(std::vector<MPI_Request>& requests) noexcept;
+
+/// The state of an issued nonblocking operation: its requests, the arrays they use (kept alive), and what to do
+/// after completion (copy staged data back, fill a receive status).
+struct PendingOp {
+  std::vector<MPI_Request> requests;
+  std::vector<Array> keep_alive;
+  /// (staged host copy, device destination) pairs copied after completion.
+  std::vector<std::pair<Array, Array>> copy_back;
+  /// Runs last, with one status per request when want_statuses is set.
+  std::function<void(const std::vector<MPI_Status>&)> on_complete;
+  bool want_statuses = false;
+
+  /// Runs the completion steps once the requests are done.
+  void finish(const std::vector<MPI_Status>& statuses);
+};
+
+/// Completes `op` now (blocking until done or the deadline) and runs its completion step.
+/// @throws TimeoutError (after marking `abort` and cancelling) when the deadline passes.
+void complete(PendingOp& op, const OpContext& ctx, AbortState& abort);
+
+/// A pending token over `op`, completed (with the same deadline) when waited for.
+Token pending_token(PendingOp op, const OpContext& ctx, std::shared_ptr<AbortState> abort);
+
+/// Raises the TimeoutError of an operation that missed its deadline, after marking the communicator aborted.
+[[noreturn]] void raise_timeout(const OpContext& ctx, AbortState& abort, const std::string& detail);
+
+}  // namespace shardkit::detail

@@ -1,0 +1,368 @@
+// The NCCL backend: operations on GPU buffers, enqueued on the communicator's own stream. Nothing here blocks the
+// host: each operation returns a token holding a CUDA event, and waiting for it polls the event and
+// ncclCommGetAsyncError against the deadline, aborting the communicator (ncclCommAbort) on timeout.
+//
+// NCCL has no complex types, no int16, no bool, no bitwise or logical reductions, no scan and no tags:
+//  - complex sum is a float/double sum of twice the count; other complex reductions are an error;
+//  - bool logical and/or are min/max over uint8; other bool reductions, and int16/uint16 reductions, are errors;
+//  - data movement (bcast, gathers, scatter, all-to-all, point-to-point) is done on bytes, so every dtype works;
+//  - gather, scatter, all-to-all(v), allgatherv are grouped point-to-point calls;
+//  - tags are ignored (messages between two ranks match in order) and kAnySource is an error.
+// Bootstrap: rank 0's ncclUniqueId is broadcast over MPI; sub-communicators come from ncclCommSplit.
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <thread>
+
+#include "backend.hpp"
+#include "shardkit/core/error.hpp"
+#include "shardkit/core/waitable.hpp"
+#include "shardkit/launch/mpi.hpp"
+#include "shardkit/launch/runtime.hpp"
+
+#define SHARDKIT_NCCL_CHECK(expr)                                                                          \
+  do {                                                                                                     \
+    const ncclResult_t shardkit_nccl_st_ = (expr);                                                         \
+    if (shardkit_nccl_st_ != ncclSuccess && shardkit_nccl_st_ != ncclInProgress)                           \
+      throw ::shardkit::BackendError(                                                                      \
+          "NCCL", static_cast<int>(shardkit_nccl_st_),                                                     \
+          ::shardkit::detail::concat("NCCL error ", static_cast<int>(shardkit_nccl_st_), " (",             \
+                                     ncclGetErrorString(shardkit_nccl_st_), ": ", ncclGetLastError(nullptr), \
+                                     ") in " #expr " at ", __FILE__, ":", __LINE__));                      \
+  } while (0)
+
+namespace shardkit::detail {
+namespace {
+
+// The NCCL communicator and its abort flag, shared with pending tokens so a timeout can abort it.
+struct NcclState {
+  ncclComm_t comm = nullptr;
+  int device = 0;
+  std::shared_ptr<AbortState> abort;
+  ~NcclState() {
+    if (!comm) return;
+    // After an abort the communicator is already gone; otherwise release it without waiting on a broken peer.
+    if (!abort->aborted && ncclCommDestroy(comm) != ncclSuccess)
+      std::fprintf(stderr, "shardkit: warning: ncclCommDestroy failed\n");
+  }
+};
+
+class NcclEvent final : public Waitable {
+ public:
+  NcclEvent(cudaStream_t stream, std::shared_ptr<NcclState> state, const OpContext& ctx, std::vector<Array> keep)
+      : state_(std::move(state)), ctx_(ctx), name_(*ctx.comm_name), keep_(std::move(keep)) {
+    ctx_.comm_name = &name_;
+    ctx_.after = nullptr;
+    cuda::DeviceGuard guard(state_->device);
+    SHARDKIT_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    SHARDKIT_CUDA_CHECK(cudaEventRecord(event_, stream));
+  }
+  ~NcclEvent() override {
+    if (event_) cudaEventDestroy(event_);
+  }
+  NcclEvent(const NcclEvent&) = delete;
+  NcclEvent& operator=(const NcclEvent&) = delete;
+
+  void wait() override {
+    if (done_) return;
+    for (long spin = 0;; ++spin) {
+      if (poll()) return;
+      if (ctx_.has_deadline() && Clock::now() >= ctx_.deadline) {
+        state_->abort->aborted = true;
+        state_->abort->reason = ctx_.describe() + " timed out";
+        ncclCommAbort(state_->comm);
+        request_abort_at_exit(state_->abort->reason);
+        throw TimeoutError(concat("TimeoutError: ", ctx_.describe(), " did not complete within ",
+                                  ctx_.timeout.count() / 1000.0, " s; the NCCL communicator was aborted"));
+      }
+      if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  bool is_complete() override { return done_ || poll(); }
+  void enqueue_wait(StreamHandle stream) override {
+    if (!done_) SHARDKIT_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+  }
+
+ private:
+  bool poll() {
+    const cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaSuccess) {
+      done_ = true;
+      keep_.clear();
+      return true;
+    }
+    if (e != cudaErrorNotReady) SHARDKIT_CUDA_CHECK(e);
+    ncclResult_t async = ncclSuccess;
+    SHARDKIT_NCCL_CHECK(ncclCommGetAsyncError(state_->comm, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+      state_->abort->aborted = true;
+      ncclCommAbort(state_->comm);
+      throw BackendError("NCCL", static_cast<int>(async),
+                         concat(ctx_.describe(), " failed asynchronously: ", ncclGetErrorString(async)));
+    }
+    return false;
+  }
+
+  cudaEvent_t event_ = nullptr;
+  std::shared_ptr<NcclState> state_;
+  OpContext ctx_;
+  std::string name_;
+  std::vector<Array> keep_;
+  bool done_ = false;
+};
+
+ncclDataType_t nccl_type(DType d) {
+  switch (d) {
+    case DType::kInt8: return ncclInt8;
+    case DType::kUInt8: return ncclUint8;
+    case DType::kBool: return ncclUint8;
+    case DType::kInt32: return ncclInt32;
+    case DType::kUInt32: return ncclUint32;
+    case DType::kInt64: return ncclInt64;
+    case DType::kUInt64: return ncclUint64;
+    case DType::kFloat16: return ncclFloat16;
+    case DType::kBFloat16: return ncclBfloat16;
+    case DType::kFloat32: return ncclFloat32;
+    case DType::kFloat64: return ncclFloat64;
+    case DType::kComplex64: return ncclFloat32;
+    case DType::kComplex128: return ncclFloat64;
+    default: break;
+  }
+  throw InvalidArgument(concat("NCCL cannot reduce dtype ", d, " (no ", d, " type in NCCL); use the MPI backend"));
+}
+
+// Element count NCCL sees for a reduction of `n` elements (complex counts twice).
+std::size_t nccl_count(DType d, std::int64_t n) { return static_cast<std::size_t>(is_complex(d) ? 2 * n : n); }
+
+ncclRedOp_t nccl_op(ReduceOp op, DType d) {
+  if (!reduce_op_supports(op, d))
+    throw InvalidArgument(concat("reduction '", reduce_op_name(op), "' is not defined for dtype ", d));
+  if (d == DType::kBool) {
+    if (op == ReduceOp::kLogicalAnd || op == ReduceOp::kBitAnd) return ncclMin;
+    if (op == ReduceOp::kLogicalOr || op == ReduceOp::kBitOr) return ncclMax;
+    throw InvalidArgument(concat("NCCL has no '", reduce_op_name(op), "' reduction for bool; use the MPI backend"));
+  }
+  if (is_complex(d) && op != ReduceOp::kSum)
+    throw InvalidArgument(concat("NCCL reduces complex dtypes only with sum (got '", reduce_op_name(op),
+                                 "'); use the MPI backend"));
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kProd: return ncclProd;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kMax: return ncclMax;
+    default: break;
+  }
+  throw InvalidArgument(concat("NCCL has no '", reduce_op_name(op), "' reduction; use the MPI backend"));
+}
+
+class NcclBackend final : public Backend {
+ public:
+  NcclBackend(std::shared_ptr<NcclState> state) : state_(std::move(state)) {
+    stream_ = cuda::Stream::create(state_->device);
+    SHARDKIT_NCCL_CHECK(ncclCommUserRank(state_->comm, &rank_));
+    SHARDKIT_NCCL_CHECK(ncclCommCount(state_->comm, &size_));
+  }
+
+  BackendKind kind() const noexcept override { return BackendKind::kNccl; }
+  void abort() noexcept override {
+    state_->abort->aborted = true;
+    ncclCommAbort(state_->comm);
+  }
+  const std::shared_ptr<NcclState>& state() const { return state_; }
+
+  Token allreduce(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) override {
+    begin(ctx, {send, recv});
+    SHARDKIT_NCCL_CHECK(ncclAllReduce(send.data(), recv.data(), nccl_count(send.dtype(), send.numel()),
+                                      nccl_type(send.dtype()), nccl_op(op, send.dtype()), comm(), s()));
+    return end(ctx, {send, recv});
+  }
+  Token reduce(const Array& send, Array& recv, ReduceOp op, int root, const OpContext& ctx) override {
+    begin(ctx, {send, recv});
+    void* rp = rank_ == root ? recv.data() : nullptr;
+    SHARDKIT_NCCL_CHECK(ncclReduce(send.data(), rp, nccl_count(send.dtype(), send.numel()), nccl_type(send.dtype()),
+                                   nccl_op(op, send.dtype()), root, comm(), s()));
+    return end(ctx, {send, recv});
+  }
+  Token bcast(Array& buf, int root, const OpContext& ctx) override {
+    begin(ctx, {buf});
+    SHARDKIT_NCCL_CHECK(ncclBroadcast(buf.data(), buf.data(), buf.nbytes(), ncclInt8, root, comm(), s()));
+    return end(ctx, {buf});
+  }
+  Token allgather(const Array& send, Array& recv, const OpContext& ctx) override {
+    begin(ctx, {send, recv});
+    SHARDKIT_NCCL_CHECK(ncclAllGather(send.data(), recv.data(), send.nbytes(), ncclInt8, comm(), s()));
+    return end(ctx, {send, recv});
+  }
+  Token reduce_scatter(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) override {
+    begin(ctx, {send, recv});
+    SHARDKIT_NCCL_CHECK(ncclReduceScatter(send.data(), recv.data(), nccl_count(recv.dtype(), recv.numel()),
+                                          nccl_type(recv.dtype()), nccl_op(op, recv.dtype()), comm(), s()));
+    return end(ctx, {send, recv});
+  }
+  Token gather(const Array& send, Array& recv, int root, const OpContext& ctx) override {
+    begin(ctx, {send, recv});
+    const std::size_t bytes = send.nbytes();
+    group([&] {
+      if (rank_ == root)
+        for (int r = 0; r < size_; ++r)
+          SHARDKIT_NCCL_CHECK(ncclRecv(byte_at(recv, r * bytes), bytes, ncclInt8, r, comm(), s()));
+      SHARDKIT_NCCL_CHECK(ncclSend(send.data(), bytes, ncclInt8, root, comm(), s()));
+    });
+    return end(ctx, {send, recv});
+  }
+  Token scatter(const Array& send, Array& recv, int root, const OpContext& ctx) override {
+    begin(ctx, {send, recv});
+    const std::size_t bytes = recv.nbytes();
+    group([&] {
+      if (rank_ == root)
+        for (int r = 0; r < size_; ++r)
+          SHARDKIT_NCCL_CHECK(ncclSend(byte_at(send, r * bytes), bytes, ncclInt8, r, comm(), s()));
+      SHARDKIT_NCCL_CHECK(ncclRecv(recv.data(), bytes, ncclInt8, root, comm(), s()));
+    });
+    return end(ctx, {send, recv});
+  }
+  Token alltoall(const Array& send, Array& recv, const OpContext& ctx) override {
+    begin(ctx, {send, recv});
+    const std::size_t bytes = size_ ? send.nbytes() / static_cast<std::size_t>(size_) : 0;
+    group([&] {
+      for (int r = 0; r < size_; ++r) {
+        SHARDKIT_NCCL_CHECK(ncclSend(byte_at(send, r * bytes), bytes, ncclInt8, r, comm(), s()));
+        SHARDKIT_NCCL_CHECK(ncclRecv(byte_at(recv, r * bytes), bytes, ncclInt8, r, comm(), s()));
+      }
+    });
+    return end(ctx, {send, recv});
+  }
+  Token allgatherv(const Array& send, Array& recv, std::span<const std::int64_t> counts,
+                   std::span<const std::int64_t> displs, const OpContext& ctx) override {
+    begin(ctx, {send, recv});
+    const std::size_t es = send.itemsize();
+    group([&] {
+      for (int r = 0; r < size_; ++r) {
+        SHARDKIT_NCCL_CHECK(ncclSend(send.data(), counts[rank_] * es, ncclInt8, r, comm(), s()));
+        SHARDKIT_NCCL_CHECK(ncclRecv(byte_at(recv, displs[r] * es), counts[r] * es, ncclInt8, r, comm(), s()));
+      }
+    });
+    return end(ctx, {send, recv});
+  }
+  Token alltoallv(const Array& send, std::span<const std::int64_t> send_counts,
+                  std::span<const std::int64_t> send_displs, Array& recv, std::span<const std::int64_t> recv_counts,
+                  std::span<const std::int64_t> recv_displs, const OpContext& ctx) override {
+    begin(ctx, {send, recv});
+    const std::size_t es = send.itemsize();
+    group([&] {
+      for (int r = 0; r < size_; ++r) {
+        SHARDKIT_NCCL_CHECK(ncclSend(byte_at(send, send_displs[r] * es), send_counts[r] * es, ncclInt8, r, comm(), s()));
+        SHARDKIT_NCCL_CHECK(ncclRecv(byte_at(recv, recv_displs[r] * es), recv_counts[r] * es, ncclInt8, r, comm(), s()));
+      }
+    });
+    return end(ctx, {send, recv});
+  }
+  Token send(const Array& buf, int dest, int /*tag*/, const OpContext& ctx) override {
+    begin(ctx, {buf});
+    SHARDKIT_NCCL_CHECK(ncclSend(buf.data(), buf.nbytes(), ncclInt8, dest, comm(), s()));
+    return end(ctx, {buf});
+  }
+  Token recv(Array& buf, int source, int /*tag*/, RecvStatus* status, const OpContext& ctx) override {
+    check_source(source);
+    begin(ctx, {buf});
+    SHARDKIT_NCCL_CHECK(ncclRecv(buf.data(), buf.nbytes(), ncclInt8, source, comm(), s()));
+    fill(status, source, buf.numel());
+    return end(ctx, {buf});
+  }
+  Token sendrecv(const Array& send, int dest, int /*send_tag*/, Array& recv, int source, int /*recv_tag*/,
+                 RecvStatus* status, const OpContext& ctx) override {
+    check_source(source);
+    begin(ctx, {send, recv});
+    group([&] {
+      SHARDKIT_NCCL_CHECK(ncclSend(send.data(), send.nbytes(), ncclInt8, dest, comm(), s()));
+      SHARDKIT_NCCL_CHECK(ncclRecv(recv.data(), recv.nbytes(), ncclInt8, source, comm(), s()));
+    });
+    fill(status, source, recv.numel());
+    return end(ctx, {send, recv});
+  }
+  Token barrier(const OpContext&) override {
+    throw Error(ErrorCode::kInternal, "barrier is routed to MPI, never to NCCL");
+  }
+  Token scan(const Array&, Array&, ReduceOp, const OpContext&) override {
+    throw Error(ErrorCode::kInternal, "scan is routed to MPI (staged), never to NCCL");
+  }
+
+ private:
+  ncclComm_t comm() const { return state_->comm; }
+  cudaStream_t s() const { return stream_.handle(); }
+  static void* byte_at(const Array& a, std::size_t bytes) { return static_cast<char*>(a.data()) + bytes; }
+
+  static void check_source(int source) {
+    SHARDKIT_CHECK(source != kAnySource, "NCCL cannot receive from any source; name the source rank or use MPI");
+  }
+  static void fill(RecvStatus* st, int source, std::int64_t n) {
+    if (!st) return;
+    st->source = source;
+    st->tag = 0;
+    st->count = n;
+  }
+
+  // Orders the operation after `after` and after pending writes to its buffers, on the device.
+  void begin(const OpContext& ctx, std::initializer_list<Array> arrays) {
+    cuda::set_device(state_->device);
+    if (ctx.after) ctx.after->order_stream(s());
+    for (const Array& a : arrays)
+      if (a.ready_event()) a.ready_event()->enqueue_wait(s());
+  }
+
+  Token end(const OpContext& ctx, std::initializer_list<Array> arrays) {
+    return Token(std::make_shared<NcclEvent>(s(), state_, ctx, std::vector<Array>(arrays)));
+  }
+
+  template <typename F>
+  void group(F&& f) {
+    SHARDKIT_NCCL_CHECK(ncclGroupStart());
+    try {
+      f();
+    } catch (...) {
+      ncclGroupEnd();
+      throw;
+    }
+    SHARDKIT_NCCL_CHECK(ncclGroupEnd());
+  }
+
+  std::shared_ptr<NcclState> state_;
+  cuda::Stream stream_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+bool nccl_built() noexcept { return true; }
+
+std::unique_ptr<Backend> make_nccl_backend(MpiCommHandle mpi_comm, int device, std::shared_ptr<AbortState> abort) {
+  MPI_Comm c = to_mpi<MPI_Comm>(mpi_comm);
+  int rank = 0, size = 1;
+  SHARDKIT_MPI_CHECK(MPI_Comm_rank(c, &rank));
+  SHARDKIT_MPI_CHECK(MPI_Comm_size(c, &size));
+  ncclUniqueId id{};
+  if (rank == 0) SHARDKIT_NCCL_CHECK(ncclGetUniqueId(&id));
+  SHARDKIT_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, c));
+  auto state = std::make_shared<NcclState>();
+  state->device = device;
+  state->abort = std::move(abort);
+  cuda::DeviceGuard guard(device);
+  SHARDKIT_NCCL_CHECK(ncclCommInitRank(&state->comm, size, id, rank));
+  return std::make_unique<NcclBackend>(std::move(state));
+}
+
+std::unique_ptr<Backend> split_nccl_backend(Backend& parent, int color, int key, std::shared_ptr<AbortState> abort) {
+  auto& p = dynamic_cast<NcclBackend&>(parent);
+  auto state = std::make_shared<NcclState>();
+  state->device = p.state()->device;
+  state->abort = std::move(abort);
+  cuda::DeviceGuard guard(state->device);
+  SHARDKIT_NCCL_CHECK(
+      ncclCommSplit(p.state()->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &state->comm, nullptr));
+  if (color < 0 || state->comm == nullptr) return nullptr;
+  return std::make_unique<NcclBackend>(std::move(state));
+}
+
+}  // namespace shardkit::detail

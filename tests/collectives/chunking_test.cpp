@@ -1,0 +1,108 @@
+// Counts above the MPI limit (INT_MAX elements): the split and point-to-point paths, exercised with a lowered
+// limit so they run on small buffers at every world size. The `large` test moves real > 2^31-element buffers.
+
+#include "collective_test_util.hpp"
+#include "mpi/mpi_backend.hpp"
+
+namespace shardkit::testing {
+namespace {
+
+class Chunked : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (on_gpu()) GTEST_SKIP() << "the MPI limit only concerns the MPI backend";
+    saved_ = detail::mpi_max_count();
+    detail::set_mpi_max_count(1000);
+  }
+  void TearDown() override {
+    if (saved_) detail::set_mpi_max_count(saved_);
+  }
+  std::int64_t saved_ = 0;
+  static constexpr std::int64_t kN = 2503;  // three chunks
+};
+
+TEST_F(Chunked, ElementwiseOperations) {
+  Communicator& c = *world();
+  const int r = c.rank(), n = c.size();
+  const DType d = DType::kInt32;
+  const Array x = input(d, {kN}, r, Pattern::kArithmetic);
+  EXPECT_TRUE(same(c.allreduce(x, ReduceOp::kSum).value, reference(d, {kN}, ReduceOp::kSum, 0, n - 1)));
+  EXPECT_TRUE(same(c.scan(x, ReduceOp::kProd).value, reference(d, {kN}, ReduceOp::kProd, 0, r)));
+  auto red = c.reduce(x, ReduceOp::kMax, n - 1).value;
+  EXPECT_TRUE(same(red, r == n - 1 ? reference(d, {kN}, ReduceOp::kMax, 0, n - 1) : x));
+  EXPECT_TRUE(same(c.bcast(input(d, {kN}, r, Pattern::kData), 0).value, input(d, {kN}, 0, Pattern::kData)));
+  auto rs = c.reduce_scatter(input(d, {n, kN}, r, Pattern::kArithmetic), ReduceOp::kSum).value;
+  EXPECT_TRUE(same(rs, reference(d, {kN}, ReduceOp::kSum, 0, n - 1, r * kN)));
+}
+
+TEST_F(Chunked, DataMovement) {
+  Communicator& c = *world();
+  const int r = c.rank(), n = c.size();
+  const DType d = DType::kFloat64;
+  Array all = Array::empty({n, kN}, d);
+  for (int q = 0; q < n; ++q) all.select(0, q).copy_from(input(d, {kN}, q, Pattern::kData));
+  EXPECT_TRUE(same(c.allgather(input(d, {kN}, r, Pattern::kData)).value, all));
+  auto g = c.gather(input(d, {kN}, r, Pattern::kData), 0).value;
+  if (r == 0) {
+    EXPECT_TRUE(same(g, all));
+  }
+  auto s = c.scatter(r == 0 ? all : input(d, {kN}, r, Pattern::kData), 0).value;
+  EXPECT_TRUE(same(s, all.select(0, r)));
+  // alltoall: block q of every rank's input goes to rank q.
+  Array mine = input(d, {n, kN}, r, Pattern::kData);
+  auto a2a = c.alltoall(mine).value;
+  for (int q = 0; q < n; ++q)
+    EXPECT_TRUE(same(a2a.select(0, q), input(d, {n, kN}, q, Pattern::kData).select(0, r).contiguous()));
+  // Point to point, in chunks.
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  RecvStatus st;
+  auto [y, t] = c.sendrecv(input(d, {kN}, r, Pattern::kData), input(d, {kN}, r, Pattern::kData), left, right, 4, 4, &st);
+  EXPECT_TRUE(same(y, input(d, {kN}, left, Pattern::kData)));
+  EXPECT_EQ(st.count, kN);
+}
+
+TEST_F(Chunked, VariableCounts) {
+  Communicator& c = *world();
+  const int r = c.rank(), n = c.size();
+  const DType d = DType::kInt16;
+  std::vector<std::int64_t> counts;
+  std::int64_t total = 0;
+  for (int q = 0; q < n; ++q) {
+    counts.push_back(1500 + 700 * q);  // above the lowered limit: point-to-point pieces
+    total += counts.back();
+  }
+  Array got = Array::empty({total}, d);
+  c.allgatherv(input(d, {counts[r]}, r, Pattern::kData), got, counts).wait();
+  std::int64_t off = 0;
+  for (int q = 0; q < n; ++q) {
+    EXPECT_TRUE(same(got.slice(0, off, off + counts[q]).contiguous(), input(d, {counts[q]}, q, Pattern::kData)));
+    off += counts[q];
+  }
+  // alltoallv with every block above the limit.
+  std::vector<std::int64_t> sc(n, 1200), rc(n, 1200);
+  Array send = input(d, {1200 * n}, r, Pattern::kData);
+  Array recv = Array::empty({1200 * n}, d);
+  c.alltoallv(send, sc, recv, rc).wait();
+  for (int q = 0; q < n; ++q)
+    EXPECT_TRUE(same(recv.slice(0, q * 1200, (q + 1) * 1200).contiguous(),
+                     input(d, {1200 * n}, q, Pattern::kData).slice(0, r * 1200, (r + 1) * 1200).contiguous()));
+}
+
+TEST_F(Chunked, StridedBuffersAreMadeContiguous) {
+  // A column of a matrix as the send buffer, a strided view as the receive buffer.
+  Communicator& c = *world();
+  Array m = Array::arange(3 * 4, DType::kFloat32).reshape({3, 4});
+  Array col = m.select(1, 2);  // elements 2, 6, 10 with stride 4
+  Array out = Array::zeros({3, 2}, DType::kFloat32);
+  Array out_col = out.select(1, 1);
+  c.allreduce(col, out_col, ReduceOp::kSum).wait();
+  const auto v = out.to_vector<float>();
+  const float n = static_cast<float>(c.size());
+  EXPECT_EQ(v, (std::vector<float>{0, 2 * n, 0, 6 * n, 0, 10 * n}));
+  Array inplace = m.permute({1, 0});  // strided in-place allreduce
+  c.allreduce_inplace(inplace, ReduceOp::kMax).wait();
+  EXPECT_EQ(m.to_vector<float>()[5], 5.0f);
+}
+
+}  // namespace
+}  // namespace shardkit::testing

@@ -1,0 +1,212 @@
+#pragma once
+
+// Shared helpers of the collectives tests: deterministic inputs per (rank, index), exact host references, and the
+// buffers' device (host for the MPI suite; the rank's GPU when SHARDKIT_TEST_BUFFERS=cuda, which routes to NCCL).
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "mpi_test.hpp"
+#include "shardkit/collectives/communicator.hpp"
+
+namespace shardkit::testing {
+
+/// Where test buffers live.
+inline Device buffer_device() {
+  const char* v = std::getenv("SHARDKIT_TEST_BUFFERS");
+  if (v && std::string(v) == "cuda") return runtime().device();
+  return Device::cpu();
+}
+inline bool on_gpu() { return buffer_device().kind == DeviceKind::kCUDA; }
+
+/// Skips when the suite asks for GPU buffers and this rank has none.
+#define SHARDKIT_SKIP_IF_GPU_SUITE_WITHOUT_GPU()                                                  \
+  do {                                                                                            \
+    const char* v = std::getenv("SHARDKIT_TEST_BUFFERS");                                          \
+    if (v && std::string(v) == "cuda" && ::shardkit::testing::runtime().device().kind != ::shardkit::DeviceKind::kCUDA) \
+      GTEST_SKIP() << "GPU suite on a rank without a GPU";                                         \
+  } while (0)
+
+/// One communicator over all ranks, shared by the tests of a binary.
+inline std::shared_ptr<Communicator>& world() {
+  static std::shared_ptr<Communicator> c = Communicator::world();
+  return c;
+}
+
+/// The operation a reduction input is generated for decides its range, so every result is exact in every dtype.
+enum class Pattern { kData, kArithmetic, kLogical, kBitwise };
+
+inline Pattern pattern_for(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kProd:
+    case ReduceOp::kMin:
+    case ReduceOp::kMax: return Pattern::kArithmetic;
+    case ReduceOp::kLogicalAnd:
+    case ReduceOp::kLogicalOr:
+    case ReduceOp::kLogicalXor: return Pattern::kLogical;
+    default: break;
+  }
+  return Pattern::kBitwise;
+}
+
+template <typename T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, Half>)
+    return float_to_half(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return float_to_bfloat16(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, bool>)
+    return v != 0.0;
+  else
+    return static_cast<T>(v);
+}
+
+template <typename T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, Half>)
+    return half_to_float(v);
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return bfloat16_to_float(v);
+  else
+    return static_cast<double>(v);
+}
+
+template <typename T>
+inline constexpr bool kIsComplex = std::is_same_v<T, std::complex<float>> || std::is_same_v<T, std::complex<double>>;
+
+/// Element i of rank r's input for a pattern. Values are small enough that sums and products over 4 ranks are
+/// exact in every dtype (float16 and bfloat16 included).
+template <typename T>
+T value(Pattern p, int r, std::int64_t i) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (p == Pattern::kData) return (i + r) % 2 == 0;
+    return (i * 3 + r) % 4 != 0;
+  } else if constexpr (kIsComplex<T>) {
+    using R = typename T::value_type;
+    if (p == Pattern::kData) return T(static_cast<R>((r * 131 + i) % 1000), static_cast<R>(-((r + i) % 7)));
+    return T(static_cast<R>(0.5 * (1 + (i + 2 * r) % 3)), static_cast<R>((i + r) % 3 - 1));
+  } else {
+    const bool is_float = !std::is_integral_v<T>;
+    switch (p) {
+      case Pattern::kData:
+        return from_double<T>(static_cast<double>((r * 131 + i) % (std::is_same_v<T, BFloat16> ? 200 : 100)));
+      case Pattern::kArithmetic:
+        if (is_float) return from_double<T>(0.5 * (1 + (i + 2 * r) % 3));
+        if (std::is_signed_v<T>) return from_double<T>(static_cast<double>((i + 2 * r) % 5 - 2));
+        return from_double<T>(static_cast<double>(1 + (i + 2 * r) % 3));
+      case Pattern::kLogical:
+        return from_double<T>(static_cast<double>((i + r) % 3));
+      case Pattern::kBitwise:
+        return from_double<T>(static_cast<double>((i * 7 + r * 13) % 100));
+    }
+    return T{};
+  }
+}
+
+/// a (op) b, in the arithmetic of T (float16/bfloat16 computed in float and rounded, as the libraries do).
+template <typename T>
+T combine(ReduceOp op, T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    switch (op) {
+      case ReduceOp::kLogicalAnd:
+      case ReduceOp::kBitAnd: return a && b;
+      case ReduceOp::kLogicalOr:
+      case ReduceOp::kBitOr: return a || b;
+      default: return a != b;
+    }
+  } else if constexpr (kIsComplex<T>) {
+    return op == ReduceOp::kSum ? a + b : a * b;
+  } else if constexpr (std::is_integral_v<T>) {
+    switch (op) {
+      case ReduceOp::kSum: return static_cast<T>(a + b);
+      case ReduceOp::kProd: return static_cast<T>(a * b);
+      case ReduceOp::kMin: return std::min(a, b);
+      case ReduceOp::kMax: return std::max(a, b);
+      case ReduceOp::kLogicalAnd: return static_cast<T>((a != 0) && (b != 0));
+      case ReduceOp::kLogicalOr: return static_cast<T>((a != 0) || (b != 0));
+      case ReduceOp::kLogicalXor: return static_cast<T>((a != 0) != (b != 0));
+      case ReduceOp::kBitAnd: return static_cast<T>(a & b);
+      case ReduceOp::kBitOr: return static_cast<T>(a | b);
+      case ReduceOp::kBitXor: return static_cast<T>(a ^ b);
+    }
+    return T{};
+  } else {
+    const double x = to_double(a), y = to_double(b);
+    switch (op) {
+      case ReduceOp::kSum: return from_double<T>(x + y);
+      case ReduceOp::kProd: return from_double<T>(x * y);
+      case ReduceOp::kMin: return from_double<T>(std::min(x, y));
+      default: return from_double<T>(std::max(x, y));
+    }
+  }
+}
+
+/// Rank r's input of `n` elements for `pattern`, on the test device.
+inline Array input(DType dtype, Shape shape, int r, Pattern pattern, Device device = buffer_device()) {
+  Array host = Array::empty(shape, dtype);
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(host.data());
+    for (std::int64_t i = 0; i < host.numel(); ++i) p[i] = value<T>(pattern, r, i);
+  });
+  return host.to(device);
+}
+
+/// op over ranks [first, last] of the inputs, element-wise, on the host.
+inline Array reference(DType dtype, Shape shape, ReduceOp op, int first, int last, std::int64_t index_offset = 0) {
+  Array out = Array::empty(shape, dtype);
+  const Pattern pattern = pattern_for(op);
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(out.data());
+    for (std::int64_t i = 0; i < out.numel(); ++i) {
+      T acc = value<T>(pattern, first, i + index_offset);
+      for (int r = first + 1; r <= last; ++r) acc = combine<T>(op, acc, value<T>(pattern, r, i + index_offset));
+      p[i] = acc;
+    }
+  });
+  return out;
+}
+
+/// Element-wise exact comparison (bytes), reporting the first difference.
+inline ::testing::AssertionResult same(const Array& got_any, const Array& want_any) {
+  const Array got = got_any.to(Device::cpu()), want = want_any.to(Device::cpu());
+  if (got.dtype() != want.dtype()) return ::testing::AssertionFailure() << "dtype " << got.dtype() << " vs " << want.dtype();
+  if (got.numel() != want.numel())
+    return ::testing::AssertionFailure() << "size " << got.numel() << " vs " << want.numel();
+  const std::size_t es = got.itemsize();
+  const auto* a = static_cast<const unsigned char*>(got.data());
+  const auto* b = static_cast<const unsigned char*>(want.data());
+  for (std::int64_t i = 0; i < got.numel(); ++i) {
+    if (std::memcmp(a + i * es, b + i * es, es) != 0) {
+      const Array g = got.reshape({got.numel()}), w = want.reshape({want.numel()});
+      return ::testing::AssertionFailure() << "first difference at element " << i << " of " << got.numel()
+                                           << ": got " << g.slice(0, i, i + 1).to_string() << ", want "
+                                           << w.slice(0, i, i + 1).to_string();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// Whether the backend the test buffers route to can run `op` on `dtype` (NCCL supports a subset).
+inline bool backend_supports(ReduceOp op, DType dtype) {
+  if (!reduce_op_supports(op, dtype)) return false;
+  if (!on_gpu() || !world()->has_nccl()) return true;
+  if (dtype == DType::kInt16 || dtype == DType::kUInt16) return false;
+  if (dtype == DType::kBool)
+    return op == ReduceOp::kLogicalAnd || op == ReduceOp::kLogicalOr || op == ReduceOp::kBitAnd || op == ReduceOp::kBitOr;
+  if (is_complex(dtype)) return op == ReduceOp::kSum;
+  return op == ReduceOp::kSum || op == ReduceOp::kProd || op == ReduceOp::kMin || op == ReduceOp::kMax;
+}
+
+inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum,        ReduceOp::kProd,      ReduceOp::kMin,
+                                             ReduceOp::kMax,        ReduceOp::kLogicalAnd, ReduceOp::kLogicalOr,
+                                             ReduceOp::kLogicalXor, ReduceOp::kBitAnd,    ReduceOp::kBitOr,
+                                             ReduceOp::kBitXor};
+
+/// Element counts every operation is tested with.
+inline constexpr std::int64_t kCounts[] = {0, 1, 7, 1000003};
+
+}  // namespace shardkit::testing

@@ -1,0 +1,53 @@
+// A rank skips a collective; every other rank must raise TimeoutError naming the operation (and, in checked mode,
+// the missing rank), and the job must end rather than hang. Run through expect_timeout.cmake, which checks the
+// output of every rank and that the run ended.
+//   timeout_main checked   SHARDKIT_CHECK on: the signature exchange names the rank that did not arrive
+//   timeout_main unchecked no signatures: the data phase itself times out
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "shardkit/collectives/communicator.hpp"
+#include "shardkit/launch/runtime.hpp"
+
+int main(int argc, char** argv) {
+  using namespace shardkit;
+  Runtime rt(&argc, &argv);
+  const bool checked = argc > 1 && std::strcmp(argv[1], "checked") == 0;
+  CommOptions o;
+  o.check = checked;
+  o.timeout = std::chrono::milliseconds(1500);
+  o.name = "timeout-test";
+  auto comm = Communicator::world(rt, o);
+  const int skipper = comm->size() - 1;
+  const auto start = std::chrono::steady_clock::now();
+  if (comm->rank() == skipper) {
+    // Skips the collective; stays alive long enough for the others to give up, then leaves.
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+    std::printf("rank %d: skipped the allreduce\n", comm->rank());
+    std::fflush(stdout);
+    return 0;
+  }
+  try {
+    comm->allreduce(Array::zeros({16}, DType::kFloat32), ReduceOp::kSum);
+    std::printf("rank %d: ERROR: allreduce completed without rank %d\n", comm->rank(), skipper);
+    return 1;
+  } catch (const TimeoutError& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("rank %d: caught after %.1f s: %s\n", comm->rank(), s, e.what());
+    std::fflush(stdout);
+  }
+  // Later use of the aborted communicator is refused.
+  try {
+    comm->barrier();
+    std::printf("rank %d: ERROR: aborted communicator still usable\n", comm->rank());
+  } catch (const BackendError& e) {
+    std::printf("rank %d: refused after abort: %s\n", comm->rank(), e.what());
+  }
+  std::fflush(stdout);
+  // Give the other waiting ranks time to report before this one's exit ends the job.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  return 0;  // the Runtime ends the job with MPI_Abort: finalising could hang on the operation left in flight
+}
