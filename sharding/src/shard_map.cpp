@@ -1,0 +1,269 @@
+#include "shardkit/sharding/shard_map.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "layout.hpp"
+#include "shardkit/core/error.hpp"
+
+namespace shardkit {
+namespace {
+
+int normalize(int dim, int ndim, const char* op) {
+  if (dim < 0) dim += ndim;
+  SHARDKIT_CHECK(dim >= 0 && dim < ndim, op, ": dimension ", dim, " out of range for rank ", ndim);
+  return dim;
+}
+
+// Inserts a dimension of size 1 at `pos` (a view of a contiguous array).
+Array expand(const Array& x, int pos) {
+  Shape s = x.shape();
+  s.insert(s.begin() + pos, 1);
+  return detail::packed(x).reshape(s);
+}
+
+// Removes dimension `pos` (of size 1).
+Array squeeze(const Array& x, int pos) {
+  Shape s = x.shape();
+  s.erase(s.begin() + pos);
+  return detail::packed(x).reshape(s);
+}
+
+Array finish(Array out, const Token& t) {
+  if (t.waitable()) out.set_ready(t.waitable());
+  return out;
+}
+
+// Divides every element by n (pmean), on the host.
+void divide(Array& x, std::int64_t n) {
+  Array host = x.to(Device::cpu());
+  if (host.data() == x.data()) host = x.clone();
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(host.data());
+    for (std::int64_t i = 0; i < host.numel(); ++i) {
+      if constexpr (std::is_same_v<T, Half>)
+        p[i] = float_to_half(half_to_float(p[i]) / static_cast<float>(n));
+      else if constexpr (std::is_same_v<T, BFloat16>)
+        p[i] = float_to_bfloat16(bfloat16_to_float(p[i]) / static_cast<float>(n));
+      else if constexpr (std::is_floating_point_v<T>)
+        p[i] = p[i] / static_cast<T>(n);
+      else if constexpr (requires { p[i].real(); })
+        p[i] = p[i] / static_cast<typename T::value_type>(n);
+    }
+  });
+  x.copy_from(host);
+}
+
+}  // namespace
+
+// ---- ShardContext --------------------------------------------------------------------------------------------------
+
+Array ShardContext::psum(const Array& x, const Axes& axes) {
+  auto [y, t] = mesh_.axis_comm(axes)->allreduce(x, ReduceOp::kSum, token_);
+  token_ = t;
+  return y;
+}
+
+Array ShardContext::pmax(const Array& x, const Axes& axes) {
+  auto [y, t] = mesh_.axis_comm(axes)->allreduce(x, ReduceOp::kMax, token_);
+  token_ = t;
+  return y;
+}
+
+Array ShardContext::pmin(const Array& x, const Axes& axes) {
+  auto [y, t] = mesh_.axis_comm(axes)->allreduce(x, ReduceOp::kMin, token_);
+  token_ = t;
+  return y;
+}
+
+Array ShardContext::pmean(const Array& x, const Axes& axes) {
+  SHARDKIT_CHECK(is_floating(x.dtype()) || is_complex(x.dtype()), "pmean of dtype ", x.dtype(),
+                 ": cast to a floating type first (the mean of integers is not an integer)");
+  Array y = psum(x, axes);
+  token_.wait();
+  divide(y, axis_size(axes));
+  return y;
+}
+
+Array ShardContext::all_gather(const Array& x, const Axes& axes, int dim, bool tiled) {
+  auto comm = mesh_.axis_comm(axes);
+  if (!tiled) {
+    dim = normalize(dim, x.ndim() + 1, "all_gather");
+    // Stack: gather along a new dimension of size 1 inserted at `dim`.
+    const std::vector<std::int64_t> ones(comm->size(), 1);
+    return detail::gather_along(*comm, expand(x, dim), dim, ones, token_);
+  }
+  dim = normalize(dim, x.ndim(), "all_gather");
+  const std::vector<std::int64_t> sizes(comm->size(), x.dim(dim));
+  return detail::gather_along(*comm, x, dim, sizes, token_);
+}
+
+Array ShardContext::psum_scatter(const Array& x, const Axes& axes, int scatter_dim, bool tiled) {
+  auto comm = mesh_.axis_comm(axes);
+  scatter_dim = normalize(scatter_dim, x.ndim(), "psum_scatter");
+  if (!tiled) {
+    SHARDKIT_CHECK_EQ(x.dim(scatter_dim), comm->size(), "psum_scatter (untiled): dimension ", scatter_dim,
+                      " must equal the size of axes ", axes.to_string());
+    return squeeze(detail::reduce_scatter_along(*comm, x, scatter_dim, ReduceOp::kSum, token_), scatter_dim);
+  }
+  return detail::reduce_scatter_along(*comm, x, scatter_dim, ReduceOp::kSum, token_);
+}
+
+Array ShardContext::ppermute(const Array& x, const Axes& axes, const std::vector<std::pair<int, int>>& perm) {
+  auto comm = mesh_.axis_comm(axes);
+  const int k = comm->size(), me = comm->rank();
+  std::set<int> sources, dests;
+  int dest = -1, source = -1;
+  for (const auto& [src, dst] : perm) {
+    SHARDKIT_CHECK(src >= 0 && src < k && dst >= 0 && dst < k, "ppermute: pair (", src, ", ", dst,
+                   ") out of range for axes ", axes.to_string(), " of size ", k);
+    SHARDKIT_CHECK(sources.insert(src).second, "ppermute: source ", src, " appears twice");
+    SHARDKIT_CHECK(dests.insert(dst).second, "ppermute: destination ", dst, " appears twice");
+    if (src == me) dest = dst;
+    if (dst == me) source = src;
+  }
+  Array out = Array::zeros(x.shape(), x.dtype(), x.device());
+  Array send = detail::packed(x);
+  constexpr int kTag = 17;
+  if (dest >= 0 && source >= 0) {
+    token_ = comm->sendrecv_into(send, dest, out, source, kTag, kTag, nullptr, token_);
+  } else if (dest >= 0) {
+    token_ = comm->send(send, dest, kTag, token_);
+  } else if (source >= 0) {
+    token_ = comm->recv_into(out, source, kTag, nullptr, token_);
+  }
+  return finish(out, token_);
+}
+
+Array ShardContext::all_to_all(const Array& x, const Axes& axes, int split_dim, int concat_dim, bool tiled) {
+  auto comm = mesh_.axis_comm(axes);
+  split_dim = normalize(split_dim, x.ndim(), "all_to_all");
+  concat_dim = normalize(concat_dim, x.ndim(), "all_to_all");
+  if (tiled) return detail::all_to_all_along(*comm, x, split_dim, concat_dim, token_);
+  SHARDKIT_CHECK_EQ(x.dim(split_dim), comm->size(), "all_to_all (untiled): dimension ", split_dim,
+                    " must equal the size of axes ", axes.to_string());
+  // JAX's rule: a new axis appears at concat_dim, the split axis (now of size 1) goes away.
+  if (split_dim == concat_dim) return detail::all_to_all_along(*comm, x, split_dim, concat_dim, token_);
+  Array y = expand(x, split_dim < concat_dim ? concat_dim + 1 : concat_dim);
+  const int split = split_dim < concat_dim ? split_dim : split_dim + 1;
+  const int concat = split_dim < concat_dim ? concat_dim + 1 : concat_dim;
+  Array z = detail::all_to_all_along(*comm, y, split, concat, token_);
+  return squeeze(z, split);
+}
+
+Array ShardContext::pbroadcast(const Array& x, const Axes& axes, int source) {
+  auto comm = mesh_.axis_comm(axes);
+  SHARDKIT_CHECK(source >= 0 && source < comm->size(), "pbroadcast: source ", source, " out of range for axes ",
+                 axes.to_string(), " of size ", comm->size());
+  auto [y, t] = comm->bcast(x, source, token_);
+  token_ = t;
+  return y;
+}
+
+// ---- shard_map ---------------------------------------------------------------------------------------------------------
+
+namespace {
+
+std::uint64_t fnv1a(const void* data, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// A hash of a block's shape, dtype and bytes.
+std::uint64_t block_hash(const Array& a) {
+  const Array host = a.to(Device::cpu());
+  std::uint64_t h = fnv1a(a.shape().data(), a.shape().size() * sizeof(std::int64_t));
+  const auto dt = static_cast<std::uint8_t>(a.dtype());
+  h = fnv1a(&dt, 1, h);
+  return fnv1a(host.data(), host.nbytes(), h);
+}
+
+// Checks out_specs' replication promises of every output: ranks that differ only along axes an out_spec does not
+// name must hold identical blocks. One allgather of the hashes; every rank reaches the same verdict.
+void check_replication(const Mesh& mesh, const std::vector<PartitionSpec>& out_specs, const std::vector<Array>& outs) {
+  std::vector<std::uint64_t> mine(outs.size());
+  for (std::size_t i = 0; i < outs.size(); ++i) mine[i] = block_hash(outs[i]);
+  Communicator& comm = *mesh.comm();
+  const int p = comm.size();
+  const auto n = static_cast<std::int64_t>(outs.size());
+  if (n == 0 || p == 1) return;
+  Array send = Array::from_values<std::uint64_t>(std::span<const std::uint64_t>(mine));
+  Array all = Array::empty({p * n}, DType::kUInt64);
+  comm.allgather(send, all).wait();
+  const auto* h = all.data_as<std::uint64_t>();
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const NamedSharding s(mesh, out_specs[i]);
+    const std::vector<std::string> free_axes = s.replicated_axes();
+    if (free_axes.empty()) continue;
+    // Compare each rank with the rank that has coordinate 0 on every unnamed axis.
+    for (int r = 0; r < p; ++r) {
+      std::vector<std::int64_t> c = mesh.coords(r);
+      for (const auto& a : free_axes) c[mesh.axis_position(a)] = 0;
+      const int base = mesh.rank_at(c);
+      if (h[r * n + i] != h[base * n + i]) {
+        std::string names;
+        for (const auto& a : free_axes) names += (names.empty() ? "'" : ", '") + a + "'";
+        throw InvalidArgument(detail::concat(
+            "shard_map: out_specs[", i, "] = ", out_specs[i].to_string(), " promises that output ", i,
+            " is replicated over mesh axes ", names, ", but ranks ", base, " and ", r,
+            " (which differ only along them) produced different blocks. Name the axis in the out_spec, make the "
+            "blocks equal (e.g. with psum), or pass check_rep=false"));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<ShardedArray> shard_map(const ShardFn& f, const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
+                                    const std::vector<PartitionSpec>& out_specs, const std::vector<ShardedArray>& args,
+                                    ShardMapOptions options) {
+  SHARDKIT_CHECK_EQ(in_specs.size(), args.size(), "shard_map: one in_spec per argument (got ", in_specs.size(),
+                    " in_specs for ", args.size(), " arguments)");
+  std::vector<Array> blocks;
+  bool uneven = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    SHARDKIT_CHECK(args[i].mesh() == mesh, "shard_map: argument ", i, " lives on ", args[i].mesh().to_string(),
+                   ", not on the shard_map's ", mesh.to_string());
+    uneven = uneven || args[i].sharding().uneven();
+    const NamedSharding want(mesh, in_specs[i], args[i].sharding().uneven());
+    want.validate(args[i].shape());
+    blocks.push_back(args[i].sharding() == want ? args[i].local() : reshard(args[i], want).local());
+  }
+  ShardContext ctx(mesh);
+  std::vector<Array> outs = f(ctx, std::span<const Array>(blocks));
+  ctx.token().wait();
+  SHARDKIT_CHECK_EQ(outs.size(), out_specs.size(), "shard_map: the function returned ", outs.size(),
+                    " outputs for ", out_specs.size(), " out_specs");
+  if (options.check_rep) check_replication(mesh, out_specs, outs);
+
+  std::vector<ShardedArray> result;
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    const NamedSharding s(mesh, out_specs[j], uneven);
+    SHARDKIT_CHECK(out_specs[j].size() <= static_cast<std::size_t>(outs[j].ndim()), "shard_map: out_specs[", j,
+                   "] = ", out_specs[j].to_string(), " is longer than the rank ", outs[j].ndim(), " of output ", j);
+    Shape global = outs[j].shape();
+    if (!uneven) {
+      for (std::size_t d = 0; d < global.size(); ++d) global[d] *= s.num_shards(static_cast<int>(d));
+    } else {
+      // Uneven blocks: the global extent along a sharded dimension is the sum of the blocks along it.
+      for (std::size_t d = 0; d < out_specs[j].size(); ++d) {
+        if (s.num_shards(static_cast<int>(d)) == 1) continue;
+        auto comm = mesh.axis_comm(out_specs[j].axes(d));
+        auto [sum, t] = comm->allreduce(Array::from_values<std::int64_t>({outs[j].dim(static_cast<int>(d))}),
+                                        ReduceOp::kSum);
+        global[d] = sum.to_vector<std::int64_t>()[0];
+      }
+    }
+    result.emplace_back(global, s, outs[j]);
+  }
+  return result;
+}
+
+}  // namespace shardkit

@@ -1,0 +1,325 @@
+#include "shardkit/sharding/sharded_array.hpp"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "layout.hpp"
+#include "shardkit/core/error.hpp"
+#include "shardkit/launch/runtime.hpp"
+
+namespace shardkit {
+namespace {
+
+constexpr int kMaxDims = 32;
+
+Device default_device() {
+  const Runtime* rt = Runtime::current();
+  return rt ? rt->device() : Device::cpu();
+}
+
+// The view of `global` that `rank`'s block covers.
+Array block_of(const Array& global, const std::vector<IndexRange>& idx) {
+  Array v = global;
+  for (std::size_t d = 0; d < idx.size(); ++d) v = v.slice(static_cast<int>(d), idx[d].start, idx[d].stop);
+  return v;
+}
+
+std::int64_t numel_of(const std::vector<IndexRange>& idx) {
+  std::int64_t n = 1;
+  for (const auto& r : idx) n *= r.size();
+  return n;
+}
+
+Shape shape_of(const std::vector<IndexRange>& idx) {
+  Shape s;
+  for (const auto& r : idx) s.push_back(r.size());
+  return s;
+}
+
+// Assembles a global host array from packed blocks laid end to end in `flat`, block j covering `ranges[j]`.
+Array assemble(const Shape& global, DType dtype, const Array& flat, const std::vector<std::vector<IndexRange>>& ranges,
+               const std::vector<std::int64_t>& counts) {
+  Array out = Array::empty(global, dtype);
+  Array host_flat = flat.to(Device::cpu());
+  std::int64_t off = 0;
+  for (std::size_t j = 0; j < ranges.size(); ++j) {
+    if (counts[j] == 0) continue;
+    Array dst = block_of(out, ranges[j]);
+    dst.copy_from(host_flat.slice(0, off, off + counts[j]).reshape(shape_of(ranges[j])));
+    off += counts[j];
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- ShardedArray ------------------------------------------------------------------------------------------------
+
+ShardedArray::ShardedArray(Shape global_shape, NamedSharding sharding, Array local)
+    : shape_(std::move(global_shape)), sharding_(std::move(sharding)), local_(std::move(local)) {
+  sharding_.validate(shape_);
+  const Shape want = sharding_.local_shape(shape_, sharding_.mesh().rank());
+  SHARDKIT_CHECK(local_.shape() == want, "local block of shape ", shape_to_string(local_.shape()), " on rank ",
+                 sharding_.mesh().rank(), " does not match ", sharding_.to_string(), " of global shape ",
+                 shape_to_string(shape_), " (expected ", shape_to_string(want), ")");
+}
+
+std::string ShardedArray::describe() const {
+  return detail::concat("ShardedArray(shape=", shape_to_string(shape_), ", dtype=", dtype(), ", ",
+                        sharding_.to_string(), ", local=", shape_to_string(local_.shape()), " on ", device(), ")");
+}
+
+ShardedArray from_local(Array local, Shape global_shape, const NamedSharding& sharding) {
+  return ShardedArray(std::move(global_shape), sharding, std::move(local));
+}
+
+// ---- distribute / gather -------------------------------------------------------------------------------------------
+
+ShardedArray distribute(const Array& global, const NamedSharding& sharding, int root, std::optional<Device> device) {
+  Communicator& comm = *sharding.mesh().comm();
+  SHARDKIT_CHECK(root >= 0 && root < comm.size(), "distribute: root ", root, " out of range for ", comm.size(),
+                 " ranks");
+  const Device target = device.value_or(default_device());
+  const bool is_root = comm.rank() == root;
+  // Shape and dtype travel from the root, so other ranks need not know them.
+  Array meta = Array::zeros({kMaxDims + 2}, DType::kInt64);
+  if (is_root) {
+    SHARDKIT_CHECK(global.ndim() <= kMaxDims, "distribute: rank ", global.ndim(), " above ", kMaxDims);
+    auto* m = meta.data_as<std::int64_t>();
+    m[0] = global.ndim();
+    m[1] = static_cast<std::int64_t>(global.dtype());
+    for (int d = 0; d < global.ndim(); ++d) m[2 + d] = global.dim(d);
+  }
+  comm.bcast_inplace(meta, root).wait();
+  const auto* m = meta.data_as<std::int64_t>();
+  const Shape shape(m + 2, m + 2 + m[0]);
+  const auto dtype = static_cast<DType>(m[1]);
+  sharding.validate(shape);
+
+  if (sharding.fully_replicated()) {
+    Array buf = is_root ? global.to(target).clone() : Array::empty(shape, dtype, target);
+    comm.bcast_inplace(buf, root).wait();
+    return ShardedArray(shape, sharding, buf);
+  }
+  // The root packs every rank's block, in rank order; one all-to-all-v where only the root sends.
+  const int p = comm.size();
+  std::vector<std::int64_t> send_counts(p, 0), recv_counts(p, 0);
+  const Shape mine = sharding.local_shape(shape, comm.rank());
+  recv_counts[root] = shape_numel(mine);
+  Array send = Array::empty({0}, dtype);
+  if (is_root) {
+    const Array host = global.to(Device::cpu());
+    std::int64_t total = 0;
+    for (int r = 0; r < p; ++r) total += send_counts[r] = numel_of(sharding.index(shape, r));
+    send = Array::empty({total}, dtype);
+    std::int64_t off = 0;
+    for (int r = 0; r < p; ++r) {
+      const auto idx = sharding.index(shape, r);
+      Array dst = send.slice(0, off, off + send_counts[r]).reshape(shape_of(idx));
+      dst.copy_from(block_of(host, idx));
+      off += send_counts[r];
+    }
+  }
+  // Host buffers on every rank (the MPI backend), then each block moves to its device.
+  Array recv = Array::empty({recv_counts[root]}, dtype);
+  comm.alltoallv(send, send_counts, recv, recv_counts).wait();
+  return ShardedArray(shape, sharding, recv.reshape(mine).to(target));
+}
+
+Array gather(const ShardedArray& x, int root) {
+  const NamedSharding& s = x.sharding();
+  Communicator& comm = *s.mesh().comm();
+  SHARDKIT_CHECK(root >= 0 && root < comm.size(), "gather: root ", root, " out of range for ", comm.size(), " ranks");
+  const int p = comm.size();
+  // Only the first copy of each block travels.
+  std::vector<std::int64_t> send_counts(p, 0), recv_counts(p, 0);
+  std::vector<std::vector<IndexRange>> ranges(p);
+  for (int r = 0; r < p; ++r) {
+    ranges[r] = s.index(x.shape(), r);
+    if (s.is_primary(r)) recv_counts[r] = numel_of(ranges[r]);
+  }
+  if (comm.rank() != root) recv_counts.assign(p, 0);
+  const bool send_mine = s.is_primary(comm.rank());
+  Array send = send_mine ? x.local().to(Device::cpu()).reshape({x.local().numel()}) : Array::empty({0}, x.dtype());
+  send_counts[root] = send.numel();
+  Array recv = Array::empty({std::accumulate(recv_counts.begin(), recv_counts.end(), std::int64_t{0})}, x.dtype());
+  comm.alltoallv(send, send_counts, recv, recv_counts).wait();
+  if (comm.rank() != root) return Array();
+  return assemble(x.shape(), x.dtype(), recv, ranges, recv_counts);
+}
+
+Array process_allgather(const ShardedArray& x) {
+  const NamedSharding& s = x.sharding();
+  Communicator& comm = *s.mesh().comm();
+  if (s.fully_replicated()) return x.local().to(Device::cpu());
+  const int p = comm.size();
+  std::vector<std::int64_t> counts(p, 0);
+  std::vector<std::vector<IndexRange>> ranges(p);
+  for (int r = 0; r < p; ++r) {
+    ranges[r] = s.index(x.shape(), r);
+    if (s.is_primary(r)) counts[r] = numel_of(ranges[r]);
+  }
+  Array send = s.is_primary(comm.rank()) ? x.local().to(Device::cpu()).reshape({x.local().numel()})
+                                        : Array::empty({0}, x.dtype());
+  Array recv = Array::empty({std::accumulate(counts.begin(), counts.end(), std::int64_t{0})}, x.dtype());
+  comm.allgatherv(send, recv, counts).wait();
+  return assemble(x.shape(), x.dtype(), recv, ranges, counts);
+}
+
+// ---- reshard -----------------------------------------------------------------------------------------------------------
+
+namespace {
+
+using AxisLists = std::vector<std::vector<std::string>>;
+
+AxisLists axis_lists(const PartitionSpec& spec, std::size_t ndim) {
+  AxisLists out(ndim);
+  for (std::size_t d = 0; d < ndim; ++d) out[d] = spec.axes(d).names();
+  return out;
+}
+
+PartitionSpec spec_of(const AxisLists& lists) {
+  std::vector<PartitionSpec::Entry> e;
+  for (const auto& l : lists) e.emplace_back(l.empty() ? PartitionSpec::Entry(kNone) : PartitionSpec::Entry(Axes(l)));
+  return PartitionSpec(std::move(e)).normalized();
+}
+
+bool is_prefix(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+// Extents along `dim` of the blocks held by the members of the group along `axis` (ordered by their index on it).
+std::vector<std::int64_t> member_extents(const NamedSharding& s, const Shape& shape, const std::string& axis, int dim) {
+  const Mesh& mesh = s.mesh();
+  std::vector<std::int64_t> coords = mesh.coords(mesh.rank());
+  const int pos = mesh.axis_position(axis);
+  std::vector<std::int64_t> out;
+  for (std::int64_t j = 0; j < mesh.shape()[pos]; ++j) {
+    coords[pos] = j;
+    out.push_back(s.index(shape, mesh.rank_at(coords))[dim].size());
+  }
+  return out;
+}
+
+}  // namespace
+
+ShardedArray reshard(const ShardedArray& x, const NamedSharding& target) {
+  SHARDKIT_CHECK(target.mesh() == x.mesh(), "reshard: the target sharding is on another mesh (",
+                 target.mesh().to_string(), " vs ", x.mesh().to_string(), ")");
+  target.validate(x.shape());
+  if (x.sharding() == target) return x;
+  const Mesh& mesh = x.mesh();
+  const std::size_t nd = x.shape().size();
+  const bool uneven = x.sharding().uneven() || target.uneven();
+  if (uneven) {
+    // Ceil-sized shards do not nest (13 rows over 4 shards are not 2 halves of 13 over 2), so the per-axis steps
+    // below do not apply: one all-gather-v of the distinct blocks, then each rank slices its target block.
+    const Array full = process_allgather(x);
+    Array view = full;
+    const std::vector<IndexRange> need = target.index(x.shape(), mesh.rank());
+    for (std::size_t d = 0; d < nd; ++d) view = view.slice(static_cast<int>(d), need[d].start, need[d].stop);
+    return ShardedArray(x.shape(), target, view.to(x.device()).contiguous());
+  }
+  AxisLists cur = axis_lists(x.spec(), nd);
+  const AxisLists want = axis_lists(target.spec(), nd);
+  Array local = x.local();
+  Token token;
+
+  while (cur != want) {
+    NamedSharding now(mesh, spec_of(cur));
+    bool moved = false;
+    // 1. An axis that is minor-most on one dimension and belongs next on another moves with one all_to_all.
+    {
+      for (std::size_t d1 = 0; d1 < nd && !moved; ++d1) {
+        if (cur[d1].empty() || is_prefix(cur[d1], want[d1])) continue;
+        const std::string a = cur[d1].back();
+        for (std::size_t d2 = 0; d2 < nd && !moved; ++d2) {
+          if (d2 == d1 || !is_prefix(cur[d2], want[d2]) || want[d2].size() <= cur[d2].size() ||
+              want[d2][cur[d2].size()] != a)
+            continue;
+          local = detail::all_to_all_along(*mesh.axis_comm(a), local, static_cast<int>(d2), static_cast<int>(d1), token);
+          cur[d1].pop_back();
+          cur[d2].push_back(a);
+          moved = true;
+        }
+      }
+    }
+    if (moved) continue;
+    // 2. An axis that must leave its dimension is gathered (minor-most first).
+    for (std::size_t d = 0; d < nd && !moved; ++d) {
+      if (is_prefix(cur[d], want[d])) continue;
+      const std::string a = cur[d].back();
+      const std::vector<std::int64_t> sizes = member_extents(now, x.shape(), a, static_cast<int>(d));
+      local = detail::gather_along(*mesh.axis_comm(a), local, static_cast<int>(d), sizes, token);
+      cur[d].pop_back();
+      moved = true;
+    }
+    if (moved) continue;
+    // 3. Every dimension is now cut coarser than (a prefix of) the target: each rank slices its block locally.
+    const std::vector<IndexRange> have = now.index(x.shape(), mesh.rank());
+    const std::vector<IndexRange> need = target.index(x.shape(), mesh.rank());
+    token.wait();
+    Array view = local;
+    for (std::size_t d = 0; d < nd; ++d)
+      view = view.slice(static_cast<int>(d), need[d].start - have[d].start, need[d].stop - have[d].start);
+    local = view.contiguous();
+    cur = want;
+  }
+  token.wait();
+  return ShardedArray(x.shape(), target, local.is_contiguous() ? local : local.contiguous());
+}
+
+// ---- visualize -------------------------------------------------------------------------------------------------------
+
+std::string visualize_sharding(const Shape& global, const NamedSharding& sharding) {
+  sharding.validate(global);
+  const int p = static_cast<int>(sharding.mesh().size());
+  // Blocks along the first two dimensions (a 0-d or 1-d array has one row).
+  auto range_text = [](const IndexRange& r) { return std::to_string(r.start) + ":" + std::to_string(r.stop); };
+  std::map<std::pair<std::int64_t, std::int64_t>, std::string> row_names, col_names;
+  std::map<std::pair<std::pair<std::int64_t, std::int64_t>, std::pair<std::int64_t, std::int64_t>>, std::vector<int>> cells;
+  for (int r = 0; r < p; ++r) {
+    const auto idx = sharding.index(global, r);
+    const IndexRange row = global.size() >= 2 ? idx[0] : IndexRange{0, 1};
+    const IndexRange col = global.size() >= 2 ? idx[1] : global.size() == 1 ? idx[0] : IndexRange{0, 1};
+    row_names[{row.start, row.stop}] = global.size() >= 2 ? "rows " + range_text(row) : "";
+    col_names[{col.start, col.stop}] = global.empty() ? "scalar" : (global.size() >= 2 ? "cols " : "") + range_text(col);
+    cells[{{row.start, row.stop}, {col.start, col.stop}}].push_back(r);
+  }
+  auto cell_text = [&](const std::vector<int>& ranks) {
+    std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      if (i) s += ',';
+      s += std::to_string(ranks[i]);
+    }
+    return s;
+  };
+  std::size_t width = 0, label = 0;
+  for (const auto& [k, ranks] : cells) width = std::max(width, cell_text(ranks).size());
+  for (const auto& [k, n] : col_names) width = std::max(width, n.size());
+  for (const auto& [k, n] : row_names) label = std::max(label, n.size());
+  std::ostringstream os;
+  os << sharding.to_string() << " of shape " << shape_to_string(global) << "\n";
+  const std::string pad(label + (label ? 1 : 0), ' ');
+  std::string rule = pad + "+";
+  for (std::size_t c = 0; c < col_names.size(); ++c) rule += std::string(width + 2, '-') + "+";
+  os << pad << " ";
+  for (const auto& [k, n] : col_names) os << " " << n << std::string(width - n.size() + 1, ' ') << " ";
+  os << "\n" << rule << "\n";
+  for (const auto& [rk, rn] : row_names) {
+    os << rn << std::string(label - rn.size(), ' ') << (label ? " " : "") << "|";
+    for (const auto& [ck, cn] : col_names) {
+      const auto it = cells.find({rk, ck});
+      const std::string t = it == cells.end() ? "" : cell_text(it->second);
+      os << " " << t << std::string(width - t.size(), ' ') << " |";
+    }
+    os << "\n" << rule << "\n";
+  }
+  if (global.size() > 2) os << "(dimensions 2 and up: " << sharding.spec().to_string() << ")\n";
+  return os.str();
+}
+
+}  // namespace shardkit

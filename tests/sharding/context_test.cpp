@@ -1,0 +1,187 @@
+// ShardContext collectives, each against a reference computed from the gathered global array (every rank's input,
+// allgathered), on every test mesh and every axis set: each axis, the tuple of all axes, and it reversed.
+
+#include "sharding_test_util.hpp"
+
+namespace shardkit::testing {
+namespace {
+
+// Rank r's input: distinct values, (12, 6) unless a test needs another shape.
+Array input_of(int r, Shape shape = {12, 6}) { return iota(shape, r + 1); }
+
+// Every rank's input, by world rank, gathered for real (the reference's "global array").
+std::vector<Array> gathered_inputs(const Mesh& m, const Shape& shape) {
+  Array all = m.comm()->allgather(input_of(m.rank(), shape)).value;
+  std::vector<Array> out;
+  for (int r = 0; r < m.size(); ++r) out.push_back(all.select(0, r).contiguous());
+  return out;
+}
+
+template <typename F>
+void for_each_case(F f) {
+  for (const Mesh& m : test_meshes())
+    for (const Axes& axes : axis_sets(m)) {
+      SCOPED_TRACE(m.to_string() + " axes " + axes.to_string());
+      ShardContext ctx(m);
+      f(m, axes, ctx, group_of(m, m.rank(), axes));
+    }
+}
+
+TEST(ShardContext, AxisIndexAndSize) {
+  for_each_case([](const Mesh& m, const Axes& axes, ShardContext& ctx, const std::vector<int>& group) {
+    EXPECT_EQ(ctx.axis_size(axes), static_cast<std::int64_t>(group.size()));
+    EXPECT_EQ(group[ctx.axis_index(axes)], m.rank());
+  });
+}
+
+TEST(ShardContext, Reductions) {
+  for_each_case([](const Mesh& m, const Axes& axes, ShardContext& ctx, const std::vector<int>& group) {
+    const auto all = gathered_inputs(m, {12, 6});
+    Array sum = Array::zeros({12, 6}, DType::kFloat64), mx = all[group[0]].clone(), mn = all[group[0]].clone();
+    for (int r : group) {
+      const auto* p = all[r].data_as<double>();
+      for (std::int64_t i = 0; i < 72; ++i) {
+        sum.data_as<double>()[i] += p[i];
+        mx.data_as<double>()[i] = std::max(mx.data_as<double>()[i], p[i]);
+        mn.data_as<double>()[i] = std::min(mn.data_as<double>()[i], p[i]);
+      }
+    }
+    const Array x = input_of(m.rank());
+    EXPECT_TRUE(equal(ctx.psum(x, axes), sum));
+    EXPECT_TRUE(equal(ctx.pmax(x, axes), mx));
+    EXPECT_TRUE(equal(ctx.pmin(x, axes), mn));
+    Array mean = sum.clone();
+    for (std::int64_t i = 0; i < 72; ++i) mean.data_as<double>()[i] /= static_cast<double>(group.size());
+    EXPECT_TRUE(allclose(ctx.pmean(x, axes), mean, 1e-15, 0.0));
+    EXPECT_THROW(ctx.pmean(Array::zeros({2}, DType::kInt32), axes), InvalidArgument);
+  });
+}
+
+TEST(ShardContext, AllGatherTiledAndUntiledAnyDimension) {
+  for_each_case([](const Mesh& m, const Axes& axes, ShardContext& ctx, const std::vector<int>& group) {
+    const Shape shape{3, 4, 2};
+    const auto all = gathered_inputs(m, shape);
+    std::vector<Array> parts;
+    for (int r : group) parts.push_back(all[r]);
+    const Array x = input_of(m.rank(), shape);
+    for (int dim = 0; dim < 3; ++dim) {
+      EXPECT_TRUE(equal(ctx.all_gather(x, axes, dim, /*tiled=*/true), concat(parts, dim))) << "tiled dim " << dim;
+    }
+    for (int dim = 0; dim <= 3; ++dim) {
+      EXPECT_TRUE(equal(ctx.all_gather(x, axes, dim, /*tiled=*/false), stack(parts, dim))) << "untiled dim " << dim;
+    }
+    EXPECT_TRUE(equal(ctx.all_gather(x, axes, -1, true), concat(parts, 2)));
+  });
+}
+
+TEST(ShardContext, PsumScatterTiledAndUntiled) {
+  for_each_case([](const Mesh& m, const Axes& axes, ShardContext& ctx, const std::vector<int>& group) {
+    const std::int64_t k = static_cast<std::int64_t>(group.size());
+    const std::int64_t me = ctx.axis_index(axes);
+    for (int dim = 0; dim < 2; ++dim) {
+      // Tiled: dimension `dim` of size 2k is summed and cut into k pieces of 2.
+      Shape shape{3, 3};
+      shape[dim] = 2 * k;
+      const auto all = gathered_inputs(m, shape);
+      Array sum = Array::zeros(shape, DType::kFloat64);
+      for (int r : group)
+        for (std::int64_t i = 0; i < sum.numel(); ++i) sum.data_as<double>()[i] += all[r].data_as<double>()[i];
+      const Array x = input_of(m.rank(), shape);
+      EXPECT_TRUE(equal(ctx.psum_scatter(x, axes, dim, /*tiled=*/true), sum.slice(dim, 2 * me, 2 * me + 2).contiguous()))
+          << "tiled dim " << dim;
+      // Untiled: dimension `dim` has size k and disappears.
+      Shape ushape{3, 3};
+      ushape[dim] = k;
+      const auto uall = gathered_inputs(m, ushape);
+      Array usum = Array::zeros(ushape, DType::kFloat64);
+      for (int r : group)
+        for (std::int64_t i = 0; i < usum.numel(); ++i) usum.data_as<double>()[i] += uall[r].data_as<double>()[i];
+      EXPECT_TRUE(equal(ctx.psum_scatter(input_of(m.rank(), ushape), axes, dim, false), usum.select(dim, me).contiguous()))
+          << "untiled dim " << dim;
+    }
+    if (k > 1) {
+      EXPECT_THROW(ctx.psum_scatter(input_of(m.rank(), {k + 1, 2}), axes, 0, true), InvalidArgument);
+      EXPECT_THROW(ctx.psum_scatter(input_of(m.rank(), {k + 1, 2}), axes, 0, false), InvalidArgument);
+    }
+  });
+}
+
+TEST(ShardContext, PpermuteShiftsAndZeroFills) {
+  for_each_case([](const Mesh& m, const Axes& axes, ShardContext& ctx, const std::vector<int>& group) {
+    const int k = static_cast<int>(group.size());
+    const int me = static_cast<int>(ctx.axis_index(axes));
+    const auto all = gathered_inputs(m, {12, 6});
+    const Array x = input_of(m.rank());
+    // A cyclic shift: everyone receives from the member before it.
+    std::vector<std::pair<int, int>> shift;
+    for (int i = 0; i < k; ++i) shift.emplace_back(i, (i + 1) % k);
+    EXPECT_TRUE(equal(ctx.ppermute(x, axes, shift), all[group[(me + k - 1) % k]]));
+    // One pair only: the last member receives from the first; everyone else gets zeros.
+    const Array got = ctx.ppermute(x, axes, {{0, k - 1}});
+    if (me == k - 1) {
+      EXPECT_TRUE(equal(got, all[group[0]]));
+    } else {
+      EXPECT_TRUE(equal(got, Array::zeros({12, 6}, DType::kFloat64)));
+    }
+    EXPECT_THROW(ctx.ppermute(x, axes, {{0, k}}), InvalidArgument);
+    if (k > 1) {
+      EXPECT_THROW(ctx.ppermute(x, axes, {{0, 1}, {0, 0}}), InvalidArgument);  // source twice
+    }
+  });
+}
+
+TEST(ShardContext, AllToAllAnyDimensionsTiledAndUntiled) {
+  for_each_case([](const Mesh& m, const Axes& axes, ShardContext& ctx, const std::vector<int>& group) {
+    const std::int64_t k = static_cast<std::int64_t>(group.size());
+    const std::int64_t me = ctx.axis_index(axes);
+    for (int split = 0; split < 3; ++split) {
+      for (int cat = 0; cat < 3; ++cat) {
+        // Tiled: split `split` (size 2k) into k chunks of 2, chunk j to member j, concatenate along `cat`.
+        Shape shape{3, 2, 5};
+        shape[split] = 2 * k;
+        const auto all = gathered_inputs(m, shape);
+        std::vector<Array> chunks;
+        for (int r : group) chunks.push_back(all[r].slice(split, 2 * me, 2 * me + 2).contiguous());
+        EXPECT_TRUE(equal(ctx.all_to_all(input_of(m.rank(), shape), axes, split, cat, true), concat(chunks, cat)))
+            << "tiled split " << split << " concat " << cat;
+        // Untiled: `split` has size k and goes; a new axis of size k appears at `cat`.
+        Shape ushape{3, 2, 5};
+        ushape[split] = k;
+        const auto uall = gathered_inputs(m, ushape);
+        std::vector<Array> pieces;
+        for (int r : group) pieces.push_back(uall[r].select(split, me).contiguous());
+        const Array want = split == cat ? concat([&] {
+          std::vector<Array> v;
+          for (int r : group) v.push_back(uall[r].slice(split, me, me + 1).contiguous());
+          return v;
+        }(), cat)
+                                        : stack(pieces, cat);
+        EXPECT_TRUE(equal(ctx.all_to_all(input_of(m.rank(), ushape), axes, split, cat, false), want))
+            << "untiled split " << split << " concat " << cat;
+      }
+    }
+    if (k > 1) {
+      EXPECT_THROW(ctx.all_to_all(input_of(m.rank(), {k + 1, 2}), axes, 0, 1, true), InvalidArgument);
+    }
+  });
+}
+
+TEST(ShardContext, Pbroadcast) {
+  for_each_case([](const Mesh& m, const Axes& axes, ShardContext& ctx, const std::vector<int>& group) {
+    const int k = static_cast<int>(group.size());
+    const auto all = gathered_inputs(m, {12, 6});
+    EXPECT_TRUE(equal(ctx.pbroadcast(input_of(m.rank()), axes, k - 1), all[group[k - 1]]));
+    EXPECT_THROW(ctx.pbroadcast(input_of(m.rank()), axes, k), InvalidArgument);
+  });
+}
+
+TEST(ShardContext, UnknownAndRepeatedAxes) {
+  ShardContext ctx(test_meshes().front());
+  const Array x = input_of(0);
+  EXPECT_THROW(ctx.psum(x, "nope"), InvalidArgument);
+  EXPECT_THROW(ctx.all_gather(x, Axes{"x", "x"}), InvalidArgument);
+  EXPECT_THROW(ctx.axis_index("nope"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace shardkit::testing
