@@ -22,6 +22,7 @@ void cuda_strided_copy(void*, const std::int64_t*, const void*, const std::int64
   not_built("strided device copy");
 }
 void cuda_memset_zero(void*, std::size_t, StreamHandle) { not_built("device memset"); }
+void cuda_scale(void*, DType, std::int64_t, double, StreamHandle) { not_built("device scale"); }
 }  // namespace detail
 
 namespace cuda {

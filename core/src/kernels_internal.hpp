@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "shardkit/core/cuda.hpp"
+#include "shardkit/core/dtype.hpp"
 
 namespace shardkit::detail {
 
@@ -17,6 +18,9 @@ inline constexpr int kMaxKernelDims = 8;
 /// that the device can address). Strides are in elements; `elem_size` is 1, 2, 4, 8 or 16.
 void cuda_strided_copy(void* dst, const std::int64_t* dst_strides, const void* src, const std::int64_t* src_strides,
                        const std::int64_t* shape, int ndim, std::size_t elem_size, StreamHandle stream);
+/// x[i] *= factor for `n` contiguous elements of a floating or complex dtype, on `stream`.
+void cuda_scale(void* x, DType dtype, std::int64_t n, double factor, StreamHandle stream);
+
 /// Sets `bytes` bytes at `dst` to zero on `stream`.
 void cuda_memset_zero(void* dst, std::size_t bytes, StreamHandle stream);
 

@@ -6,6 +6,7 @@
 #include "shardkit/core/cuda.hpp"
 #include "shardkit/core/dlpack.hpp"
 #include "shardkit/core/gemm.hpp"
+#include "shardkit/core/kernels.hpp"
 #include "shardkit/core/waitable.hpp"
 
 namespace shardkit {
@@ -97,6 +98,17 @@ TEST(Cuda, CublasGemmMatchesHost) {
     gemm(a.to(Device::cuda(0)), b.to(Device::cuda(0)), c_dev);
     cuda::synchronize(cuda::library_stream(0));
     EXPECT_TRUE(allclose(c_dev.to(Device::cpu()), c_host)) << dtype_name(d);
+  }
+}
+
+TEST(Cuda, ScaleKernel) {
+  SKIP_WITHOUT_GPU();
+  for (DType d : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64, DType::kComplex128}) {
+    Array host = Array::arange(1000, d);
+    Array dev = host.to(Device::cuda(0));
+    scale(dev, 2.0);
+    scale(host, 2.0);
+    EXPECT_TRUE(allclose(dev.to(Device::cpu()), host, 0, 0)) << dtype_name(d);
   }
 }
 

@@ -1,8 +1,11 @@
 // Core's CUDA kernels:
 //  - strided_copy_kernel: element-wise copy between two strided layouts of one shape. Used by Array copies of
 //    non-contiguous device arrays and by the pack/unpack steps of collectives on non-leading dimensions.
+//  - scale_kernel: x *= factor, the element-wise helper of examples and tests (shardkit::scale).
 // Zero-filling uses cudaMemsetAsync; no kernel is needed for it.
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -72,6 +75,41 @@ void cuda_strided_copy(void* dst, const std::int64_t* dst_strides, const void* s
     default: break;
   }
   throw InvalidArgument(concat("strided copy: unsupported element size ", elem_size));
+}
+
+namespace {
+
+template <typename T, typename F>
+__global__ void scale_kernel(T* x, std::int64_t n, F factor) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    x[i] = static_cast<T>(static_cast<F>(x[i]) * factor);
+}
+
+template <typename T, typename F>
+void launch_scale(void* x, std::int64_t n, F factor, StreamHandle stream) {
+  constexpr int kThreads = 256;
+  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
+  scale_kernel<T, F><<<static_cast<int>(blocks < 65535 ? blocks : 65535), kThreads, 0, stream>>>(static_cast<T*>(x), n,
+                                                                                                   factor);
+  SHARDKIT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void cuda_scale(void* x, DType dtype, std::int64_t n, double factor, StreamHandle stream) {
+  if (n == 0) return;
+  switch (dtype) {
+    case DType::kFloat16: return launch_scale<__half, float>(x, n, static_cast<float>(factor), stream);
+    case DType::kBFloat16: return launch_scale<__nv_bfloat16, float>(x, n, static_cast<float>(factor), stream);
+    case DType::kFloat32: return launch_scale<float, float>(x, n, static_cast<float>(factor), stream);
+    case DType::kFloat64: return launch_scale<double, double>(x, n, factor, stream);
+    // Complex: both parts scale by the same real factor.
+    case DType::kComplex64: return launch_scale<float, float>(x, 2 * n, static_cast<float>(factor), stream);
+    case DType::kComplex128: return launch_scale<double, double>(x, 2 * n, factor, stream);
+    default: break;
+  }
+  throw InvalidArgument(concat("scale: dtype ", dtype, " is not a floating or complex type"));
 }
 
 void cuda_memset_zero(void* dst, std::size_t bytes, StreamHandle stream) {
