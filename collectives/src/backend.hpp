@@ -96,9 +96,9 @@ class Backend {
   virtual void abort() noexcept = 0;
 };
 
-/// The MPI backend over `comm` (duplicated; the backend owns the copy). `internal` is the communicator the backend
-/// may use for its own point-to-point traffic (large-count fallbacks); it outlives the backend.
-std::unique_ptr<Backend> make_mpi_backend(MpiCommHandle comm, MpiCommHandle internal,
+/// The MPI backend over `comm` (borrowed: it must outlive the backend). `internal` gives the communicator the
+/// backend uses for its own point-to-point traffic (large-count fallbacks), created on first use (collective).
+std::unique_ptr<Backend> make_mpi_backend(MpiCommHandle comm, std::function<MpiCommHandle()> internal,
                                           std::shared_ptr<AbortState> abort_state);
 
 /// True when this build has NCCL.

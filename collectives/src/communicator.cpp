@@ -18,17 +18,45 @@ namespace detail {
 
 struct CommunicatorImpl {
   CommOptions options;
-  MpiComm control;  // checked-mode signatures, the MPI backend's internal traffic, NCCL bootstrap
+  // The communicator operations run on: a duplicate or split shardkit owns, or (from_mpi_borrowed) the caller's.
+  MpiComm owned;
+  MpiCommHandle data = 0;
+  // A private duplicate for checked-mode signatures, the MPI backend's own traffic and NCCL bootstrap: created on
+  // first need (collective over the ranks), so that wrapping a caller's communicator costs nothing up front.
+  MpiComm control_comm;
   std::unique_ptr<Backend> mpi;
   std::unique_ptr<Backend> nccl;
   std::shared_ptr<AbortState> abort = std::make_shared<AbortState>();
   int rank = 0;
   int size = 1;
-  int device = -1;  // the GPU of the NCCL backend
+  int device = -1;          // the GPU this rank would run NCCL on (-1: none)
+  bool nccl_decided = false;  // whether the ranks have agreed on using NCCL yet
   std::uint64_t seq = 0;
   int tag_ub = 32767;
   // The last operation of each backend: switching backend waits for the other one (rule 3 across backends).
   Token last_mpi, last_nccl;
+
+  MpiCommHandle control() {
+    if (control_comm.is_null()) control_comm = MpiComm::dup(data);
+    return control_comm.handle();
+  }
+
+  // Agrees with the other ranks on NCCL (collective over the communicator): used only when every rank has a GPU,
+  // NCCL is built and the backend is not forced to MPI.
+  void decide_nccl() {
+    if (nccl_decided) return;
+    nccl_decided = true;
+    const int want = nccl_built() && device >= 0 && options.backend != BackendKind::kMpi ? 1 : 0;
+    int all = 0;
+    SHARDKIT_MPI_CHECK(MPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MIN, to_mpi<MPI_Comm>(control())));
+    if (all) {
+      nccl = make_nccl_backend(control(), device, abort);
+    } else if (options.backend == BackendKind::kNccl) {
+      throw BackendError("NCCL", 0,
+                         concat("SHARDKIT_BACKEND=nccl but not every rank can use NCCL (", nccl_built() ? "" : "not built; ",
+                                device < 0 ? "this rank has no GPU" : "another rank has no GPU", ")"));
+    }
+  }
 
   void ensure_usable() const {
     if (abort->aborted)
@@ -39,13 +67,9 @@ struct CommunicatorImpl {
 
   Backend& select(std::initializer_list<const Array*> buffers) {
     bool device_memory = false;
-    bool any = false;
-    for (const Array* a : buffers) {
-      if (!a || a->numel() == 0) continue;
-      any = true;
-      device_memory = device_memory || a->device().is_device_memory();
-    }
-    (void)any;
+    for (const Array* a : buffers)
+      if (a && a->numel() > 0) device_memory = device_memory || a->device().is_device_memory();
+    if ((device_memory || options.backend == BackendKind::kNccl) && !nccl_decided) decide_nccl();
     Backend* b = mpi.get();
     if (options.backend == BackendKind::kNccl) {
       SHARDKIT_CHECK(nccl != nullptr, "SHARDKIT_BACKEND=nccl but communicator '", options.name,
@@ -84,7 +108,7 @@ struct CommunicatorImpl {
       sig.seq = ctx.seq;
       sig.op = static_cast<std::uint32_t>(ctx.op);
       sig.backend = static_cast<std::int32_t>(b.kind());
-      check_signatures(control.handle(), sig, ctx, *abort);
+      check_signatures(control(), sig, ctx, *abort);
     }
     start(ctx, b);
   }
@@ -183,31 +207,28 @@ Signature sig(DType dtype, std::int64_t count, int root = -1, int reduce = -1, s
   return s;
 }
 
-std::unique_ptr<CommunicatorImpl> build(MpiCommHandle source, CommOptions options, int device_hint) {
+// A communicator over `data`: owned (a duplicate or split made for it) or borrowed from the caller. With
+// `eager_nccl`, the NCCL decision (and bootstrap) happens now, so later point-to-point operations on GPU buffers
+// never have to bootstrap NCCL between two ranks only.
+std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, CommOptions options, int device,
+                                        bool eager_nccl) {
   auto m = std::make_unique<CommunicatorImpl>();
   m->options = std::move(options);
-  m->control = MpiComm::dup(source);
-  m->rank = m->control.rank();
-  m->size = m->control.size();
-  m->mpi = make_mpi_backend(source, m->control.handle(), m->abort);
+  m->owned = std::move(owned);
+  m->data = m->owned.is_null() ? borrowed : m->owned.handle();
+  MPI_Comm c = to_mpi<MPI_Comm>(m->data);
+  SHARDKIT_MPI_CHECK(MPI_Comm_rank(c, &m->rank));
+  SHARDKIT_MPI_CHECK(MPI_Comm_size(c, &m->size));
+  CommunicatorImpl* raw = m.get();
+  m->mpi = make_mpi_backend(m->data, [raw] { return raw->control(); }, m->abort);
   {
     void* value = nullptr;
     int flag = 0;
-    MPI_Comm_get_attr(to_mpi<MPI_Comm>(m->control.handle()), MPI_TAG_UB, &value, &flag);
+    MPI_Comm_get_attr(c, MPI_TAG_UB, &value, &flag);
     if (flag && value) m->tag_ub = *static_cast<int*>(value);
   }
-  // NCCL only when every rank can take part (a GPU bound, NCCL built, not forced to MPI).
-  const int want = nccl_built() && device_hint >= 0 && m->options.backend != BackendKind::kMpi ? 1 : 0;
-  int all = 0;
-  SHARDKIT_MPI_CHECK(MPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MIN, to_mpi<MPI_Comm>(m->control.handle())));
-  if (all) {
-    m->device = device_hint;
-    m->nccl = make_nccl_backend(m->control.handle(), device_hint, m->abort);
-  } else if (m->options.backend == BackendKind::kNccl) {
-    throw BackendError("NCCL", 0,
-                       concat("SHARDKIT_BACKEND=nccl but not every rank can use NCCL (", nccl_built() ? "" : "not built; ",
-                              device_hint < 0 ? "this rank has no GPU" : "another rank has no GPU", ")"));
-  }
+  m->device = device;
+  if (eager_nccl && device >= 0) m->decide_nccl();
   if (Config::get().verbose && m->rank == 0)
     std::fprintf(stderr, "shardkit: communicator '%s': %d ranks, backends mpi%s\n", m->options.name.c_str(), m->size,
                  m->nccl ? "+nccl" : "");
@@ -232,7 +253,8 @@ Communicator::~Communicator() = default;
 
 std::shared_ptr<Communicator> Communicator::world(const Runtime& runtime, CommOptions options) {
   const int device = runtime.device().kind == DeviceKind::kCUDA ? runtime.device().index : -1;
-  return std::shared_ptr<Communicator>(new Communicator(detail::build(runtime.world(), std::move(options), device)));
+  return std::shared_ptr<Communicator>(
+      new Communicator(detail::build(MpiComm::dup(runtime.world()), 0, std::move(options), device, true)));
 }
 
 std::shared_ptr<Communicator> Communicator::world(CommOptions options) {
@@ -242,32 +264,38 @@ std::shared_ptr<Communicator> Communicator::world(CommOptions options) {
 std::shared_ptr<Communicator> Communicator::from_mpi(MpiCommHandle comm, CommOptions options) {
   SHARDKIT_CHECK(comm != ::shardkit::from_mpi(MPI_COMM_NULL), "from_mpi: MPI_COMM_NULL");
   return std::shared_ptr<Communicator>(
-      new Communicator(detail::build(comm, std::move(options), detail::runtime_device())));
+      new Communicator(detail::build(MpiComm::dup(comm), 0, std::move(options), detail::runtime_device(), true)));
+}
+
+std::shared_ptr<Communicator> Communicator::wrap_mpi(MpiCommHandle comm, CommOptions options) {
+  SHARDKIT_CHECK(comm != ::shardkit::from_mpi(MPI_COMM_NULL), "wrap_mpi: MPI_COMM_NULL");
+  return std::shared_ptr<Communicator>(
+      new Communicator(detail::build(MpiComm(), comm, std::move(options), detail::runtime_device(), false)));
 }
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key, std::string name) {
   auto& m = *impl_;
   m.ensure_usable();
-  MpiComm sub = MpiComm::split(m.control.handle(), color, key);
+  MpiComm sub = MpiComm::split(m.data, color, key);
   CommOptions opts = m.options;
   opts.name = name.empty() ? detail::concat(m.options.name, "/split(", color, ")") : std::move(name);
   if (m.nccl) {
     // NCCL splits its own communicator (collective over the parent); the MPI side comes from the MPI split.
-    auto impl = std::make_unique<detail::CommunicatorImpl>();
-    std::unique_ptr<detail::Backend> nccl = detail::split_nccl_backend(*m.nccl, color, key, impl->abort);
+    auto abort = std::make_shared<detail::AbortState>();
+    std::unique_ptr<detail::Backend> nccl = detail::split_nccl_backend(*m.nccl, color, key, abort);
     if (color < 0) return nullptr;
-    impl->options = std::move(opts);
-    impl->control = MpiComm::dup(sub.handle());
-    impl->rank = impl->control.rank();
-    impl->size = impl->control.size();
-    impl->tag_ub = m.tag_ub;
-    impl->mpi = detail::make_mpi_backend(sub.handle(), impl->control.handle(), impl->abort);
-    impl->device = m.device;
+    auto impl = detail::build(std::move(sub), 0, std::move(opts), m.device, false);
+    impl->abort = abort;
+    impl->mpi = detail::make_mpi_backend(impl->data, [raw = impl.get()] { return raw->control(); }, abort);
     impl->nccl = std::move(nccl);
+    impl->nccl_decided = true;
     return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
   }
   if (color < 0) return nullptr;
-  return std::shared_ptr<Communicator>(new Communicator(detail::build(sub.handle(), std::move(opts), -1)));
+  // The parent already agreed not to use NCCL; so do its parts.
+  auto impl = detail::build(std::move(sub), 0, std::move(opts), m.device, false);
+  impl->nccl_decided = m.nccl_decided;
+  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
 std::shared_ptr<Communicator> Communicator::dup(std::string name) {
@@ -283,7 +311,7 @@ const CommOptions& Communicator::options() const noexcept { return impl_->option
 bool Communicator::has_nccl() const noexcept { return impl_->nccl != nullptr; }
 bool Communicator::aborted() const noexcept { return impl_->abort->aborted; }
 std::uint64_t Communicator::sequence() const noexcept { return impl_->seq; }
-MpiCommHandle Communicator::mpi_handle() const noexcept { return impl_->control.handle(); }
+MpiCommHandle Communicator::mpi_handle() const noexcept { return impl_->data; }
 
 BackendKind Communicator::backend_for(Device device) const {
   const auto& m = *impl_;
@@ -546,7 +574,7 @@ Token Communicator::alltoallv(const Array& send, std::span<const std::int64_t> s
   detail::Backend& b = m.select({&send, &recv});
   auto ctx = m.context(OpKind::kAlltoallv, after, true);
   m.start(ctx, b, detail::sig(send.dtype(), -1));
-  if (m.options.check) detail::check_alltoallv_counts(m.control.handle(), send_counts, recv_counts, ctx, *m.abort);
+  if (m.options.check) detail::check_alltoallv_counts(m.control(), send_counts, recv_counts, ctx, *m.abort);
   const std::vector<std::int64_t> sd = detail::displacements(send_counts), rd = detail::displacements(recv_counts);
   detail::Out out(recv);
   return m.done(b, out.finish(b.alltoallv(detail::in(send), send_counts, sd, out.buf(), recv_counts, rd, ctx)));

@@ -38,14 +38,11 @@ struct Piece {
 
 class MpiBackend final : public Backend {
  public:
-  MpiBackend(MpiCommHandle comm, MpiCommHandle internal, std::shared_ptr<AbortState> abort)
-      : comm_(MpiComm::dup(comm)),
-        c_(to_mpi<MPI_Comm>(comm_.handle())),
-        internal_(to_mpi<MPI_Comm>(internal)),
-        abort_(std::move(abort)),
-        rank_(comm_.rank()),
-        size_(comm_.size()),
-        cuda_aware_(mpi_cuda_aware()) {}
+  MpiBackend(MpiCommHandle comm, std::function<MpiCommHandle()> internal, std::shared_ptr<AbortState> abort)
+      : c_(to_mpi<MPI_Comm>(comm)), internal_(std::move(internal)), abort_(std::move(abort)), cuda_aware_(mpi_cuda_aware()) {
+    SHARDKIT_MPI_CHECK(MPI_Comm_rank(c_, &rank_));
+    SHARDKIT_MPI_CHECK(MPI_Comm_size(c_, &size_));
+  }
 
   BackendKind kind() const noexcept override { return BackendKind::kMpi; }
   void abort() noexcept override { abort_->aborted = true; }
@@ -507,6 +504,7 @@ class MpiBackend final : public Backend {
   // copied directly.
   void exchange(const std::vector<Piece>& sends, const std::vector<Piece>& recvs, DType dtype, PendingOp& p) {
     const MPI_Datatype t = mpi_datatype(dtype);
+    const MPI_Comm internal = to_mpi<MPI_Comm>(internal_());
     const std::size_t es = dtype_size(dtype);
     const Piece* self_send = nullptr;
     for (const Piece& r : recvs) {
@@ -514,7 +512,7 @@ class MpiBackend final : public Backend {
       for_chunks(r.count, [&](std::int64_t off, int n) {
         if (n > 0)
           issue(p, [&](MPI_Request* q) {
-            return MPI_Irecv(r.ptr + off * static_cast<std::int64_t>(es), n, t, r.peer, kExchangeTag, internal_, q);
+            return MPI_Irecv(r.ptr + off * static_cast<std::int64_t>(es), n, t, r.peer, kExchangeTag, internal, q);
           });
       });
     }
@@ -526,7 +524,7 @@ class MpiBackend final : public Backend {
       for_chunks(s.count, [&](std::int64_t off, int n) {
         if (n > 0)
           issue(p, [&](MPI_Request* q) {
-            return MPI_Isend(s.ptr + off * static_cast<std::int64_t>(es), n, t, s.peer, kExchangeTag, internal_, q);
+            return MPI_Isend(s.ptr + off * static_cast<std::int64_t>(es), n, t, s.peer, kExchangeTag, internal, q);
           });
       });
     }
@@ -535,11 +533,10 @@ class MpiBackend final : public Backend {
         std::memmove(r.ptr, self_send->ptr, static_cast<std::size_t>(r.count) * es);
   }
 
-  MpiComm comm_;
   MPI_Comm c_;
-  MPI_Comm internal_;
+  std::function<MpiCommHandle()> internal_;
   std::shared_ptr<AbortState> abort_;
-  int rank_, size_;
+  int rank_ = 0, size_ = 1;
   bool cuda_aware_;
 };
 
@@ -551,7 +548,7 @@ void set_mpi_max_count(std::int64_t count) {
   g_max_count.store(count);
 }
 
-std::unique_ptr<Backend> make_mpi_backend(MpiCommHandle comm, MpiCommHandle internal,
+std::unique_ptr<Backend> make_mpi_backend(MpiCommHandle comm, std::function<MpiCommHandle()> internal,
                                           std::shared_ptr<AbortState> abort_state) {
   return std::make_unique<MpiBackend>(comm, internal, std::move(abort_state));
 }

@@ -77,8 +77,14 @@ class Communicator {
   static std::shared_ptr<Communicator> world(const Runtime& runtime, CommOptions options = {});
   /// All ranks of the job of the live Runtime. Collective.
   static std::shared_ptr<Communicator> world(CommOptions options = {});
-  /// Wraps an existing MPI communicator (for example one from mpi4py), which it duplicates. Collective over it.
+  /// A communicator over the ranks of an existing MPI communicator, which it duplicates (an independent message
+  /// space). Collective over it.
   static std::shared_ptr<Communicator> from_mpi(MpiCommHandle comm, CommOptions options = {});
+  /// Runs operations on an existing MPI communicator itself, as mpi4jax does with the communicator it is given
+  /// (for example one from mpi4py, whose messages then share that communicator). Not collective: a private
+  /// duplicate for shardkit's own traffic is made at the first collective that needs it, and NCCL is set up at
+  /// the first collective on GPU buffers. The caller keeps `comm` alive longer than the result.
+  static std::shared_ptr<Communicator> wrap_mpi(MpiCommHandle comm, CommOptions options = {});
 
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -98,7 +104,8 @@ class Communicator {
   bool has_nccl() const noexcept;
   /// The backend an operation on buffers in `device` memory would use.
   BackendKind backend_for(Device device) const;
-  /// The MPI communicator operations run on (for interop; valid while this object lives).
+  /// The MPI communicator operations run on (for interop; valid while this object lives, or the caller's own for
+  /// wrap_mpi).
   MpiCommHandle mpi_handle() const noexcept;
   /// True once a timeout aborted this communicator; every later operation raises BackendError.
   bool aborted() const noexcept;
