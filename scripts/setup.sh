@@ -3,8 +3,10 @@
 # Safe to run again: a second run installs nothing.
 set -euo pipefail
 
-# Debian packages: compilers and CMake, Open MPI, OpenBLAS, ScaLAPACK, GoogleTest.
-DEB_PACKAGES=(g++ cmake make openmpi-bin libopenmpi-dev libopenblas-dev libscalapack-openmpi-dev libgtest-dev)
+# Debian packages: compilers and CMake, Open MPI, OpenBLAS, ScaLAPACK, GoogleTest, and clang with its runtime
+# libraries (libFuzzer, sanitizers) for scripts/fuzz.sh.
+DEB_PACKAGES=(g++ cmake make openmpi-bin libopenmpi-dev libopenblas-dev libscalapack-openmpi-dev libgtest-dev
+              clang libclang-rt-14-dev)
 # PyPI packages (import name=pip name): build tools, the test runner, and the frameworks the tests exchange arrays with.
 # apache-tvm-ffi ships the DLPack 1.x header (Debian's libdlpack-dev is 0.6, without versioned tensors).
 PY_PACKAGES=(numpy=numpy pytest=pytest mpi4py=mpi4py nanobind=nanobind scikit_build_core=scikit-build-core
@@ -32,6 +34,22 @@ for entry in "${PY_PACKAGES[@]}"; do
 done
 if [ ${#missing_py[@]} -gt 0 ]; then
   echo "setup: installing Python packages: ${missing_py[*]}"
-  "$PYTHON" -m pip install -q --disable-pip-version-check "${missing_py[@]}"
+  "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${missing_py[@]}"
 fi
 echo "setup: dependencies present"
+
+# The shardkit Python package itself, for the tests and examples: `pip install .` (scikit-build-core, the same CMake
+# project), rebuilt incrementally in build/pip and skipped when the installed one was built from these sources.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+stamp_file="$ROOT/build/pip/installed-sources.sha1"
+stamp=$(cd "$ROOT" && find CMakeLists.txt pyproject.toml cmake core launch collectives sharding bindings \
+          -type f -not -name '*.pyc' -print0 | sort -z | xargs -0 sha1sum | sha1sum | cut -d' ' -f1)
+if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$stamp" ] \
+   && (cd / && "$PYTHON" -c "import shardkit" >/dev/null 2>&1); then
+  echo "setup: shardkit package up to date"
+else
+  echo "setup: installing the shardkit Python package (pip install .)"
+  "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-build-isolation --no-deps "$ROOT"
+  mkdir -p "$(dirname "$stamp_file")"
+  echo "$stamp" > "$stamp_file"
+fi

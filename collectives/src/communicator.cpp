@@ -10,6 +10,7 @@
 
 #include "backend.hpp"
 #include "checked.hpp"
+#include "mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/runtime.hpp"
 
@@ -37,8 +38,28 @@ struct CommunicatorImpl {
   Token last_mpi, last_nccl;
 
   MpiCommHandle control() {
-    if (control_comm.is_null()) control_comm = MpiComm::dup(data);
+    if (control_comm.is_null()) create_control();
     return control_comm.handle();
+  }
+
+  // The private duplicate, made with MPI_Comm_idup so that a rank that never arrives (the first collective it
+  // skipped) ends in a TimeoutError rather than a hang.
+  void create_control() {
+    MPI_Comm dup = MPI_COMM_NULL;
+    std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
+    SHARDKIT_MPI_CHECK(MPI_Comm_idup(to_mpi<MPI_Comm>(data), &dup, req.data()));
+    const Clock::time_point deadline =
+        options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
+    if (!wait_all(req, nullptr, deadline)) {
+      abort->aborted = true;
+      abort->reason = "a rank did not arrive to set up communicator '" + options.name + "'";
+      request_abort_at_exit(abort->reason);
+      throw TimeoutError(concat("TimeoutError: setting up communicator '", options.name,
+                                "' (its first collective) did not complete within ", options.timeout.count() / 1000.0,
+                                " s: a rank skipped this collective, is stuck, or was lost. The communicator is "
+                                "aborted; the job will end at exit."));
+    }
+    control_comm = MpiComm::adopt(::shardkit::from_mpi(dup));
   }
 
   // Agrees with the other ranks on NCCL (collective over the communicator): used only when every rank has a GPU,
@@ -228,6 +249,7 @@ std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, C
     if (flag && value) m->tag_ub = *static_cast<int*>(value);
   }
   m->device = device;
+  if (!m->owned.is_null()) m->control();  // owned communicators are made collectively anyway: set up now
   if (eager_nccl && device >= 0) m->decide_nccl();
   if (Config::get().verbose && m->rank == 0)
     std::fprintf(stderr, "shardkit: communicator '%s': %d ranks, backends mpi%s\n", m->options.name.c_str(), m->size,

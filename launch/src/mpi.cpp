@@ -55,7 +55,7 @@ MpiCommHandle mpi_comm_world() noexcept { return from_mpi(MPI_COMM_WORLD); }
 
 // ---- MpiComm ---------------------------------------------------------------------------------------------------
 
-void MpiComm::adopt(MpiCommHandle h) {
+void MpiComm::take(MpiCommHandle h) {
   handle_ = h;
   MPI_Comm c = to_mpi<MPI_Comm>(h);
   if (c == MPI_COMM_NULL) {
@@ -72,7 +72,7 @@ MpiComm MpiComm::dup(MpiCommHandle parent) {
   MPI_Comm out = MPI_COMM_NULL;
   SHARDKIT_MPI_CHECK(MPI_Comm_dup(to_mpi<MPI_Comm>(parent), &out));
   MpiComm c;
-  c.adopt(from_mpi(out));
+  c.take(from_mpi(out));
   return c;
 }
 
@@ -80,7 +80,13 @@ MpiComm MpiComm::split(MpiCommHandle parent, int color, int key) {
   MPI_Comm out = MPI_COMM_NULL;
   SHARDKIT_MPI_CHECK(MPI_Comm_split(to_mpi<MPI_Comm>(parent), color < 0 ? MPI_UNDEFINED : color, key, &out));
   MpiComm c;
-  c.adopt(from_mpi(out));
+  c.take(from_mpi(out));
+  return c;
+}
+
+MpiComm MpiComm::adopt(MpiCommHandle comm) {
+  MpiComm c;
+  c.take(comm);
   return c;
 }
 

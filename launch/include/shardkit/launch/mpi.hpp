@@ -49,6 +49,8 @@ class MpiComm {
   static MpiComm dup(MpiCommHandle parent);
   /// MPI_Comm_split of `parent`. Collective over `parent`. A negative color gives a null communicator.
   static MpiComm split(MpiCommHandle parent, int color, int key);
+  /// Takes ownership of a communicator made elsewhere (e.g. by MPI_Comm_idup), setting MPI_ERRORS_RETURN.
+  static MpiComm adopt(MpiCommHandle comm);
   ~MpiComm();
   MpiComm(MpiComm&& other) noexcept;
   MpiComm& operator=(MpiComm&& other) noexcept;
@@ -61,7 +63,7 @@ class MpiComm {
   int size() const noexcept { return size_; }
 
  private:
-  void adopt(MpiCommHandle h);
+  void take(MpiCommHandle h);
   MpiCommHandle handle_ = 0;
   int rank_ = -1;
   int size_ = 0;

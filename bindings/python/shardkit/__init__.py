@@ -1,0 +1,72 @@
+"""shardkit: sharded compute across many GPUs and many machines, over MPI and NCCL.
+
+Run one process per device (``mpirun -np 4 python prog.py``, or ``shardkit-run -n 4 python prog.py``). Importing
+shardkit initialises MPI (or adopts mpi4py's), binds this rank's GPU if there is one, and frees everything at exit.
+
+    import numpy as np
+    import shardkit as sk
+    from shardkit import P
+
+    mesh = sk.Mesh((sk.size(),), ("x",))
+    x = sk.distribute(np.arange(4.0 * sk.size()), sk.NamedSharding(mesh, P("x")))
+    y = sk.shard_map(lambda b: b * 2, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(x)
+    print(sk.process_allgather(y))
+
+Modules: ``shardkit.mpi`` (the mpi4jax API), the sharding API here (Mesh, P, NamedSharding, shard_map, psum, ...).
+"""
+
+from . import _core
+from . import _mpi_setup
+from ._core import (
+    Array, BackendError, Communicator, Error, InvalidArgument, MismatchError, ReduceOp, TimeoutError, Token,
+)
+
+__version__ = _core.__version__
+
+_mpi_setup.initialize()
+
+from . import _arrays  # noqa: E402  (after initialisation, as everything below)
+
+_arrays.register()
+
+from ._arrays import asarray, framework_of  # noqa: E402
+from ._sharding import (  # noqa: E402
+    Mesh, NamedSharding, P, PartitionSpec, ShardedArray, all_gather, all_to_all, axis_index, axis_size,
+    distribute, from_local, gather, pbroadcast, pmax, pmean, pmin, ppermute, process_allgather, psum, psum_scatter,
+    reshard, shard_map, visualize_sharding,
+)
+from . import mpi  # noqa: E402
+
+
+def rank() -> int:
+    """This process's rank in the job."""
+    return _core.rank()
+
+
+def size() -> int:
+    """Number of processes in the job."""
+    return _core.size()
+
+
+def describe() -> str:
+    """One line: rank, host, device, backend and library versions."""
+    return _core.describe()
+
+
+def device() -> str:
+    """The device this rank computes on: "cuda:N" (its bound GPU) or "cpu"."""
+    return _core.device()
+
+
+def world() -> Communicator:
+    """The default communicator (a clone of COMM_WORLD)."""
+    return _core.world()
+
+
+__all__ = [
+    "Array", "BackendError", "Communicator", "Error", "InvalidArgument", "MismatchError", "ReduceOp", "TimeoutError",
+    "Token", "Mesh", "NamedSharding", "P", "PartitionSpec", "ShardedArray", "all_gather", "all_to_all", "axis_index",
+    "axis_size", "distribute", "from_local", "gather", "pbroadcast", "pmax", "pmean", "pmin", "ppermute",
+    "process_allgather", "psum", "psum_scatter", "reshard", "shard_map", "visualize_sharding", "mpi", "asarray",
+    "framework_of", "rank", "size", "describe", "device", "world", "__version__",
+]

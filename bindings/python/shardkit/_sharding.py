@@ -1,0 +1,265 @@
+"""The sharding API in JAX's spellings: Mesh, P, NamedSharding, ShardedArray, shard_map and the axis collectives.
+
+A ShardedArray remembers the framework its data came from (NumPy, JAX, Warp, PyTorch, CuPy), so local blocks and
+gathered arrays come back in it. Inside a shard_map body, psum/all_gather/... act on the body's blocks over named
+mesh axes, like jax.lax's collectives inside jax.experimental.shard_map.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from typing import Any, Callable, Sequence
+
+from . import _core
+from ._core import Mesh, NamedSharding, PartitionSpec
+
+P = PartitionSpec
+
+__all__ = [
+    "Mesh", "P", "PartitionSpec", "NamedSharding", "ShardedArray", "distribute", "from_local", "gather",
+    "process_allgather", "reshard", "visualize_sharding", "shard_map", "psum", "pmean", "pmax", "pmin",
+    "all_gather", "psum_scatter", "ppermute", "all_to_all", "pbroadcast", "axis_index", "axis_size",
+]
+
+
+class ShardedArray:
+    """A global array cut across a mesh. ``local`` is this rank's block, in the framework the data came from."""
+
+    __slots__ = ("_x", "_framework")
+
+    def __init__(self, x: _core.ShardedArray, framework: str = "numpy"):
+        self._x = x
+        self._framework = framework
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self._x.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._x.shape)
+
+    @property
+    def dtype(self) -> str:
+        return self._x.dtype
+
+    @property
+    def sharding(self) -> NamedSharding:
+        return self._x.sharding
+
+    @property
+    def mesh(self) -> Mesh:
+        return self._x.sharding.mesh
+
+    @property
+    def spec(self) -> PartitionSpec:
+        return self._x.sharding.spec
+
+    @property
+    def device(self) -> str:
+        return self._x.device
+
+    @property
+    def framework(self) -> str:
+        return self._framework
+
+    @property
+    def local(self):
+        """This rank's block (read-only), in the array's framework."""
+        return self._x.local(self._framework)
+
+    def __repr__(self) -> str:
+        return f"ShardedArray(shape={self.shape}, dtype={self.dtype}, {self.sharding!r}, framework={self._framework})"
+
+
+def _unwrap(x) -> _core.ShardedArray:
+    if isinstance(x, ShardedArray):
+        return x._x
+    if isinstance(x, _core.ShardedArray):
+        return x
+    raise _core.InvalidArgument(f"expected a ShardedArray, got {type(x).__name__}")
+
+
+def _framework(x, default: str = "numpy") -> str:
+    if isinstance(x, ShardedArray):
+        return x.framework
+    if x is None:
+        return default
+    f = _core.framework_of(x)
+    return default if f in ("other", "shardkit") else f
+
+
+def distribute(x, sharding: NamedSharding, root: int = 0, *, device: str | None = None) -> ShardedArray:
+    """Cuts root's global array ``x`` by ``sharding`` and sends every rank its block (collective). Other ranks may
+    pass their own copy or None. Blocks land on this rank's device (its GPU, or the host) unless ``device`` says
+    otherwise ("cpu", "cuda:0")."""
+    return ShardedArray(_core.distribute(x, sharding, root, device), _framework(x))
+
+
+def from_local(local, global_shape: Sequence[int], sharding: NamedSharding) -> ShardedArray:
+    """Wraps this rank's block, without communication."""
+    return ShardedArray(_core.from_local(local, list(global_shape), sharding), _framework(local))
+
+
+def gather(x: ShardedArray, root: int = 0):
+    """The global array on ``root`` (None elsewhere). Collective."""
+    return _core.gather(_unwrap(x), root, _framework(x))
+
+
+def process_allgather(x):
+    """The global array on every rank, as jax.experimental.multihost_utils.process_allgather. Collective.
+    Non-sharded arrays are returned as they are."""
+    if not isinstance(x, (ShardedArray, _core.ShardedArray)):
+        return x
+    return _core.process_allgather(_unwrap(x), _framework(x))
+
+
+def reshard(x: ShardedArray, sharding: NamedSharding) -> ShardedArray:
+    """The same global array with another sharding of the same mesh (fewest collectives). Collective."""
+    return ShardedArray(_core.reshard(_unwrap(x), sharding), _framework(x))
+
+
+def visualize_sharding(x, sharding: NamedSharding | None = None, *, print_on_rank: int | None = 0) -> str:
+    """A text grid of which ranks hold which block; printed on ``print_on_rank`` (None: not printed)."""
+    if sharding is None:
+        sx = _unwrap(x)
+        shape, sharding = sx.shape, sx.sharding
+    else:
+        shape = list(x)
+    text = _core.visualize_sharding(list(shape), sharding)
+    if print_on_rank is not None and _core.rank() == print_on_rank:
+        print(text)
+    return text
+
+
+# ---- shard_map ------------------------------------------------------------------------------------------------------
+
+_state = threading.local()
+
+
+def _context() -> _core.ShardContext:
+    ctx = getattr(_state, "ctx", None)
+    if ctx is None:
+        raise _core.InvalidArgument("axis collectives (psum, all_gather, ...) can only be called inside a shard_map body")
+    return ctx
+
+
+@contextlib.contextmanager
+def _entered(ctx):
+    previous = getattr(_state, "ctx", None)
+    _state.ctx = ctx
+    try:
+        yield
+    finally:
+        _state.ctx = previous
+
+
+def _specs(specs, n: int | None, what: str) -> tuple[list, bool]:
+    """A list of specs and whether a single spec was given (a single P applies to one value)."""
+    if isinstance(specs, PartitionSpec):
+        return [specs], True
+    if isinstance(specs, (tuple, list)) and all(isinstance(s, PartitionSpec) for s in specs):
+        return list(specs), False
+    raise _core.InvalidArgument(f"{what} must be a P(...) or a tuple of P(...), got {specs!r}")
+
+
+def shard_map(f: Callable | None = None, *, mesh: Mesh, in_specs, out_specs, check_rep: bool = True):
+    """As jax.experimental.shard_map.shard_map: ``f`` runs once per rank on its blocks of the arguments.
+
+    ``in_specs`` gives one P per argument (a single P for a single argument): argument i is cut by
+    NamedSharding(mesh, in_specs[i]), resharded first if it is held otherwise; plain arrays (NumPy, JAX, ...) are
+    global arrays every rank holds. ``out_specs`` says how the blocks f returns make up the results; a mesh axis
+    an out_spec does not name is a promise that the blocks are equal along it, checked when ``check_rep`` is on.
+    Use as ``shard_map(f, mesh=..., in_specs=..., out_specs=...)(*args)`` or as a decorator.
+    """
+    if f is None:
+        return functools.partial(shard_map, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=check_rep)
+
+    @functools.wraps(f)
+    def wrapped(*args):
+        ins, _ = _specs(in_specs, len(args), "in_specs")
+        outs, single_out = _specs(out_specs, None, "out_specs")
+        # Blocks and results go back in the framework of the first argument.
+        framework = _framework(args[0]) if args else "numpy"
+        sharded = []
+        for a in args:
+            if isinstance(a, (ShardedArray, _core.ShardedArray)):
+                sharded.append(_unwrap(a))
+            else:
+                # A global array every rank holds: replicated, cut by its in_spec without communication.
+                arr = _core.asarray(a)
+                sharded.append(_core.from_local(arr, list(arr.shape), NamedSharding(mesh, P())))
+
+        def body(ctx, blocks):
+            with _entered(ctx):
+                result = f(*blocks)
+            if single_out:
+                return [result]
+            if not isinstance(result, (tuple, list)):
+                raise _core.InvalidArgument(f"out_specs has {len(outs)} entries but the function returned one value")
+            return list(result)
+
+        results = _core.shard_map(body, mesh, ins, outs, sharded, check_rep, framework)
+        wrapped_results = [ShardedArray(r, framework) for r in results]
+        return wrapped_results[0] if single_out else tuple(wrapped_results)
+
+    return wrapped
+
+
+# ---- axis collectives (inside a shard_map body) --------------------------------------------------------------------
+
+def psum(x, axis_name):
+    """Sum over the ranks along the named mesh axis (or tuple of axes)."""
+    return _context().psum(x, axis_name)
+
+
+def pmean(x, axis_name):
+    """Mean over the ranks along the named axes (floating and complex dtypes)."""
+    return _context().pmean(x, axis_name)
+
+
+def pmax(x, axis_name):
+    return _context().pmax(x, axis_name)
+
+
+def pmin(x, axis_name):
+    return _context().pmin(x, axis_name)
+
+
+def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False):
+    """The blocks of the ranks along the named axes: stacked in a new dimension ``axis`` (tiled=False) or
+    concatenated along it (tiled=True)."""
+    return _context().all_gather(x, axis_name, axis, tiled)
+
+
+def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = False):
+    """Sum over the named axes, each rank keeping its part of ``scatter_dimension``."""
+    return _context().psum_scatter(x, axis_name, scatter_dimension, tiled)
+
+
+def ppermute(x, axis_name, perm):
+    """Sends x along (source, destination) pairs of axis indices; ranks nobody sends to get zeros."""
+    return _context().ppermute(x, axis_name, [tuple(p) for p in perm])
+
+
+def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool = False):
+    """Splits ``split_axis`` across the ranks of the named axes and concatenates what arrives along
+    ``concat_axis`` (JAX's shape rules for tiled and untiled)."""
+    return _context().all_to_all(x, axis_name, split_axis, concat_axis, tiled)
+
+
+def pbroadcast(x, axis_name, source: int):
+    """The block of the rank at axis index ``source``, on every rank along the named axes."""
+    return _context().pbroadcast(x, axis_name, source)
+
+
+def axis_index(axis_name) -> int:
+    """This rank's index along the named axes (row-major over a tuple)."""
+    return _context().axis_index(axis_name)
+
+
+def axis_size(axis_name) -> int:
+    """The number of ranks along the named axes."""
+    return _context().axis_size(axis_name)

@@ -1,0 +1,236 @@
+// Communicators, tokens and the operations behind shardkit.mpi (the mpi4jax API). Every blocking call releases
+// the GIL; arrays come in through DLPack and go back in the caller's framework.
+
+#include <mpi.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <mutex>
+#include <vector>
+
+#include "py_array.hpp"
+#include "shardkit/collectives/communicator.hpp"
+#include "shardkit/launch/runtime.hpp"
+
+namespace shardkit::py {
+
+namespace nb = nanobind;
+using CommPtr = std::shared_ptr<Communicator>;
+
+namespace {
+
+// ---- communicator caches ---------------------------------------------------------------------------------------------
+
+CommPtr g_world;  // the default communicator: a clone of COMM_WORLD
+
+// Communicators wrapping mpi4py ones are cached on the MPI communicator itself (an MPI attribute), so the cache
+// follows the communicator's life: freeing it runs delete_attr, and a handle reused later starts afresh.
+int g_keyval = MPI_KEYVAL_INVALID;
+std::mutex g_wrapped_mu;
+std::vector<MPI_Comm> g_wrapped;  // communicators carrying our attribute, to clear at shutdown
+
+int delete_attr(MPI_Comm comm, int, void* value, void*) {
+  delete static_cast<CommPtr*>(value);
+  std::lock_guard<std::mutex> lock(g_wrapped_mu);
+  std::erase(g_wrapped, comm);
+  return MPI_SUCCESS;
+}
+
+CommPtr wrap_mpi4py(std::uintptr_t handle) {
+  MPI_Comm c = to_mpi<MPI_Comm>(handle);
+  SHARDKIT_CHECK(c != MPI_COMM_NULL, "comm: MPI.COMM_NULL is not a communicator");
+  if (g_keyval == MPI_KEYVAL_INVALID)
+    SHARDKIT_MPI_CHECK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_attr, &g_keyval, nullptr));
+  void* value = nullptr;
+  int found = 0;
+  SHARDKIT_MPI_CHECK(MPI_Comm_get_attr(c, g_keyval, &value, &found));
+  if (found) return *static_cast<CommPtr*>(value);
+  CommOptions o;
+  o.name = "mpi4py communicator";
+  CommPtr comm = Communicator::wrap_mpi(handle, o);
+  SHARDKIT_MPI_CHECK(MPI_Comm_set_attr(c, g_keyval, new CommPtr(comm)));
+  std::lock_guard<std::mutex> lock(g_wrapped_mu);
+  g_wrapped.push_back(c);
+  return comm;
+}
+
+CommPtr world() {
+  if (!g_world) {
+    nb::gil_scoped_release release;
+    CommOptions o;
+    o.name = "world";
+    g_world = Communicator::world(o);
+  }
+  return g_world;
+}
+
+// ---- value forms: import, run without the GIL, export ----------------------------------------------------------------
+
+template <typename F>
+nb::tuple run(nb::handle x, F&& f) {
+  Framework fw;
+  Array a = import_array(x, &fw);
+  Result r;
+  {
+    nb::gil_scoped_release release;
+    r = f(a);
+  }
+  return nb::make_tuple(export_array(r.value, fw), r.token);
+}
+
+Token tok(const std::optional<Token>& t) { return t ? *t : Token(); }
+
+nb::tuple status_tuple(const RecvStatus& s) { return nb::make_tuple(s.source, s.tag, s.count); }
+
+}  // namespace
+
+// A communicator from what Python passes as `comm`: None (the world clone), ours, or an mpi4py communicator.
+CommPtr comm_from(nb::handle h) {
+  if (h.is_none()) return world();
+  if (nb::isinstance<Communicator>(h)) return nb::cast<CommPtr>(h);
+  nb::object mod = nb::getattr(h.type(), "__module__", nb::none());
+  if (nb::isinstance<nb::str>(mod) && nb::cast<std::string>(mod) == "mpi4py.MPI") {
+    nb::object handle = nb::module_::import_("mpi4py.MPI").attr("_handleof")(h);
+    return wrap_mpi4py(nb::cast<std::uintptr_t>(handle));
+  }
+  throw InvalidArgument(std::string("comm must be None, a shardkit Communicator or an mpi4py communicator, got ") +
+                        nb::type_name(h.type()).c_str());
+}
+
+void clear_communicator_caches() {
+  std::vector<MPI_Comm> wrapped;
+  {
+    std::lock_guard<std::mutex> lock(g_wrapped_mu);
+    wrapped = g_wrapped;
+  }
+  if (!mpi_finalized())
+    for (MPI_Comm c : wrapped) MPI_Comm_delete_attr(c, g_keyval);  // runs delete_attr, which drops our reference
+  g_world.reset();
+}
+
+void register_collectives(nb::module_& m) {
+  nb::enum_<ReduceOp>(m, "ReduceOp")
+      .value("SUM", ReduceOp::kSum)
+      .value("PROD", ReduceOp::kProd)
+      .value("MIN", ReduceOp::kMin)
+      .value("MAX", ReduceOp::kMax)
+      .value("LAND", ReduceOp::kLogicalAnd)
+      .value("LOR", ReduceOp::kLogicalOr)
+      .value("LXOR", ReduceOp::kLogicalXor)
+      .value("BAND", ReduceOp::kBitAnd)
+      .value("BOR", ReduceOp::kBitOr)
+      .value("BXOR", ReduceOp::kBitXor);
+
+  nb::class_<Token>(m, "Token", "Orders execution: operations given a token start after the one that produced it.")
+      .def(nb::init<>())
+      .def("wait", &Token::wait, nb::call_guard<nb::gil_scoped_release>(),
+           "Blocks until complete (re-raises the operation's error).")
+      .def("is_complete", &Token::is_complete)
+      .def_static("join", &Token::join, "A token complete when both are.")
+      .def("__repr__", [](const Token& t) { return t.is_complete() ? "Token(complete)" : "Token(pending)"; });
+
+  nb::class_<Communicator>(m, "Communicator", "A group of ranks running collectives (MPI for host, NCCL for GPU).")
+      .def_prop_ro("rank", &Communicator::rank)
+      .def_prop_ro("size", &Communicator::size)
+      .def_prop_ro("name", &Communicator::name)
+      .def_prop_ro("has_nccl", &Communicator::has_nccl)
+      .def_prop_ro("aborted", &Communicator::aborted)
+      .def_prop_ro("sequence", &Communicator::sequence)
+      .def_prop_ro("handle", [](const Communicator& c) { return static_cast<std::uintptr_t>(c.mpi_handle()); },
+                   "The MPI_Comm as an integer (MPI._handleof style).")
+      .def("split", &Communicator::split, nb::arg("color"), nb::arg("key"), nb::arg("name") = "",
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("dup", &Communicator::dup, nb::arg("name") = "", nb::call_guard<nb::gil_scoped_release>())
+      .def("__repr__", [](const Communicator& c) {
+        return detail::concat("Communicator('", c.name(), "', rank=", c.rank(), ", size=", c.size(), ")");
+      })
+      // mpi4jax-style value operations: (result, token).
+      .def("allreduce", [](Communicator& c, nb::handle x, ReduceOp op, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.allreduce(a, op, tok(t)); });
+      }, nb::arg("x"), nb::arg("op"), nb::arg("token") = nb::none())
+      .def("reduce", [](Communicator& c, nb::handle x, ReduceOp op, int root, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.reduce(a, op, root, tok(t)); });
+      }, nb::arg("x"), nb::arg("op"), nb::arg("root"), nb::arg("token") = nb::none())
+      .def("bcast", [](Communicator& c, nb::handle x, int root, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.bcast(a, root, tok(t)); });
+      }, nb::arg("x"), nb::arg("root"), nb::arg("token") = nb::none())
+      .def("allgather", [](Communicator& c, nb::handle x, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.allgather(a, tok(t)); });
+      }, nb::arg("x"), nb::arg("token") = nb::none())
+      .def("gather", [](Communicator& c, nb::handle x, int root, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.gather(a, root, tok(t)); });
+      }, nb::arg("x"), nb::arg("root"), nb::arg("token") = nb::none())
+      .def("scatter", [](Communicator& c, nb::handle x, int root, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.scatter(a, root, tok(t)); });
+      }, nb::arg("x"), nb::arg("root"), nb::arg("token") = nb::none())
+      .def("reduce_scatter", [](Communicator& c, nb::handle x, ReduceOp op, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.reduce_scatter(a, op, tok(t)); });
+      }, nb::arg("x"), nb::arg("op"), nb::arg("token") = nb::none())
+      .def("alltoall", [](Communicator& c, nb::handle x, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.alltoall(a, tok(t)); });
+      }, nb::arg("x"), nb::arg("token") = nb::none())
+      .def("scan", [](Communicator& c, nb::handle x, ReduceOp op, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.scan(a, op, tok(t)); });
+      }, nb::arg("x"), nb::arg("op"), nb::arg("token") = nb::none())
+      .def("allgatherv", [](Communicator& c, nb::handle x, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.allgatherv(a, tok(t)); });
+      }, nb::arg("x"), nb::arg("token") = nb::none())
+      .def("send", [](Communicator& c, nb::handle x, int dest, int tag, std::optional<Token> t) {
+        Array a = import_array(x);
+        nb::gil_scoped_release release;
+        return c.send(a, dest, tag, tok(t));
+      }, nb::arg("x"), nb::arg("dest"), nb::arg("tag") = 0, nb::arg("token") = nb::none())
+      .def("recv", [](Communicator& c, nb::handle like, int source, int tag, std::optional<Token> t) {
+        RecvStatus st;
+        nb::tuple r = run(like, [&](const Array& a) { return c.recv(a, source, tag, &st, tok(t)); });
+        return nb::make_tuple(r[0], r[1], status_tuple(st));
+      }, nb::arg("x"), nb::arg("source") = kAnySource, nb::arg("tag") = kAnyTag, nb::arg("token") = nb::none())
+      .def("sendrecv", [](Communicator& c, nb::handle send, nb::handle recv_like, int source, int dest, int send_tag,
+                          int recv_tag, std::optional<Token> t) {
+        Array s = import_array(send);
+        RecvStatus st;
+        nb::tuple r = run(recv_like, [&](const Array& like) {
+          return c.sendrecv(s, like, source, dest, send_tag, recv_tag, &st, tok(t));
+        });
+        return nb::make_tuple(r[0], r[1], status_tuple(st));
+      }, nb::arg("sendbuf"), nb::arg("recvbuf"), nb::arg("source"), nb::arg("dest"), nb::arg("sendtag") = 0,
+         nb::arg("recvtag") = kAnyTag, nb::arg("token") = nb::none())
+      .def("barrier", [](Communicator& c, std::optional<Token> t) {
+        nb::gil_scoped_release release;
+        return c.barrier(tok(t));
+      }, nb::arg("token") = nb::none());
+
+  m.def("world", &world, "The default communicator: a clone of MPI_COMM_WORLD (created once).");
+  m.def("comm", &comm_from, nb::arg("comm").none(),
+        "The communicator for a `comm` argument: None (a clone of COMM_WORLD), a Communicator, or an mpi4py Comm.");
+  m.def("wrap_mpi4py", &wrap_mpi4py, nb::arg("handle"),
+        "The communicator running on an mpi4py communicator (by MPI._handleof), cached on it.");
+  m.def("from_mpi4py", [](std::uintptr_t handle, const std::string& name) {
+    CommOptions o;
+    o.name = name;
+    nb::gil_scoped_release release;
+    return Communicator::from_mpi(handle, o);
+  }, nb::arg("handle"), nb::arg("name") = "mpi4py duplicate",
+     "A new communicator over a duplicate of an mpi4py communicator (collective).");
+  m.def("make_comm", [](nb::handle base, std::optional<bool> check, std::optional<double> timeout_s, bool async,
+                        const std::string& name) {
+    CommPtr b = comm_from(base);
+    CommOptions o = b->options();
+    if (check) o.check = *check;
+    if (timeout_s) o.timeout = std::chrono::milliseconds(static_cast<long long>(*timeout_s * 1000.0));
+    o.async = async;
+    o.name = name;
+    nb::gil_scoped_release release;
+    return Communicator::from_mpi(b->mpi_handle(), o);
+  }, nb::arg("base") = nb::none(), nb::kw_only(), nb::arg("check") = nb::none(), nb::arg("timeout") = nb::none(),
+     nb::arg("async_") = false, nb::arg("name") = "communicator",
+     "A new communicator over the ranks of `base` (a duplicate: its own message space) with its own settings: "
+     "checked mode, timeout in seconds, asynchronous MPI. Collective.");
+  m.attr("ANY_SOURCE") = kAnySource;
+  m.attr("ANY_TAG") = kAnyTag;
+}
+
+}  // namespace shardkit::py

@@ -1,0 +1,42 @@
+#pragma once
+
+// Arrays between Python and C++. Any DLPack producer comes in without a copy (NumPy, JAX, PyTorch, CuPy, Warp, our own
+// Array); results go back in the caller's framework: NumPy arrays are made directly, other frameworks get our
+// Array object through their from_dlpack (registered from Python by shardkit._arrays).
+
+#include <nanobind/nanobind.h>
+
+#include "shardkit/core/array.hpp"
+
+namespace shardkit::py {
+
+namespace nb = nanobind;
+
+/// Where an array came from, so a result can go back there.
+enum class Framework { kNumpy, kJax, kTorch, kCupy, kWarp, kShardkit, kOther };
+const char* framework_name(Framework f) noexcept;
+
+/// The framework of a Python object, from its type's module.
+Framework framework_of(nb::handle obj);
+
+/// Imports `obj` (a DLPack producer, a DLPack capsule, a Python or NumPy scalar, or anything numpy.asarray takes)
+/// without copying where the producer allows. The result is marked read-only: shardkit never writes into inputs.
+/// @throws InvalidArgument for objects that cannot be imported (with the producer's reason).
+Array import_array(nb::handle obj, Framework* framework = nullptr);
+
+/// Returns `a` as an object of `framework`: a NumPy array made directly (sharing memory), or, for other frameworks,
+/// the converter registered for it applied to our Array object. Waits for the array's ready event.
+/// `read_only`: a NumPy result refuses writes (for views of memory shardkit still uses, such as local blocks).
+nb::object export_array(const Array& a, Framework framework, bool read_only = false);
+
+/// Returns `a` as a NumPy array sharing its memory (a host copy first for device arrays).
+nb::object to_numpy(const Array& a, bool read_only = false);
+
+/// DLPack capsule of `a` (versioned when `versioned`), for __dlpack__. `stream`: the consumer's CUDA stream
+/// (or -1 for none), ordered after the array's pending work.
+nb::object to_capsule(const Array& a, bool versioned, long long stream);
+
+/// Registers the module's functions and the Array class.
+void register_arrays(nb::module_& m);
+
+}  // namespace shardkit::py

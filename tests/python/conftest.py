@@ -1,0 +1,72 @@
+"""Shared fixtures of the Python suites.
+
+The suites run under plain pytest (one rank) and under ``mpirun -np N python -m pytest`` (N ranks): expectations are
+written in terms of the world size. Tests that start their own mpirun jobs (import order, examples, timeouts) are
+marked ``processes`` and run only outside mpirun (a separate ctest entry), since nesting mpirun inside an MPI job
+does not work.
+"""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+UNDER_MPIRUN = any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def has_module(name):
+    return importlib.util.find_spec(name) is not None
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "processes: starts its own mpirun jobs (skipped under mpirun)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if UNDER_MPIRUN:
+        skip = pytest.mark.skip(reason="starts its own mpirun jobs; runs in the plain-pytest ctest entry")
+        for item in items:
+            if "processes" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def sk():
+    import shardkit
+
+    return shardkit
+
+
+@pytest.fixture(scope="session")
+def rank(sk):
+    return sk.rank()
+
+
+@pytest.fixture(scope="session")
+def size(sk):
+    return sk.size()
+
+
+def clean_env(**extra):
+    """The environment for a child mpirun: without the variables of an enclosing MPI job, with the root settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_COMM_", "PMIX_", "PMI_", "OMPI_MCA_orte"))}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.update(extra)
+    return env
+
+
+def mpirun(np_, args, timeout=120, **env):
+    """Runs `mpirun -np np_ <args>` and returns the CompletedProcess (stdout and stderr captured as text)."""
+    launcher = shutil.which("mpirun") or shutil.which("mpiexec")
+    cmd = [launcher, "--oversubscribe", "--bind-to", "none", "-np", str(np_)] + list(args)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env(**env))
+
+
+def python(code, timeout=120, **env):
+    """Runs a Python snippet in a fresh interpreter (no mpirun: a singleton MPI job)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                          env=clean_env(**env))

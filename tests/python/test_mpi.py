@@ -1,0 +1,216 @@
+"""shardkit.mpi: every function of the mpi4jax API with its documented arguments, defaults, per-rank shape rules
+and token behaviour."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import has_module
+
+MPI = pytest.importorskip("mpi4py.MPI")
+
+
+@pytest.fixture
+def mpi(sk):
+    return sk.mpi
+
+
+def test_has_cuda_support_reports_the_build(sk, mpi):
+    assert mpi.has_cuda_support() == (sk._core.cuda_built() and sk._core.nccl_built())
+
+
+def test_allreduce_every_op_spelling(mpi, rank, size):
+    x = np.array([rank + 1, 2 * rank + 1], dtype=np.int64)
+    want_sum = np.array([size * (size + 1) // 2, size * size])
+    for op in (MPI.SUM, "sum", mpi.ReduceOp.SUM):
+        r, tok = mpi.allreduce(x, op=op)
+        np.testing.assert_array_equal(r, want_sum)
+        assert isinstance(tok, mpi.Token)
+    r, _ = mpi.allreduce(x, op=MPI.MAX)
+    np.testing.assert_array_equal(r, [size, 2 * size - 1])
+    r, _ = mpi.allreduce(x, op=MPI.MIN)
+    np.testing.assert_array_equal(r, [1, 1])
+    r, _ = mpi.allreduce(x, op=MPI.PROD)
+    assert r[0] == np.prod(np.arange(1, size + 1))
+    r, _ = mpi.allreduce(np.array([rank % 2 == 0]), op=MPI.LAND)
+    assert bool(r[0]) == (size == 1)
+    r, _ = mpi.allreduce(np.array([1 << rank], np.int32), op=MPI.BOR)
+    assert r[0] == (1 << size) - 1
+    with pytest.raises(Exception):
+        mpi.allreduce(x, op=MPI.MAXLOC)
+    with pytest.raises(ValueError):
+        mpi.allreduce(x, op="median")
+
+
+def test_allgather_stacks(mpi, rank, size):
+    r, _ = mpi.allgather(np.full((2, 3), rank, np.float32))
+    assert r.shape == (size, 2, 3)
+    for q in range(size):
+        assert (r[q] == q).all()
+
+
+def test_alltoall_first_axis_is_nproc(mpi, rank, size):
+    x = np.array([[rank * 100 + j] for j in range(size)])
+    r, _ = mpi.alltoall(x)
+    assert r.shape == (size, 1)
+    assert r[:, 0].tolist() == [q * 100 + rank for q in range(size)]
+    if size > 1:
+        with pytest.raises(ValueError):
+            mpi.alltoall(np.zeros((size + 1, 2)))
+
+
+def test_barrier_returns_a_token(mpi):
+    tok = mpi.barrier()
+    assert isinstance(tok, mpi.Token) and tok.is_complete()
+    tok = mpi.barrier(token=tok)
+    assert tok.is_complete()
+
+
+def test_bcast_returns_a_new_array(mpi, rank, size):
+    root = size - 1
+    x = np.full(4, float(rank))
+    r, _ = mpi.bcast(x, root)
+    assert (r == root).all()
+    assert (x == rank).all()  # unlike mpi4py's bcast, the input is not overwritten
+    assert r is not x
+
+
+def test_gather_shapes_differ_between_ranks(mpi, rank, size):
+    x = np.array([rank, rank + 10])
+    r, _ = mpi.gather(x, 0)
+    if rank == 0:
+        assert r.shape == (size, 2)
+        assert r[:, 0].tolist() == list(range(size))
+    else:
+        assert r.shape == x.shape and (r == x).all()
+
+
+def test_scatter_input_shape_differs_between_ranks(mpi, rank, size):
+    root = 0
+    x = np.arange(size * 3).reshape(size, 3) if rank == root else np.zeros(3, np.int64)
+    r, _ = mpi.scatter(x, root)
+    assert r.shape == (3,)
+    assert r.tolist() == [rank * 3, rank * 3 + 1, rank * 3 + 2]
+    if rank == root:
+        with pytest.raises(ValueError):  # refused on the root before anything is sent
+            mpi.scatter(np.zeros((size + 1, 3)), root)
+    mpi.barrier()
+
+
+def test_reduce_on_root_only(mpi, rank, size):
+    x = np.array([rank + 1.0])
+    r, _ = mpi.reduce(x, MPI.SUM, size - 1)
+    if rank == size - 1:
+        assert r[0] == size * (size + 1) / 2
+    else:
+        assert r[0] == rank + 1.0
+
+
+def test_scan_is_inclusive(mpi, rank):
+    r, _ = mpi.scan(np.array([rank + 1]), MPI.SUM)
+    assert r[0] == (rank + 1) * (rank + 2) // 2
+
+
+def test_send_recv_with_status_and_tags(mpi, rank, size):
+    if size < 2:
+        pytest.skip("needs two ranks")
+    if rank == 0:
+        tok = mpi.send(np.arange(4.0), 1, tag=7)
+        assert isinstance(tok, mpi.Token)
+    elif rank == 1:
+        status = MPI.Status()
+        like = np.full(4, -1.0)
+        r, tok = mpi.recv(like, 0, tag=7, status=status)
+        assert r.tolist() == [0, 1, 2, 3]
+        assert (like == -1).all()  # "can contain arbitrary data and will not be overwritten"
+        assert status.Get_source() == 0 and status.Get_tag() == 7
+        assert status.Get_count(MPI.DOUBLE) == 4
+    mpi.barrier()
+    # Defaults: source=ANY_SOURCE, tag=ANY_TAG.
+    if rank == 1:
+        mpi.send(np.array([42], np.int32), 0, tag=3)
+    elif rank == 0:
+        status = MPI.Status()
+        r, _ = mpi.recv(np.zeros(1, np.int32), status=status)
+        assert r[0] == 42 and status.Get_source() == 1 and status.Get_tag() == 3
+    mpi.barrier()
+
+
+def test_sendrecv_ring(mpi, rank, size):
+    right, left = (rank + 1) % size, (rank - 1) % size
+    status = MPI.Status()
+    r, tok = mpi.sendrecv(np.array([rank] * 3), np.zeros(3, np.int64), left, right, sendtag=5, recvtag=5,
+                          status=status)
+    assert r.tolist() == [left] * 3
+    assert status.Get_source() == left
+
+
+def test_tokens_order_operations(mpi, rank, size):
+    tok = None
+    acc = np.array([1.0])
+    for _ in range(3):
+        acc, tok = mpi.allreduce(acc, op=MPI.SUM, token=tok)
+    assert acc[0] == size ** 3
+    joined = mpi.Token.join(tok, mpi.barrier(token=tok))
+    joined.wait()
+    assert joined.is_complete()
+
+
+def test_comm_accepts_mpi4py_communicators(sk, mpi, rank, size):
+    # Defaults to a clone of COMM_WORLD: a separate message space from mpi4py's own COMM_WORLD.
+    default = sk._core.comm(None)
+    assert default.handle != MPI._handleof(MPI.COMM_WORLD)
+    assert default.size == size
+    # An mpi4py communicator is used as given.
+    halves = MPI.COMM_WORLD.Split(rank % 2, rank)
+    r, _ = mpi.allreduce(np.array([1]), op=MPI.SUM, comm=halves)
+    assert r[0] == halves.Get_size()
+    assert sk._core.comm(halves).handle == MPI._handleof(halves)
+    assert sk._core.comm(halves) is sk._core.comm(halves)  # cached on the communicator
+    # Point to point on a fresh mpi4py communicator needs no collective set-up (no hang with two ranks).
+    if size >= 2:
+        fresh = MPI.COMM_WORLD.Dup()
+        if rank == 0:
+            mpi.send(np.array([5]), 1, comm=fresh)
+        elif rank == 1:
+            assert mpi.recv(np.zeros(1, np.int64), 0, comm=fresh)[0][0] == 5
+        MPI.COMM_WORLD.Barrier()
+        fresh.Free()
+    halves.Free()
+    with pytest.raises(ValueError):
+        mpi.allreduce(np.ones(1), op=MPI.SUM, comm="world")
+
+
+def test_mpi4py_traffic_and_ours_coexist(mpi, rank, size):
+    # mpi4py's own collectives on COMM_WORLD interleave with ours on the default clone.
+    total = MPI.COMM_WORLD.allreduce(rank)
+    r, _ = mpi.allreduce(np.array([rank]), op=MPI.SUM)
+    assert r[0] == total
+
+
+def test_blocking_calls_release_the_gil(mpi, rank, size):
+    """While rank 1 waits in a barrier for a late rank 0, another Python thread on rank 1 keeps running."""
+    if size < 2:
+        pytest.skip("needs a rank to wait for")
+    counter = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            counter[0] += 1
+
+    if rank == 0:
+        time.sleep(0.5)
+        mpi.barrier()
+    else:
+        t = threading.Thread(target=spin)
+        t.start()
+        time.sleep(0.05)
+        before = counter[0]
+        mpi.barrier()
+        during = counter[0] - before
+        stop.set()
+        t.join()
+        assert during > 1000, f"the spinning thread advanced only {during} times while we waited"

@@ -1,0 +1,113 @@
+"""Tests that start their own processes: import without mpirun, mpi4py import order and MPI ownership, a
+mismatched MPI, the examples at 1, 2 and 4 ranks, and a timed-out collective ending the job."""
+
+import os
+import re
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import REPO, mpirun, python
+
+pytestmark = pytest.mark.processes
+
+
+def test_import_without_mpirun():
+    r = python("import shardkit; print(shardkit.__version__); print(shardkit.size())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0.1.0", "1"]
+
+
+def test_mpi4py_first_owns_mpi():
+    code = textwrap.dedent("""
+        from mpi4py import MPI
+        import shardkit as sk, numpy as np
+        assert MPI.Is_initialized() and not sk._core.owns_mpi()
+        r, _ = sk.mpi.allreduce(np.ones(1), op=MPI.SUM)
+        assert r[0] == MPI.COMM_WORLD.Get_size() == sk.size()
+        print(f"ok-{sk.rank()}", flush=True)
+    """)
+    r = mpirun(2, [sys.executable, "-c", code])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(re.findall(r"ok-\d", r.stdout)) == ["ok-0", "ok-1"]
+
+
+def test_shardkit_first_owns_mpi_and_mpi4py_adopts_it():
+    code = textwrap.dedent("""
+        import shardkit as sk, numpy as np
+        from mpi4py import MPI
+        assert sk._core.owns_mpi() and MPI.Is_initialized()
+        assert MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        assert MPI.COMM_WORLD.allreduce(1) == sk.size()
+        print(f"ok-{sk.rank()}", flush=True)
+    """)
+    r = mpirun(2, [sys.executable, "-c", code])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(re.findall(r"ok-\d", r.stdout)) == ["ok-0", "ok-1"]
+
+
+def test_mismatched_mpi_refuses_import(tmp_path):
+    fake = tmp_path / "mpi4py"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("class _RC:\n    initialize = True\n    finalize = None\nrc = _RC()\n")
+    (fake / "MPI.py").write_text("def Get_library_version():\n    return 'MPICH Version: 4.1.2\\nMPICH Release date'\n")
+    r = python("import shardkit", PYTHONPATH=str(tmp_path))
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "different MPI libraries" in r.stderr
+    assert "mpi4py loaded:              MPICH Version: 4.1.2" in r.stderr, r.stderr
+    assert "shardkit was built against: " in r.stderr
+
+
+@pytest.mark.parametrize("np_", [1, 2, 4])
+@pytest.mark.parametrize("flag", [[], ["--numpy"]])
+def test_multiply_by_two_example(np_, flag):
+    if not flag:
+        pytest.importorskip("warp")
+    r = mpirun(np_, [sys.executable, os.path.join(REPO, "examples/python/multiply_by_two.py")] + flag, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    n = 5 * np_
+    assert f"Running on {np_} process(es)" in r.stdout
+    values = lambda key: [float(v) for v in r.stdout.split(key)[1].split("]")[0].strip(" [\n").split()]  # noqa: E731
+    assert values("Input array: [") == [float(i) for i in range(n)]
+    assert values("Output: [") == [2.0 * i for i in range(n)]
+    assert r.stdout.strip().endswith("allclose: True"), r.stdout
+
+
+@pytest.mark.parametrize("np_", [1, 2, 4])
+@pytest.mark.parametrize("flag", [[], ["--numpy"]])
+def test_distributed_matmul_example(np_, flag):
+    if not flag:
+        pytest.importorskip("warp")
+    r = mpirun(np_, [sys.executable, os.path.join(REPO, "examples/python/distributed_matmul.py")] + flag, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Input matrix A:" in r.stdout and "Input matrix B:" in r.stdout
+    assert f"Expected shape: ({8 * np_}, 6)" in r.stdout
+    assert r.stdout.strip().endswith("Allclose: True"), r.stdout
+
+
+def test_a_skipped_collective_times_out_and_ends_the_job():
+    code = textwrap.dedent("""
+        import time, numpy as np, shardkit as sk
+        comm = sk._core.make_comm(check=True, timeout=1.5, name="timeout-test")
+        if sk.rank() == sk.size() - 1:
+            time.sleep(6)  # skips the collective
+        else:
+            try:
+                comm.allreduce(np.ones(2), sk.ReduceOp.SUM)
+                print("ERROR: completed")
+            except sk.TimeoutError as e:
+                print(f"rank {sk.rank()} TimeoutError: {e}", flush=True)
+            time.sleep(1)
+    """)
+    start = time.time()
+    r = mpirun(3, [sys.executable, "-c", code], timeout=120)
+    took = time.time() - start
+    out = r.stdout + r.stderr
+    for q in range(2):
+        assert f"rank {q} TimeoutError: TimeoutError: allreduce #0 on communicator 'timeout-test'" in out, out
+    assert "rank(s) 2 did not arrive" in out
+    assert "ending the job" in out
+    assert r.returncode != 0
+    assert took < 60
