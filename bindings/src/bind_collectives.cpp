@@ -69,19 +69,37 @@ CommPtr world() {
 
 // ---- value forms: import, run without the GIL, export ----------------------------------------------------------------
 
+// A complete token is the same Python object every time (tokens are immutable): no allocation per call. The module
+// owns it (attribute _complete_token), so it goes away with the module.
+nb::handle g_complete_token;
+
+}  // namespace
+
+nb::object token_object(const Token& t) {
+  return t.waitable() ? nb::cast(t) : nb::borrow(g_complete_token);
+}
+
+namespace {
+
 template <typename F>
 nb::tuple run(nb::handle x, F&& f) {
   Framework fw;
-  Array a = import_array(x, &fw);
-  Result r;
+  Array a = array_from_py(x, &fw);
+  std::optional<Result> r;  // not default-constructed: an empty Array allocates
   {
     nb::gil_scoped_release release;
-    r = f(a);
+    r.emplace(f(a));
   }
-  return nb::make_tuple(export_array(r.value, fw), r.token);
+  return nb::make_tuple(array_to_py(std::move(r->value), fw), token_object(r->token));
 }
 
 Token tok(const std::optional<Token>& t) { return t ? *t : Token(); }
+
+// Reductions arrive as ints (ReduceOp values): converting a Python enum member costs more than the collective.
+ReduceOp reduce_op(int op) {
+  SHARDKIT_CHECK(op >= 0 && op <= static_cast<int>(ReduceOp::kBitXor), "unknown reduction ", op);
+  return static_cast<ReduceOp>(op);
+}
 
 nb::tuple status_tuple(const RecvStatus& s) { return nb::make_tuple(s.source, s.tag, s.count); }
 
@@ -112,7 +130,7 @@ void clear_communicator_caches() {
 }
 
 void register_collectives(nb::module_& m) {
-  nb::enum_<ReduceOp>(m, "ReduceOp")
+  nb::enum_<ReduceOp>(m, "ReduceOp", nb::is_arithmetic())
       .value("SUM", ReduceOp::kSum)
       .value("PROD", ReduceOp::kProd)
       .value("MIN", ReduceOp::kMin)
@@ -148,11 +166,11 @@ void register_collectives(nb::module_& m) {
         return detail::concat("Communicator('", c.name(), "', rank=", c.rank(), ", size=", c.size(), ")");
       })
       // mpi4jax-style value operations: (result, token).
-      .def("allreduce", [](Communicator& c, nb::handle x, ReduceOp op, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.allreduce(a, op, tok(t)); });
+      .def("allreduce", [](Communicator& c, nb::handle x, int op, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.allreduce(a, reduce_op(op), tok(t)); });
       }, nb::arg("x"), nb::arg("op"), nb::arg("token") = nb::none())
-      .def("reduce", [](Communicator& c, nb::handle x, ReduceOp op, int root, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.reduce(a, op, root, tok(t)); });
+      .def("reduce", [](Communicator& c, nb::handle x, int op, int root, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.reduce(a, reduce_op(op), root, tok(t)); });
       }, nb::arg("x"), nb::arg("op"), nb::arg("root"), nb::arg("token") = nb::none())
       .def("bcast", [](Communicator& c, nb::handle x, int root, std::optional<Token> t) {
         return run(x, [&](const Array& a) { return c.bcast(a, root, tok(t)); });
@@ -166,20 +184,20 @@ void register_collectives(nb::module_& m) {
       .def("scatter", [](Communicator& c, nb::handle x, int root, std::optional<Token> t) {
         return run(x, [&](const Array& a) { return c.scatter(a, root, tok(t)); });
       }, nb::arg("x"), nb::arg("root"), nb::arg("token") = nb::none())
-      .def("reduce_scatter", [](Communicator& c, nb::handle x, ReduceOp op, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.reduce_scatter(a, op, tok(t)); });
+      .def("reduce_scatter", [](Communicator& c, nb::handle x, int op, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.reduce_scatter(a, reduce_op(op), tok(t)); });
       }, nb::arg("x"), nb::arg("op"), nb::arg("token") = nb::none())
       .def("alltoall", [](Communicator& c, nb::handle x, std::optional<Token> t) {
         return run(x, [&](const Array& a) { return c.alltoall(a, tok(t)); });
       }, nb::arg("x"), nb::arg("token") = nb::none())
-      .def("scan", [](Communicator& c, nb::handle x, ReduceOp op, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.scan(a, op, tok(t)); });
+      .def("scan", [](Communicator& c, nb::handle x, int op, std::optional<Token> t) {
+        return run(x, [&](const Array& a) { return c.scan(a, reduce_op(op), tok(t)); });
       }, nb::arg("x"), nb::arg("op"), nb::arg("token") = nb::none())
       .def("allgatherv", [](Communicator& c, nb::handle x, std::optional<Token> t) {
         return run(x, [&](const Array& a) { return c.allgatherv(a, tok(t)); });
       }, nb::arg("x"), nb::arg("token") = nb::none())
       .def("send", [](Communicator& c, nb::handle x, int dest, int tag, std::optional<Token> t) {
-        Array a = import_array(x);
+        Array a = array_from_py(x);
         nb::gil_scoped_release release;
         return c.send(a, dest, tag, tok(t));
       }, nb::arg("x"), nb::arg("dest"), nb::arg("tag") = 0, nb::arg("token") = nb::none())
@@ -190,7 +208,7 @@ void register_collectives(nb::module_& m) {
       }, nb::arg("x"), nb::arg("source") = kAnySource, nb::arg("tag") = kAnyTag, nb::arg("token") = nb::none())
       .def("sendrecv", [](Communicator& c, nb::handle send, nb::handle recv_like, int source, int dest, int send_tag,
                           int recv_tag, std::optional<Token> t) {
-        Array s = import_array(send);
+        Array s = array_from_py(send);
         RecvStatus st;
         nb::tuple r = run(recv_like, [&](const Array& like) {
           return c.sendrecv(s, like, source, dest, send_tag, recv_tag, &st, tok(t));
@@ -203,6 +221,8 @@ void register_collectives(nb::module_& m) {
         return c.barrier(tok(t));
       }, nb::arg("token") = nb::none());
 
+  m.attr("_complete_token") = nb::cast(Token());
+  g_complete_token = m.attr("_complete_token");
   m.def("world", &world, "The default communicator: a clone of MPI_COMM_WORLD (created once).");
   m.def("comm", &comm_from, nb::arg("comm").none(),
         "The communicator for a `comm` argument: None (a clone of COMM_WORLD), a Communicator, or an mpi4py Comm.");

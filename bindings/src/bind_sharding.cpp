@@ -72,13 +72,13 @@ std::optional<Device> device_from(const std::optional<std::string>& d) {
 template <typename F>
 nb::object ctx_op(nb::handle x, F&& f) {
   Framework fw;
-  Array a = import_array(x, &fw);
-  Array out;
+  Array a = array_from_py(x, &fw);
+  std::optional<Array> out;
   {
     nb::gil_scoped_release release;
-    out = f(a);
+    out.emplace(f(a));
   }
-  return export_array(out, fw);
+  return array_to_py(std::move(*out), fw);
 }
 
 }  // namespace
@@ -169,18 +169,18 @@ void register_sharding(nb::module_& m) {
       .def_prop_ro("device", [](const ShardedArray& x) { return x.device().to_string(); })
       .def("local", [](const ShardedArray& x, const std::string& framework) {
         // A view of the block the ShardedArray holds: read-only, as JAX's shards are immutable.
-        return export_array(x.local(), framework_from(framework), /*read_only=*/true);
+        return array_to_py(x.local(), framework_from(framework), /*read_only=*/true);
       }, nb::arg("framework") = "numpy")
       .def("__repr__", &ShardedArray::describe);
 
   m.def("distribute", [](nb::handle global, const NamedSharding& s, int root, std::optional<std::string> device) {
-    Array g = global.is_none() ? Array() : import_array(global);
+    Array g = global.is_none() ? Array() : array_from_py(global);
     nb::gil_scoped_release release;
     return distribute(g, s, root, device_from(device));
   }, nb::arg("global_array").none(), nb::arg("sharding"), nb::arg("root") = 0, nb::arg("device") = nb::none());
   m.def("from_local", [](nb::handle local, Shape shape, const NamedSharding& s) {
     // Blocks are kept as given (shardkit never writes into them), but held writable-agnostic: import read-only.
-    return from_local(import_array(local), std::move(shape), s);
+    return from_local(array_from_py(local), std::move(shape), s);
   }, nb::arg("local"), nb::arg("global_shape"), nb::arg("sharding"));
   m.def("gather", [](const ShardedArray& x, int root, const std::string& framework) -> nb::object {
     Array g;
@@ -189,7 +189,7 @@ void register_sharding(nb::module_& m) {
       g = gather(x, root);
     }
     if (x.mesh().rank() != root) return nb::none();
-    return export_array(g, framework_from(framework));
+    return array_to_py(g, framework_from(framework));
   }, nb::arg("x"), nb::arg("root") = 0, nb::arg("framework") = "numpy");
   m.def("process_allgather", [](const ShardedArray& x, const std::string& framework) {
     Array g;
@@ -197,7 +197,7 @@ void register_sharding(nb::module_& m) {
       nb::gil_scoped_release release;
       g = process_allgather(x);
     }
-    return export_array(g, framework_from(framework));
+    return array_to_py(g, framework_from(framework));
   }, nb::arg("x"), nb::arg("framework") = "numpy");
   m.def("reshard", &reshard, nb::arg("x"), nb::arg("sharding"), nb::call_guard<nb::gil_scoped_release>());
   m.def("visualize_sharding", [](const Shape& shape, const NamedSharding& s) { return visualize_sharding(shape, s); });
@@ -251,10 +251,10 @@ void register_sharding(nb::module_& m) {
     ShardFn body = [&](ShardContext& ctx, std::span<const Array> blocks) {
       nb::gil_scoped_acquire acquire;
       nb::list in;
-      for (const Array& b : blocks) in.append(export_array(b, fw, /*read_only=*/true));
+      for (const Array& b : blocks) in.append(array_to_py(b, fw, /*read_only=*/true));
       nb::object result = f(nb::cast(&ctx, nb::rv_policy::reference), in);
       std::vector<Array> outs;
-      for (nb::handle h : result) outs.push_back(import_array(h));
+      for (nb::handle h : result) outs.push_back(array_from_py(h));
       return outs;
     };
     nb::gil_scoped_release release;

@@ -1,5 +1,12 @@
 #include "py_array.hpp"
 
+// The NumPy C API, used on the hot path only: NumPy arrays in and out without the DLPack round trip (about a
+// microsecond each way through Python-level __dlpack__ and from_dlpack).
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL shardkit_numpy_api
+#include <numpy/arrayobject.h>
+#undef import_array  // NumPy's macro; shardkit's functions are array_from_py / array_to_py
+
 #include <dlpack/dlpack.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -7,6 +14,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include <cstring>
+#include <optional>
 #include <string_view>
 
 #include "shardkit/core/cuda.hpp"
@@ -68,6 +76,73 @@ Array import_capsule(nb::handle capsule) {
   return with_gil_owner(a, true);
 }
 
+// The dtype of a NumPy descriptor, or nothing for kinds shardkit does not know (ml_dtypes' bfloat16 among them).
+std::optional<DType> numpy_dtype(PyArray_Descr* d) {
+  const int n = static_cast<int>(PyDataType_ELSIZE(d));
+  switch (d->kind) {
+    case 'b': return DType::kBool;
+    case 'i': return n == 1 ? DType::kInt8 : n == 2 ? DType::kInt16 : n == 4 ? DType::kInt32 : DType::kInt64;
+    case 'u': return n == 1 ? DType::kUInt8 : n == 2 ? DType::kUInt16 : n == 4 ? DType::kUInt32 : DType::kUInt64;
+    case 'f':
+      if (n == 2) return DType::kFloat16;
+      if (n == 4) return DType::kFloat32;
+      if (n == 8) return DType::kFloat64;
+      return std::nullopt;  // long double
+    case 'c':
+      if (n == 8) return DType::kComplex64;
+      if (n == 16) return DType::kComplex128;
+      return std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
+int numpy_type_num(DType d) {
+  switch (d) {
+    case DType::kBool: return NPY_BOOL;
+    case DType::kInt8: return NPY_INT8;
+    case DType::kInt16: return NPY_INT16;
+    case DType::kInt32: return NPY_INT32;
+    case DType::kInt64: return NPY_INT64;
+    case DType::kUInt8: return NPY_UINT8;
+    case DType::kUInt16: return NPY_UINT16;
+    case DType::kUInt32: return NPY_UINT32;
+    case DType::kUInt64: return NPY_UINT64;
+    case DType::kFloat16: return NPY_FLOAT16;
+    case DType::kBFloat16: return NPY_UINT16;  // the bits; shardkit._arrays views them as ml_dtypes.bfloat16
+    case DType::kFloat32: return NPY_FLOAT32;
+    case DType::kFloat64: return NPY_FLOAT64;
+    case DType::kComplex64: return NPY_COMPLEX64;
+    case DType::kComplex128: break;
+  }
+  return NPY_COMPLEX128;
+}
+
+// A NumPy array imported directly: its memory, kept alive by a reference released under the GIL.
+std::optional<Array> import_numpy(PyObject* o) {
+  auto* arr = reinterpret_cast<PyArrayObject*>(o);
+  const std::optional<DType> dt = numpy_dtype(PyArray_DESCR(arr));
+  if (!dt || PyArray_ISBYTESWAPPED(arr)) return std::nullopt;
+  const int nd = PyArray_NDIM(arr);
+  const npy_intp* dims = PyArray_DIMS(arr);
+  const npy_intp* st = PyArray_STRIDES(arr);
+  const auto itemsize = static_cast<npy_intp>(dtype_size(*dt));
+  Shape shape(dims, dims + nd);
+  Strides strides(static_cast<std::size_t>(nd));
+  for (int i = 0; i < nd; ++i) {
+    if (st[i] % itemsize != 0 || st[i] < 0) return std::nullopt;  // unusual layouts take the DLPack path
+    strides[i] = st[i] / itemsize;
+  }
+  Py_INCREF(o);
+  std::shared_ptr<void> owner(o, [](void* p) {
+    if (!Py_IsInitialized()) return;
+    PyGILState_STATE s = PyGILState_Ensure();
+    Py_DECREF(static_cast<PyObject*>(p));
+    PyGILState_Release(s);
+  });
+  return Array::borrow(PyArray_DATA(arr), std::move(shape), *dt, Device::cpu(), std::move(owner), std::move(strides),
+                       /*read_only=*/true);
+}
+
 bool is_scalar(nb::handle obj) {
   PyObject* o = obj.ptr();
   if (PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || PyComplex_Check(o)) return true;
@@ -109,7 +184,7 @@ Framework framework_of(nb::handle obj) {
   return Framework::kOther;
 }
 
-Array import_array(nb::handle obj, Framework* framework) {
+Array array_from_py(nb::handle obj, Framework* framework) {
   if (nb::isinstance<Array>(obj)) {
     if (framework) *framework = Framework::kShardkit;
     return nb::cast<Array>(obj);
@@ -118,9 +193,13 @@ Array import_array(nb::handle obj, Framework* framework) {
     if (framework) *framework = Framework::kNumpy;
     return import_capsule(obj);
   }
+  if (PyArray_CheckExact(obj.ptr())) {
+    if (framework) *framework = Framework::kNumpy;
+    if (std::optional<Array> a = import_numpy(obj.ptr())) return *std::move(a);
+  }
   const Framework fw = framework_of(obj);
   if (framework) *framework = fw == Framework::kOther ? Framework::kNumpy : fw;
-  if (is_scalar(obj)) return import_array(numpy().attr("asarray")(obj));
+  if (is_scalar(obj)) return array_from_py(numpy().attr("asarray")(obj));
   if (!nb::hasattr(obj, "__dlpack__")) {
     // Lists, tuples, buffers: whatever NumPy makes of them (a copy), then returned as NumPy.
     nb::object arr;
@@ -132,7 +211,7 @@ Array import_array(nb::handle obj, Framework* framework) {
     }
     if (nb::hasattr(arr, "dtype") && nb::cast<std::string>(arr.attr("dtype").attr("name")) == "object")
       throw InvalidArgument(detail::concat("cannot use an object of type ", object_type_name(obj), " as an array"));
-    return import_array(arr);
+    return array_from_py(arr);
   }
   // A CUDA producer makes the data ready on the stream we pass (the DLPack stream rule).
   nb::dict kwargs;
@@ -156,7 +235,7 @@ Array import_array(nb::handle obj, Framework* framework) {
       if (e.matches(PyExc_BufferError)) {
         // NumPy cannot export ml_dtypes' bfloat16 through DLPack: take its bits and say what they are.
         if (fw == Framework::kNumpy && nb::cast<std::string>(obj.attr("dtype").attr("name")) == "bfloat16") {
-          Array bits = import_array(obj.attr("view")(numpy().attr("uint16")));
+          Array bits = array_from_py(obj.attr("view")(numpy().attr("uint16")));
           return Array::borrow(bits.data(), bits.shape(), DType::kBFloat16, bits.device(), bits.storage(),
                                bits.strides(), true);
         }
@@ -179,28 +258,35 @@ Array import_array(nb::handle obj, Framework* framework) {
   return a;
 }
 
-nb::object to_numpy(const Array& src, bool read_only) {
-  Array a = src.device().is_host_accessible() ? src : src.to(Device::cpu());
+nb::object to_numpy(Array a, bool read_only) {
+  if (!a.device().is_host_accessible()) a = a.to(Device::cpu());
   a.wait_ready();
-  auto* keep = new Array(a);
-  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Array*>(p); });
-  std::vector<std::size_t> shape(a.shape().begin(), a.shape().end());
-  std::vector<std::int64_t> strides(a.strides().begin(), a.strides().end());
-  DLPackType t = to_dlpack_type(a.dtype());
-  // NumPy has no bfloat16: its bits come back as uint16, which shardkit._arrays views as ml_dtypes.bfloat16.
-  if (a.dtype() == DType::kBFloat16) t = {kDLUInt, 16, 1};
-  nb::dlpack::dtype dt{t.code, t.bits, t.lanes};
-  if (read_only) {
-    nb::ndarray<nb::numpy, nb::ro> nd(a.data(), a.ndim(), shape.data(), owner, strides.data(), dt, nb::device::cpu::value, 0);
-    return nd.cast();
+  const int nd = a.ndim();
+  SHARDKIT_CHECK_LE(nd, NPY_MAXDIMS, "NumPy arrays have at most ", NPY_MAXDIMS, " dimensions");
+  npy_intp dims[NPY_MAXDIMS], strides[NPY_MAXDIMS];
+  for (int i = 0; i < nd; ++i) {
+    dims[i] = static_cast<npy_intp>(a.shape()[i]);
+    strides[i] = static_cast<npy_intp>(a.strides()[i] * static_cast<std::int64_t>(a.itemsize()));
   }
-  nb::ndarray<nb::numpy> nd(a.data(), a.ndim(), shape.data(), owner, strides.data(), dt, nb::device::cpu::value, 0);
-  return nd.cast();
+  PyArray_Descr* descr = PyArray_DescrFromType(numpy_type_num(a.dtype()));  // a new reference, stolen below
+  const int flags = read_only ? 0 : NPY_ARRAY_WRITEABLE;
+  PyObject* arr = PyArray_NewFromDescr(&PyArray_Type, descr, nd, dims, strides, a.data(), flags, nullptr);
+  if (!arr) throw nb::python_error();
+  // The NumPy array keeps our storage alive through a capsule holding an Array handle.
+  PyObject* base = PyCapsule_New(new Array(std::move(a)), "shardkit.array", [](PyObject* c) {
+    delete static_cast<Array*>(PyCapsule_GetPointer(c, "shardkit.array"));
+  });
+  if (!base || PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(arr), base) < 0) {
+    Py_XDECREF(base);
+    Py_DECREF(arr);
+    throw nb::python_error();
+  }
+  return nb::steal(arr);
 }
 
-nb::object export_array(const Array& a, Framework framework, bool read_only) {
+nb::object array_to_py(Array a, Framework framework, bool read_only) {
   if (framework == Framework::kNumpy || framework == Framework::kOther) {
-    if (a.dtype() != DType::kBFloat16) return to_numpy(a, read_only);
+    if (a.dtype() != DType::kBFloat16) return to_numpy(std::move(a), read_only);
   }
   if (framework == Framework::kShardkit) return nb::cast(a);
   nb::object conv = converters().get(framework_name(framework), nb::none());
@@ -234,7 +320,31 @@ nb::object to_capsule(const Array& a, bool versioned, long long stream) {
   }));
 }
 
+Array numpy_empty(const Shape& shape, DType dtype, nb::object* out) {
+  SHARDKIT_CHECK_LE(static_cast<int>(shape.size()), NPY_MAXDIMS, "NumPy arrays have at most ", NPY_MAXDIMS,
+                    " dimensions");
+  npy_intp dims[NPY_MAXDIMS];
+  for (std::size_t i = 0; i < shape.size(); ++i) dims[i] = static_cast<npy_intp>(shape[i]);
+  PyObject* arr = PyArray_SimpleNew(static_cast<int>(shape.size()), dims, numpy_type_num(dtype));
+  if (!arr) throw nb::python_error();
+  *out = nb::steal(arr);
+  Py_INCREF(arr);
+  std::shared_ptr<void> owner(arr, [](void* p) {
+    if (!Py_IsInitialized()) return;
+    PyGILState_STATE s = PyGILState_Ensure();
+    Py_DECREF(static_cast<PyObject*>(p));
+    PyGILState_Release(s);
+  });
+  return Array::borrow(PyArray_DATA(reinterpret_cast<PyArrayObject*>(arr)), shape, dtype, Device::cpu(),
+                       std::move(owner));
+}
+
+void init_numpy_api() {
+  if (_import_array() < 0) throw nb::python_error();
+}
+
 void register_arrays(nb::module_& m) {
+  init_numpy_api();
   nb::class_<Array>(m, "Array",
                     "A shardkit array (host or GPU memory). Any framework takes it through DLPack: "
                     "numpy.from_dlpack(a), torch.from_dlpack(a), jax.dlpack.from_dlpack(a), ...")
@@ -288,13 +398,13 @@ void register_arrays(nb::module_& m) {
            })
       .def("__repr__", [](const Array& a) { return a.describe() + "\n" + a.to_string(); });
 
-  m.def("asarray", [](nb::handle obj) { return import_array(obj); }, nb::arg("obj"),
+  m.def("asarray", [](nb::handle obj) { return array_from_py(obj); }, nb::arg("obj"),
         "Imports any DLPack producer (or scalar, or sequence) as a shardkit Array, without a copy when possible.");
   m.def("framework_of", [](nb::handle obj) { return framework_name(framework_of(obj)); }, nb::arg("obj"));
   m.def("export", [](const Array& a, const std::string& framework) {
     for (Framework f : {Framework::kNumpy, Framework::kJax, Framework::kTorch, Framework::kCupy, Framework::kWarp,
                         Framework::kShardkit})
-      if (framework == framework_name(f)) return export_array(a, f);
+      if (framework == framework_name(f)) return array_to_py(a, f);
     throw InvalidArgument("unknown framework '" + framework + "'");
   }, nb::arg("array"), nb::arg("framework"));
   m.def("_set_converters", [](nb::dict d) { converters() = d; });

@@ -22,15 +22,15 @@ Framework framework_of(nb::handle obj);
 /// Imports `obj` (a DLPack producer, a DLPack capsule, a Python or NumPy scalar, or anything numpy.asarray takes)
 /// without copying where the producer allows. The result is marked read-only: shardkit never writes into inputs.
 /// @throws InvalidArgument for objects that cannot be imported (with the producer's reason).
-Array import_array(nb::handle obj, Framework* framework = nullptr);
+Array array_from_py(nb::handle obj, Framework* framework = nullptr);
 
 /// Returns `a` as an object of `framework`: a NumPy array made directly (sharing memory), or, for other frameworks,
 /// the converter registered for it applied to our Array object. Waits for the array's ready event.
 /// `read_only`: a NumPy result refuses writes (for views of memory shardkit still uses, such as local blocks).
-nb::object export_array(const Array& a, Framework framework, bool read_only = false);
+nb::object array_to_py(Array a, Framework framework, bool read_only = false);
 
 /// Returns `a` as a NumPy array sharing its memory (a host copy first for device arrays).
-nb::object to_numpy(const Array& a, bool read_only = false);
+nb::object to_numpy(Array a, bool read_only = false);
 
 /// DLPack capsule of `a` (versioned when `versioned`), for __dlpack__. `stream`: the consumer's CUDA stream
 /// (or -1 for none), ordered after the array's pending work.

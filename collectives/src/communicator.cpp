@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <numeric>
+#include <optional>
 
 #include "backend.hpp"
 #include "checked.hpp"
@@ -183,26 +184,21 @@ std::int64_t total(std::span<const std::int64_t> counts) {
 }
 
 // A receive buffer as the backend wants it: the caller's array if contiguous, else a contiguous temporary copied
-// back once the operation completes.
+// back once the operation completes. Holds a reference on the fast path (copying an Array allocates).
 class Out {
  public:
   explicit Out(Array& user) : user_(user) {
-    if (user.is_contiguous()) {
-      buf_ = user;
-    } else {
-      buf_ = Array::empty(user.shape(), user.dtype(), user.device());
-      temp_ = true;
-    }
+    if (!user.is_contiguous()) temp_.emplace(Array::empty(user.shape(), user.dtype(), user.device()));
   }
   // For in-place operations: the temporary starts with the caller's data.
   Out& with_contents() {
-    if (temp_) buf_.copy_from(user_);
+    if (temp_) temp_->copy_from(user_);
     return *this;
   }
-  Array& buf() { return buf_; }
+  Array& buf() { return temp_ ? *temp_ : user_; }
   Token finish(Token t) {
     if (temp_) {
-      Array src = buf_, dst = user_;
+      Array src = *temp_, dst = user_;
       t = then(std::move(t), [src, dst]() mutable { dst.copy_from(src); });
     }
     if (t.waitable()) user_.set_ready(t.waitable());
@@ -211,12 +207,24 @@ class Out {
 
  private:
   Array& user_;
-  Array buf_;
-  bool temp_ = false;
+  std::optional<Array> temp_;
 };
 
-// The contiguous view a backend needs of an input (a copy for strided inputs).
-Array in(const Array& a) { return a.is_contiguous() ? a : a.contiguous(); }
+// The contiguous form a backend needs of an input: the input itself, or a packed copy that lives as long as this.
+class In {
+ public:
+  explicit In(const Array& a) {
+    if (!a.is_contiguous()) temp_.emplace(a.contiguous());
+    ref_ = temp_ ? &*temp_ : &a;
+  }
+  operator const Array&() const { return *ref_; }  // NOLINT(google-explicit-constructor): used as an argument
+
+ private:
+  const Array* ref_;
+  std::optional<Array> temp_;
+};
+
+inline In in(const Array& a) { return In(a); }
 
 Signature sig(DType dtype, std::int64_t count, int root = -1, int reduce = -1, std::uint64_t extra = 0) {
   Signature s;

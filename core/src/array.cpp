@@ -20,15 +20,23 @@ Strides contiguous_strides(const Shape& shape) {
   std::int64_t s = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<std::int64_t>(shape[i], 1);
+    // Past 64 bits only for an empty shape (every stride of a non-empty one is at most its element count), whose
+    // strides address nothing: saturate rather than overflow.
+    if (__builtin_mul_overflow(s, std::max<std::int64_t>(shape[i], 1), &s)) s = INT64_MAX;
   }
   return strides;
 }
 
 std::int64_t shape_numel(const Shape& shape) {
-  std::int64_t n = 1;
+  bool empty = false;
   for (std::size_t i = 0; i < shape.size(); ++i) {
     SHARDKIT_CHECK_GE(shape[i], 0, "negative dimension ", i, " in shape ", shape_to_string(shape));
+    empty = empty || shape[i] == 0;
+  }
+  // A zero anywhere makes the array empty, whatever the order of the dimensions.
+  if (empty) return 0;
+  std::int64_t n = 1;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
     if (__builtin_mul_overflow(n, shape[i], &n))
       throw InvalidArgument("shape " + shape_to_string(shape) + " has more elements than fit in 64 bits");
   }
@@ -56,10 +64,16 @@ std::shared_ptr<void> allocate(std::size_t bytes, Device device) {
   const std::size_t n = std::max<std::size_t>(bytes, 1);
   switch (device.kind) {
     case DeviceKind::kCPU: {
-      const std::size_t rounded = (n + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-      void* p = std::aligned_alloc(kHostAlignment, rounded);
-      if (!p) throw BackendError("host", 0, detail::concat("out of host memory allocating ", bytes, " bytes"));
-      return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+      // One allocation for the control block and the (uninitialised, 64-byte aligned) data: every collective's
+      // result is made here, and small ones are dominated by allocator work.
+      struct alignas(kHostAlignment) Line {
+        std::byte b[kHostAlignment];
+      };
+      try {
+        return std::make_shared_for_overwrite<Line[]>((n + kHostAlignment - 1) / kHostAlignment);
+      } catch (const std::bad_alloc&) {
+        throw BackendError("host", 0, detail::concat("out of host memory allocating ", bytes, " bytes"));
+      }
     }
     case DeviceKind::kCUDA:
       return std::shared_ptr<void>(cuda::malloc_device(n, device.index), [](void* q) { cuda::free_device(q); });
@@ -83,6 +97,18 @@ int normalize_dim(int d, int ndim, const char* what) {
 
 Array::Array() : shape_{0} { init_layout(); }
 
+Array::Array(Shape shape, Strides strides, DType dtype, Device device, void* data, std::shared_ptr<void> storage,
+             bool read_only)
+    : shape_(std::move(shape)),
+      strides_(std::move(strides)),
+      dtype_(dtype),
+      device_(device),
+      data_(data),
+      storage_(std::move(storage)),
+      read_only_(read_only) {
+  init_layout();
+}
+
 void Array::init_layout() {
   numel_ = shape_numel(shape_);
   if (strides_.empty()) strides_ = contiguous_strides(shape_);
@@ -90,18 +116,13 @@ void Array::init_layout() {
 }
 
 Array Array::empty(Shape shape, DType dtype, Device device) {
-  Array a;
-  a.shape_ = std::move(shape);
-  a.strides_.clear();
-  a.dtype_ = dtype;
-  a.device_ = device;
-  a.init_layout();
+  const std::int64_t n = shape_numel(shape);
   std::size_t bytes = 0;
-  if (__builtin_mul_overflow(static_cast<std::size_t>(a.numel_), dtype_size(dtype), &bytes))
-    throw InvalidArgument("array of shape " + shape_to_string(a.shape_) + " is too large");
-  a.storage_ = allocate(bytes, device);
-  a.data_ = a.storage_.get();
-  return a;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(n), dtype_size(dtype), &bytes))
+    throw InvalidArgument("array of shape " + shape_to_string(shape) + " is too large");
+  std::shared_ptr<void> storage = allocate(bytes, device);
+  void* data = storage.get();
+  return Array(std::move(shape), Strides{}, dtype, device, data, std::move(storage), false);
 }
 
 Array Array::zeros(Shape shape, DType dtype, Device device) {
@@ -112,19 +133,11 @@ Array Array::zeros(Shape shape, DType dtype, Device device) {
 
 Array Array::borrow(void* data, Shape shape, DType dtype, Device device, std::shared_ptr<void> owner, Strides strides,
                     bool read_only) {
-  Array a;
-  a.shape_ = std::move(shape);
-  a.strides_ = std::move(strides);
-  a.dtype_ = dtype;
-  a.device_ = device;
-  a.init_layout();
+  Array a(std::move(shape), std::move(strides), dtype, device, data, std::move(owner), read_only);
   SHARDKIT_CHECK(data != nullptr || a.numel_ == 0, "borrowed array of shape ", shape_to_string(a.shape_),
                  " has a null data pointer");
   for (std::size_t i = 0; i < a.strides_.size(); ++i)
     SHARDKIT_CHECK_GE(a.strides_[i], 0, "negative stride in dimension ", i, " is not supported");
-  a.data_ = data;
-  a.storage_ = std::move(owner);
-  a.read_only_ = read_only;
   return a;
 }
 
@@ -502,6 +515,9 @@ void format_rec(std::ostringstream& os, const std::vector<std::string>& items, c
 }  // namespace
 
 std::string Array::to_string() const {
+  // As NumPy prints any empty array. Walking the dimensions instead would print one "[]" per row of, e.g., a
+  // (10**12, 0) array: hours of work and a string of terabytes for an array of no elements.
+  if (numel_ == 0) return "[]";
   const Array host = to(Device::cpu());
   std::vector<std::string> items(static_cast<std::size_t>(numel_));
   visit_dtype(dtype_, [&](auto tag) {

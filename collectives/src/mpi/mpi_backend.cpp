@@ -36,6 +36,14 @@ struct Piece {
   std::int64_t count;  // elements
 };
 
+// The memory an MPI call uses for one array: the array's own, or a pinned copy (staging). A plain pointer, so that
+// the blocking fast path copies no Array (each copy would allocate its shape and strides).
+struct Buf {
+  char* ptr = nullptr;
+  std::int64_t itemsize = 0;
+  void* data() const { return ptr; }
+};
+
 class MpiBackend final : public Backend {
  public:
   MpiBackend(MpiCommHandle comm, std::function<MpiCommHandle()> internal, std::shared_ptr<AbortState> abort)
@@ -51,12 +59,12 @@ class MpiBackend final : public Backend {
 
   Token allreduce(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) override {
     PendingOp p;
+    const bool nb = nonblocking(ctx);
     const MPI_Datatype t = mpi_datatype(send.dtype());
     const MPI_Op o = mpi_op(op, send.dtype());
     const bool in_place = send.data() == recv.data();
-    Array s = stage_in(send, p);
-    Array r = in_place ? s : stage_out(recv, p);
-    const bool nb = nonblocking(ctx);
+    Buf s = in_place ? stage_inout(send, p, nb) : stage_in(send, p, nb);
+    Buf r = in_place ? s : stage_out(recv, p, nb);
     for_chunks(send.numel(), [&](std::int64_t off, int n) {
       const void* sp = in_place ? MPI_IN_PLACE : at(s, off);
       if (nb)
@@ -64,19 +72,18 @@ class MpiBackend final : public Backend {
       else
         SHARDKIT_MPI_CHECK(MPI_Allreduce(sp, at(r, off), n, t, o, c_));
     });
-    if (in_place) copy_back(s, recv, p);
     return finish(std::move(p), ctx);
   }
 
   Token reduce(const Array& send, Array& recv, ReduceOp op, int root, const OpContext& ctx) override {
     PendingOp p;
+    const bool nb = nonblocking(ctx);
     const MPI_Datatype t = mpi_datatype(send.dtype());
     const MPI_Op o = mpi_op(op, send.dtype());
     const bool is_root = rank_ == root;
     const bool in_place = is_root && send.data() == recv.data();
-    Array s = stage_in(send, p);
-    Array r = !is_root ? Array() : in_place ? s : stage_out(recv, p);
-    const bool nb = nonblocking(ctx);
+    Buf s = in_place ? stage_inout(send, p, nb) : stage_in(send, p, nb);
+    Buf r = !is_root ? Buf{} : in_place ? s : stage_out(recv, p, nb);
     for_chunks(send.numel(), [&](std::int64_t off, int n) {
       const void* sp = in_place ? MPI_IN_PLACE : at(s, off);
       void* rp = is_root ? at(r, off) : nullptr;
@@ -85,18 +92,17 @@ class MpiBackend final : public Backend {
       else
         SHARDKIT_MPI_CHECK(MPI_Reduce(sp, rp, n, t, o, root, c_));
     });
-    if (in_place) copy_back(s, recv, p);
     return finish(std::move(p), ctx);
   }
 
   Token scan(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) override {
     PendingOp p;
+    const bool nb = nonblocking(ctx);
     const MPI_Datatype t = mpi_datatype(send.dtype());
     const MPI_Op o = mpi_op(op, send.dtype());
     const bool in_place = send.data() == recv.data();
-    Array s = stage_in(send, p);
-    Array r = in_place ? s : stage_out(recv, p);
-    const bool nb = nonblocking(ctx);
+    Buf s = in_place ? stage_inout(send, p, nb) : stage_in(send, p, nb);
+    Buf r = in_place ? s : stage_out(recv, p, nb);
     for_chunks(send.numel(), [&](std::int64_t off, int n) {
       const void* sp = in_place ? MPI_IN_PLACE : at(s, off);
       if (nb)
@@ -104,15 +110,14 @@ class MpiBackend final : public Backend {
       else
         SHARDKIT_MPI_CHECK(MPI_Scan(sp, at(r, off), n, t, o, c_));
     });
-    if (in_place) copy_back(s, recv, p);
     return finish(std::move(p), ctx);
   }
 
   Token bcast(Array& buf, int root, const OpContext& ctx) override {
     PendingOp p;
-    const MPI_Datatype t = mpi_datatype(buf.dtype());
-    Array b = rank_ == root ? stage_in(buf, p) : stage_out(buf, p);
     const bool nb = nonblocking(ctx);
+    const MPI_Datatype t = mpi_datatype(buf.dtype());
+    Buf b = rank_ == root ? stage_in(buf, p, nb) : stage_out(buf, p, nb);
     for_chunks(buf.numel(), [&](std::int64_t off, int n) {
       if (nb)
         issue(p, [&](MPI_Request* q) { return MPI_Ibcast(at(b, off), n, t, root, c_, q); });
@@ -124,12 +129,12 @@ class MpiBackend final : public Backend {
 
   Token reduce_scatter(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) override {
     PendingOp p;
+    const bool nb = nonblocking(ctx);
     const MPI_Datatype t = mpi_datatype(send.dtype());
     const MPI_Op o = mpi_op(op, send.dtype());
-    Array s = stage_in(send, p);
-    Array r = stage_out(recv, p);
+    Buf s = stage_in(send, p, nb);
+    Buf r = stage_out(recv, p, nb);
     const std::int64_t n = recv.numel();
-    const bool nb = nonblocking(ctx);
     if (n <= mpi_max_count()) {
       if (nb)
         issue(p, [&](MPI_Request* q) {
@@ -157,13 +162,14 @@ class MpiBackend final : public Backend {
 
   Token allgather(const Array& send, Array& recv, const OpContext& ctx) override {
     PendingOp p;
-    Array s = stage_in(send, p);
-    Array r = stage_out(recv, p);
+    const bool nb = nonblocking(ctx);
+    Buf s = stage_in(send, p, nb);
+    Buf r = stage_out(recv, p, nb);
     const std::int64_t n = send.numel();
     if (n <= mpi_max_count()) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
       const int c = static_cast<int>(n);
-      if (nonblocking(ctx))
+      if (nb)
         issue(p, [&](MPI_Request* q) { return MPI_Iallgather(s.data(), c, t, r.data(), c, t, c_, q); });
       else
         SHARDKIT_MPI_CHECK(MPI_Allgather(s.data(), c, t, r.data(), c, t, c_));
@@ -180,15 +186,16 @@ class MpiBackend final : public Backend {
 
   Token gather(const Array& send, Array& recv, int root, const OpContext& ctx) override {
     PendingOp p;
+    const bool nb = nonblocking(ctx);
     const bool is_root = rank_ == root;
-    Array s = stage_in(send, p);
-    Array r = is_root ? stage_out(recv, p) : Array();
+    Buf s = stage_in(send, p, nb);
+    Buf r = is_root ? stage_out(recv, p, nb) : Buf{};
     const std::int64_t n = send.numel();
     if (n <= mpi_max_count()) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
       const int c = static_cast<int>(n);
       void* rp = is_root ? r.data() : nullptr;
-      if (nonblocking(ctx))
+      if (nb)
         issue(p, [&](MPI_Request* q) { return MPI_Igather(s.data(), c, t, rp, c, t, root, c_, q); });
       else
         SHARDKIT_MPI_CHECK(MPI_Gather(s.data(), c, t, rp, c, t, root, c_));
@@ -203,15 +210,16 @@ class MpiBackend final : public Backend {
 
   Token scatter(const Array& send, Array& recv, int root, const OpContext& ctx) override {
     PendingOp p;
+    const bool nb = nonblocking(ctx);
     const bool is_root = rank_ == root;
-    Array s = is_root ? stage_in(send, p) : Array();
-    Array r = stage_out(recv, p);
+    Buf s = is_root ? stage_in(send, p, nb) : Buf{};
+    Buf r = stage_out(recv, p, nb);
     const std::int64_t n = recv.numel();
     if (n <= mpi_max_count()) {
       const MPI_Datatype t = mpi_datatype(recv.dtype());
       const int c = static_cast<int>(n);
       const void* sp = is_root ? s.data() : nullptr;
-      if (nonblocking(ctx))
+      if (nb)
         issue(p, [&](MPI_Request* q) { return MPI_Iscatter(sp, c, t, r.data(), c, t, root, c_, q); });
       else
         SHARDKIT_MPI_CHECK(MPI_Scatter(sp, c, t, r.data(), c, t, root, c_));
@@ -226,13 +234,14 @@ class MpiBackend final : public Backend {
 
   Token alltoall(const Array& send, Array& recv, const OpContext& ctx) override {
     PendingOp p;
-    Array s = stage_in(send, p);
-    Array r = stage_out(recv, p);
+    const bool nb = nonblocking(ctx);
+    Buf s = stage_in(send, p, nb);
+    Buf r = stage_out(recv, p, nb);
     const std::int64_t n = size_ == 0 ? 0 : send.numel() / size_;
     if (n <= mpi_max_count()) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
       const int c = static_cast<int>(n);
-      if (nonblocking(ctx))
+      if (nb)
         issue(p, [&](MPI_Request* q) { return MPI_Ialltoall(s.data(), c, t, r.data(), c, t, c_, q); });
       else
         SHARDKIT_MPI_CHECK(MPI_Alltoall(s.data(), c, t, r.data(), c, t, c_));
@@ -250,13 +259,14 @@ class MpiBackend final : public Backend {
   Token allgatherv(const Array& send, Array& recv, std::span<const std::int64_t> counts,
                    std::span<const std::int64_t> displs, const OpContext& ctx) override {
     PendingOp p;
-    Array s = stage_in(send, p);
-    Array r = stage_out(recv, p);
+    const bool nb = nonblocking(ctx);
+    Buf s = stage_in(send, p, nb);
+    Buf r = stage_out(recv, p, nb);
     if (fits_int(counts) && fits_int(displs)) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
       std::vector<int> ic(counts.begin(), counts.end()), id(displs.begin(), displs.end());
       const int c = ic[rank_];
-      if (nonblocking(ctx)) {
+      if (nb) {
         issue(p, [&](MPI_Request* q) {
           return MPI_Iallgatherv(s.data(), c, t, r.data(), ic.data(), id.data(), t, c_, q);
         });
@@ -281,8 +291,9 @@ class MpiBackend final : public Backend {
                   std::span<const std::int64_t> send_displs, Array& recv, std::span<const std::int64_t> recv_counts,
                   std::span<const std::int64_t> recv_displs, const OpContext& ctx) override {
     PendingOp p;
-    Array s = stage_in(send, p);
-    Array r = stage_out(recv, p);
+    const bool nb = nonblocking(ctx);
+    Buf s = stage_in(send, p, nb);
+    Buf r = stage_out(recv, p, nb);
     if (fits_int(send_counts) && fits_int(send_displs) && fits_int(recv_counts) && fits_int(recv_displs)) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
       auto v = std::make_shared<std::array<std::vector<int>, 4>>();
@@ -291,7 +302,7 @@ class MpiBackend final : public Backend {
       (*v)[2].assign(recv_counts.begin(), recv_counts.end());
       (*v)[3].assign(recv_displs.begin(), recv_displs.end());
       auto& a = *v;
-      if (nonblocking(ctx)) {
+      if (nb) {
         issue(p, [&](MPI_Request* q) {
           return MPI_Ialltoallv(s.data(), a[0].data(), a[1].data(), t, r.data(), a[2].data(), a[3].data(), t, c_, q);
         });
@@ -315,9 +326,9 @@ class MpiBackend final : public Backend {
 
   Token send(const Array& buf, int dest, int tag, const OpContext& ctx) override {
     PendingOp p;
-    const MPI_Datatype t = mpi_datatype(buf.dtype());
-    Array b = stage_in(buf, p);
     const bool nb = nonblocking(ctx);
+    const MPI_Datatype t = mpi_datatype(buf.dtype());
+    Buf b = stage_in(buf, p, nb);
     for_chunks(buf.numel(), [&](std::int64_t off, int n) {
       if (nb)
         issue(p, [&](MPI_Request* q) { return MPI_Isend(at(b, off), n, t, dest, tag, c_, q); });
@@ -329,18 +340,20 @@ class MpiBackend final : public Backend {
 
   Token recv(Array& buf, int source, int tag, RecvStatus* status, const OpContext& ctx) override {
     PendingOp p;
-    Array b = stage_out(buf, p);
-    return recv_into(b, source, tag, status, ctx, std::move(p), nullptr);
+    const bool nb = nonblocking(ctx);
+    Buf b = stage_out(buf, p, nb);
+    return recv_into(b, buf.dtype(), buf.numel(), source, tag, status, ctx, std::move(p), nullptr);
   }
 
   Token sendrecv(const Array& send, int dest, int send_tag, Array& recv, int source, int recv_tag,
                  RecvStatus* status, const OpContext& ctx) override {
     PendingOp p;
+    const bool nb = nonblocking(ctx);
     const MPI_Datatype st = mpi_datatype(send.dtype());
-    Array s = stage_in(send, p);
-    Array r = stage_out(recv, p);
+    Buf s = stage_in(send, p, nb);
+    Buf r = stage_out(recv, p, nb);
     const std::int64_t sn = send.numel(), rn = recv.numel();
-    if (!nonblocking(ctx) && sn <= mpi_max_count() && rn <= mpi_max_count()) {
+    if (!nb && sn <= mpi_max_count() && rn <= mpi_max_count()) {
       MPI_Status mst;
       SHARDKIT_MPI_CHECK(MPI_Sendrecv(s.data(), static_cast<int>(sn), st, dest, send_tag, r.data(),
                                       static_cast<int>(rn), mpi_datatype(recv.dtype()), mpi_source(source),
@@ -349,7 +362,7 @@ class MpiBackend final : public Backend {
       return finish(std::move(p), ctx);
     }
     // Nonblocking or chunked: post the receive first, then the sends, then complete both together.
-    return recv_into(r, source, recv_tag, status, ctx, std::move(p), [&](PendingOp& op) {
+    return recv_into(r, recv.dtype(), rn, source, recv_tag, status, ctx, std::move(p), [&](PendingOp& op) {
       for_chunks(sn, [&](std::int64_t off, int n) {
         issue(op, [&](MPI_Request* q) { return MPI_Isend(at(s, off), n, st, dest, send_tag, c_, q); });
       });
@@ -358,7 +371,8 @@ class MpiBackend final : public Backend {
 
   Token barrier(const OpContext& ctx) override {
     PendingOp p;
-    if (nonblocking(ctx))
+    const bool nb = nonblocking(ctx);
+    if (nb)
       issue(p, [&](MPI_Request* q) { return MPI_Ibarrier(c_, q); });
     else
       SHARDKIT_MPI_CHECK(MPI_Barrier(c_));
@@ -368,9 +382,7 @@ class MpiBackend final : public Backend {
  private:
   static bool nonblocking(const OpContext& ctx) { return ctx.async || ctx.has_deadline(); }
 
-  static char* at(const Array& a, std::int64_t elem_offset) {
-    return static_cast<char*>(a.data()) + elem_offset * static_cast<std::int64_t>(a.itemsize());
-  }
+  static char* at(const Buf& b, std::int64_t elem_offset) { return b.ptr + elem_offset * b.itemsize; }
 
   static bool fits_int(std::span<const std::int64_t> v) {
     for (std::int64_t x : v)
@@ -419,29 +431,42 @@ class MpiBackend final : public Backend {
   // GPU memory for a library that cannot read it: a pinned host copy (filled now for inputs).
   bool needs_staging(const Array& a) const { return a.device().kind == DeviceKind::kCUDA && !cuda_aware_; }
 
-  Array stage_in(const Array& a, PendingOp& p) {
-    p.keep_alive.push_back(a);
+  // An input: its own memory (kept alive by the pending operation when nonblocking), or a pinned copy.
+  Buf stage_in(const Array& a, PendingOp& p, bool nb) {
+    a.wait_ready();
     if (!needs_staging(a)) {
-      a.wait_ready();
-      return a;
+      if (nb) p.keep_alive.push_back(a);
+      return {static_cast<char*>(a.data()), static_cast<std::int64_t>(a.itemsize())};
     }
     Array host = pinned_like(a);
     host.copy_from(a);
     p.keep_alive.push_back(host);
-    return host;
+    return {static_cast<char*>(host.data()), static_cast<std::int64_t>(host.itemsize())};
   }
 
-  Array stage_out(const Array& a, PendingOp& p) {
-    p.keep_alive.push_back(a);
+  // An output: its own memory, or a pinned buffer copied to it once the operation completes.
+  Buf stage_out(const Array& a, PendingOp& p, bool nb) {
     a.wait_ready();
-    if (!needs_staging(a)) return a;
+    if (!needs_staging(a)) {
+      if (nb) p.keep_alive.push_back(a);
+      return {static_cast<char*>(a.data()), static_cast<std::int64_t>(a.itemsize())};
+    }
     Array host = pinned_like(a);
     p.copy_back.emplace_back(host, a);
-    return host;
+    return {static_cast<char*>(host.data()), static_cast<std::int64_t>(host.itemsize())};
   }
 
-  void copy_back(const Array& staged, const Array& dst, PendingOp& p) {
-    if (staged.data() != dst.data()) p.copy_back.emplace_back(staged, dst);
+  // Both (in-place operations): staged in, and copied back after completion.
+  Buf stage_inout(const Array& a, PendingOp& p, bool nb) {
+    a.wait_ready();
+    if (!needs_staging(a)) {
+      if (nb) p.keep_alive.push_back(a);
+      return {static_cast<char*>(a.data()), static_cast<std::int64_t>(a.itemsize())};
+    }
+    Array host = pinned_like(a);
+    host.copy_from(a);
+    p.copy_back.emplace_back(host, a);
+    return {static_cast<char*>(host.data()), static_cast<std::int64_t>(host.itemsize())};
   }
 
   static int mpi_source(int s) { return s == kAnySource ? MPI_ANY_SOURCE : s; }
@@ -458,10 +483,9 @@ class MpiBackend final : public Backend {
 
   // Receives `b` (chunked) from source; `also` may post more requests (the sends of a sendrecv) after the first
   // receive. With kAnySource, the first chunk fixes the source (and tag) of the following ones.
-  Token recv_into(Array& b, int source, int tag, RecvStatus* status, const OpContext& ctx, PendingOp p,
-                  const std::function<void(PendingOp&)>& also) {
-    const MPI_Datatype t = mpi_datatype(b.dtype());
-    const std::int64_t total = b.numel();
+  Token recv_into(const Buf& b, DType dtype, std::int64_t total, int source, int tag, RecvStatus* status,
+                  const OpContext& ctx, PendingOp p, const std::function<void(PendingOp&)>& also) {
+    const MPI_Datatype t = mpi_datatype(dtype);
     const bool nb = nonblocking(ctx) || static_cast<bool>(also);
     if (!nb) {
       MPI_Status first{};
@@ -477,7 +501,7 @@ class MpiBackend final : public Backend {
           is_first = false;
         }
       });
-      fill_status(status, first, b.dtype());
+      fill_status(status, first, dtype);
       if (status && total > mpi_max_count()) status->count = total;
       return finish(std::move(p), ctx);
     }
@@ -491,7 +515,6 @@ class MpiBackend final : public Backend {
     if (also) also(p);
     if (status) {
       p.want_statuses = true;
-      const DType dtype = b.dtype();
       chain(p, [status, first_request, total, dtype](const std::vector<MPI_Status>& st) {
         if (st.size() > first_request) fill_status(status, st[first_request], dtype);
         if (total > mpi_max_count()) status->count = total;

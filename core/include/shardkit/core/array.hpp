@@ -22,9 +22,11 @@ using Shape = std::vector<std::int64_t>;
 /// Array strides, in elements (as DLPack counts them).
 using Strides = std::vector<std::int64_t>;
 
-/// Row-major (C-contiguous) strides for `shape`.
+/// Row-major (C-contiguous) strides for `shape`. Strides past 64 bits, possible only for an empty shape such as
+/// (0, 2^40, 2^40), saturate at INT64_MAX.
 Strides contiguous_strides(const Shape& shape);
-/// Product of the dimensions (1 for a 0-d shape). @throws InvalidArgument on negative dimensions or overflow.
+/// Product of the dimensions (1 for a 0-d shape, 0 when any dimension is 0).
+/// @throws InvalidArgument on negative dimensions or when a non-empty shape has more elements than fit in 64 bits.
 std::int64_t shape_numel(const Shape& shape);
 /// "(2, 3)".
 std::string shape_to_string(const Shape& shape);
@@ -117,6 +119,9 @@ class Array {
   std::string describe() const;
 
  private:
+  // Every field at once (no default construction first: this is on the hot path of every collective's result).
+  Array(Shape shape, Strides strides, DType dtype, Device device, void* data, std::shared_ptr<void> storage,
+        bool read_only);
   void init_layout();
 
   Shape shape_;
