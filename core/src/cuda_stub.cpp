@@ -23,6 +23,7 @@ void cuda_strided_copy(void*, const std::int64_t*, const void*, const std::int64
 }
 void cuda_memset_zero(void*, std::size_t, StreamHandle) { not_built("device memset"); }
 void cuda_scale(void*, DType, std::int64_t, double, StreamHandle) { not_built("device scale"); }
+void cuda_add(void*, const void*, DType, std::int64_t, StreamHandle) { not_built("device add"); }
 }  // namespace detail
 
 namespace cuda {

@@ -38,4 +38,42 @@ void scale(Array& x, double factor, StreamHandle stream) {
   });
 }
 
+void add_into(Array& y, const Array& x, StreamHandle stream) {
+  SHARDKIT_CHECK(y.shape() == x.shape(), "add_into: shapes differ: ", shape_to_string(y.shape()), " vs ",
+                 shape_to_string(x.shape()));
+  SHARDKIT_CHECK(y.dtype() == x.dtype(), "add_into: dtypes differ: ", y.dtype(), " vs ", x.dtype());
+  SHARDKIT_CHECK(y.dtype() != DType::kBool, "add_into: bool arrays cannot be added");
+  SHARDKIT_CHECK(!y.read_only(), "add_into: y is read-only");
+  SHARDKIT_CHECK(y.device() == x.device(), "add_into: arrays on different devices: ", y.device(), ", ", x.device());
+  y.wait_ready();
+  x.wait_ready();
+  if (y.numel() == 0) return;
+  if (!y.is_contiguous() || !x.is_contiguous()) {
+    Array ty = y.contiguous().clone(), tx = x.contiguous();
+    add_into(ty, tx, stream);
+    y.copy_from(ty);
+    return;
+  }
+  if (y.device().kind == DeviceKind::kCUDA) {
+    const StreamHandle s = stream ? stream : cuda::library_stream(y.device().index);
+    detail::cuda_add(y.data(), x.data(), y.dtype(), y.numel(), s);
+    if (!stream) cuda::synchronize(s);
+    return;
+  }
+  visit_dtype(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* py = static_cast<T*>(y.data());
+    const T* px = static_cast<const T*>(x.data());
+    const std::int64_t n = y.numel();
+    if constexpr (std::is_same_v<T, Half>) {
+      for (std::int64_t i = 0; i < n; ++i) py[i] = float_to_half(half_to_float(py[i]) + half_to_float(px[i]));
+    } else if constexpr (std::is_same_v<T, BFloat16>) {
+      for (std::int64_t i = 0; i < n; ++i)
+        py[i] = float_to_bfloat16(bfloat16_to_float(py[i]) + bfloat16_to_float(px[i]));
+    } else if constexpr (!std::is_same_v<T, bool>) {
+      for (std::int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(py[i] + px[i]);
+    }
+  });
+}
+
 }  // namespace shardkit

@@ -21,6 +21,9 @@ void cuda_strided_copy(void* dst, const std::int64_t* dst_strides, const void* s
 /// x[i] *= factor for `n` contiguous elements of a floating or complex dtype, on `stream`.
 void cuda_scale(void* x, DType dtype, std::int64_t n, double factor, StreamHandle stream);
 
+/// y[i] += x[i] for `n` contiguous elements (floating, complex or integer dtypes), on `stream`.
+void cuda_add(void* y, const void* x, DType dtype, std::int64_t n, StreamHandle stream);
+
 /// Sets `bytes` bytes at `dst` to zero on `stream`.
 void cuda_memset_zero(void* dst, std::size_t bytes, StreamHandle stream);
 

@@ -2,6 +2,7 @@
 //  - strided_copy_kernel: element-wise copy between two strided layouts of one shape. Used by Array copies of
 //    non-contiguous device arrays and by the pack/unpack steps of collectives on non-leading dimensions.
 //  - scale_kernel: x *= factor, the element-wise helper of examples and tests (shardkit::scale).
+//  - add_kernel: y += x, used by the reduce-scatter flavour of collective matmul (shardkit::add_into).
 // Zero-filling uses cudaMemsetAsync; no kernel is needed for it.
 
 #include <cuda_bf16.h>
@@ -110,6 +111,48 @@ void cuda_scale(void* x, DType dtype, std::int64_t n, double factor, StreamHandl
     default: break;
   }
   throw InvalidArgument(concat("scale: dtype ", dtype, " is not a floating or complex type"));
+}
+
+namespace {
+
+template <typename T>
+__global__ void add_kernel(T* y, const T* x, std::int64_t n) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = y[i] + x[i];
+}
+
+template <typename T>
+void launch_add(void* y, const void* x, std::int64_t n, StreamHandle stream) {
+  constexpr int kThreads = 256;
+  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
+  add_kernel<T><<<static_cast<int>(blocks < 65535 ? blocks : 65535), kThreads, 0, stream>>>(
+      static_cast<T*>(y), static_cast<const T*>(x), n);
+  SHARDKIT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void cuda_add(void* y, const void* x, DType dtype, std::int64_t n, StreamHandle stream) {
+  if (n == 0) return;
+  switch (dtype) {
+    case DType::kInt8: return launch_add<std::int8_t>(y, x, n, stream);
+    case DType::kInt16: return launch_add<std::int16_t>(y, x, n, stream);
+    case DType::kInt32: return launch_add<std::int32_t>(y, x, n, stream);
+    case DType::kInt64: return launch_add<std::int64_t>(y, x, n, stream);
+    case DType::kUInt8: return launch_add<std::uint8_t>(y, x, n, stream);
+    case DType::kUInt16: return launch_add<std::uint16_t>(y, x, n, stream);
+    case DType::kUInt32: return launch_add<std::uint32_t>(y, x, n, stream);
+    case DType::kUInt64: return launch_add<std::uint64_t>(y, x, n, stream);
+    case DType::kFloat16: return launch_add<__half>(y, x, n, stream);
+    case DType::kBFloat16: return launch_add<__nv_bfloat16>(y, x, n, stream);
+    case DType::kFloat32: return launch_add<float>(y, x, n, stream);
+    case DType::kFloat64: return launch_add<double>(y, x, n, stream);
+    case DType::kComplex64: return launch_add<float>(y, x, 2 * n, stream);
+    case DType::kComplex128: return launch_add<double>(y, x, 2 * n, stream);
+    default: break;
+  }
+  throw InvalidArgument(concat("add_into: dtype ", dtype, " is not supported"));
 }
 
 void cuda_memset_zero(void* dst, std::size_t bytes, StreamHandle stream) {

@@ -12,4 +12,9 @@ namespace shardkit {
 /// @throws InvalidArgument for integer or bool dtypes, or a read-only array.
 void scale(Array& x, double factor, StreamHandle stream = nullptr);
 
+/// y += x, element-wise, in place (same shape and dtype; floating, complex or integer dtypes). CUDA arrays are
+/// handled on `stream` (nullptr: the library stream, synchronised before returning).
+/// @throws InvalidArgument on shape or dtype mismatch, bool dtype, a read-only y, or arrays on different devices.
+void add_into(Array& y, const Array& x, StreamHandle stream = nullptr);
+
 }  // namespace shardkit
