@@ -122,23 +122,28 @@ ShardedArray allgather_product(const ShardedArray& a, const ShardedArray& b, con
   const std::int64_t kb = kk / k;
   const bool device = on_gpu(al.local());
   Array c = Array::empty({m / k, n}, a.dtype(), a.device());
-  Array cur = bl.local().contiguous();
-  Array next = Array::empty(cur.shape(), cur.dtype(), cur.device());
+  // The block in hand starts as this rank's own (read, never written: it belongs to the caller); blocks from the
+  // ring land in two buffers of ours, used in turn.
+  const Array own = bl.local().contiguous();
+  Array buf[2] = {Array::empty(own.shape(), own.dtype(), own.device()),
+                  Array::empty(own.shape(), own.dtype(), own.device())};
+  const Array* cur = &own;
   for (int s = 0; s < k; ++s) {
     const std::int64_t j = (i + s) % k;  // the block of B in hand
+    Array* next = &buf[s % 2];
     std::optional<Transfer> t;
     if (s + 1 < k) {
       // Pass the block on to the left while the right neighbour's arrives; the GEMM below runs meanwhile.
-      const Token after = device ? Token::from_stream(cuda::library_stream(cur.device().index), cur.device().index)
+      const Token after = device ? Token::from_stream(cuda::library_stream(own.device().index), own.device().index)
                                  : Token();
-      t.emplace([&, after] { return comm->sendrecv_into(cur, left, next, right, 23, 23, nullptr, after); }, device,
-                overlap);
+      t.emplace([&, cur, next, after] { return comm->sendrecv_into(*cur, left, *next, right, 23, 23, nullptr, after); },
+                device, overlap);
     }
-    gemm(al.local().slice(1, j * kb, (j + 1) * kb), cur, c, 1.0, s == 0 ? 0.0 : 1.0);
+    gemm(al.local().slice(1, j * kb, (j + 1) * kb), *cur, c, 1.0, s == 0 ? 0.0 : 1.0);
     if (t) {
       settle(c);
       t->wait();
-      std::swap(cur, next);
+      cur = next;
     }
   }
   settle(c);

@@ -2,6 +2,7 @@
 // float64, against a one-rank BLAS reference; uneven shards where the algorithm takes them, a clear error where not.
 
 #include <numeric>
+#include <tuple>
 
 #include "shardkit/core/gemm.hpp"
 #include "sharding_test_util.hpp"
@@ -68,6 +69,34 @@ TEST(Matmul, EveryAlgorithmMatchesTheReference) {
           EXPECT_TRUE(equal(process_allgather(sc), reference(a, b)));
         }
       }
+    }
+  }
+}
+
+TEST(Matmul, InputsAreNeverWrittenAndRepeatsAgree) {
+  // The operands in each algorithm's own layout, multiplied twice: the second product must equal the first (an
+  // algorithm that reused an operand's memory as a buffer would corrupt it), and the operands must be unchanged.
+  for (const Mesh& mesh : test_meshes()) {
+    const std::int64_t p = mesh.size();
+    const Axes all(mesh.axis_names());
+    const Array a = ints({4 * p, 6 * p}, 7, DType::kFloat64), b = ints({6 * p, 4 * p}, 8, DType::kFloat64);
+    const Array want = reference(a, b);
+    std::vector<std::tuple<MatmulAlgorithm, PartitionSpec, PartitionSpec>> layouts = {
+        {MatmulAlgorithm::kLocal, P(all, kNone), P()},
+        {MatmulAlgorithm::kAllGather, P(all, kNone), P(all, kNone)},
+        {MatmulAlgorithm::kReduceScatter, P(kNone, all), P(all, kNone)}};
+    if (mesh.ndim() == 2) {
+      const auto& n = mesh.axis_names();
+      layouts.emplace_back(MatmulAlgorithm::kSumma, P(n[0], n[1]), P(n[0], n[1]));
+    }
+    for (const auto& [alg, sa, sb] : layouts) {
+      SCOPED_TRACE(mesh.to_string() + " " + matmul_algorithm_name(alg));
+      ShardedArray xa = distribute(a, NamedSharding(mesh, sa)), xb = distribute(b, NamedSharding(mesh, sb));
+      const Array a_block = xa.local().clone(), b_block = xb.local().clone();
+      for (int rep = 0; rep < 2; ++rep)
+        EXPECT_TRUE(equal(process_allgather(matmul(xa, xb, MatmulOptions{alg})), want)) << "repeat " << rep;
+      EXPECT_TRUE(equal(xa.local(), a_block));
+      EXPECT_TRUE(equal(xb.local(), b_block));
     }
   }
 }
