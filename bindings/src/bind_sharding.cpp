@@ -200,6 +200,14 @@ void register_sharding(nb::module_& m) {
     return array_to_py(g, framework_from(framework));
   }, nb::arg("x"), nb::arg("framework") = "numpy");
   m.def("reshard", &reshard, nb::arg("x"), nb::arg("sharding"), nb::call_guard<nb::gil_scoped_release>());
+  m.def("matmul", [](const ShardedArray& a, const ShardedArray& b, const std::string& algorithm, bool overlap) {
+    const MatmulOptions o{parse_matmul_algorithm(algorithm), overlap};
+    nb::gil_scoped_release release;
+    return matmul(a, b, o);
+  }, nb::arg("a"), nb::arg("b"), nb::arg("algorithm") = "auto", nb::arg("overlap") = true);
+  m.def("choose_matmul_algorithm", [](const ShardedArray& a, const ShardedArray& b) {
+    return std::string(matmul_algorithm_name(choose_matmul_algorithm(a, b)));
+  });
   m.def("visualize_sharding", [](const Shape& shape, const NamedSharding& s) { return visualize_sharding(shape, s); });
 
   nb::class_<ShardContext>(m, "ShardContext", "What a shard_map body can call (valid during the call only).")

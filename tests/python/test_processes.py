@@ -76,7 +76,7 @@ def test_multiply_by_two_example(np_, flag):
 
 
 @pytest.mark.parametrize("np_", [1, 2, 4])
-@pytest.mark.parametrize("flag", [[], ["--numpy"]])
+@pytest.mark.parametrize("flag", [[], ["--numpy"], ["--sk-matmul"]])
 def test_distributed_matmul_example(np_, flag):
     if not flag:
         pytest.importorskip("warp")

@@ -206,3 +206,28 @@ def test_bad_input(sk, line):
         sk.shard_map(ident, mesh=line, in_specs=(P("x"), P()), out_specs=P("x"))(x)
     with pytest.raises(ValueError, match="has 2 entries but the array has rank 1"):
         sk.shard_map(ident, mesh=line, in_specs=P(None, "x"), out_specs=P("x"))(x)
+
+
+def test_matmul_every_algorithm(sk, size, line, grid):
+    P = sk.P
+    m, k, n = 4 * size, 6 * size, 4 * size
+    rng = np.random.default_rng(0)
+    a = rng.integers(-5, 5, size=(m, k)).astype(np.float64)
+    b = rng.integers(-5, 5, size=(k, n)).astype(np.float64)
+    want = a @ b
+    cases = [
+        ("local", line, P("x", None), P()),
+        ("allgather", line, P("x", None), P("x", None)),
+        ("reduce_scatter", line, P(None, "x"), P("x", None)),
+        ("summa", grid, P("x", "y"), P("x", "y")),
+    ]
+    for algorithm, mesh, sa, sb in cases:
+        xa = sk.distribute(a, sk.NamedSharding(mesh, sa))
+        xb = sk.distribute(b, sk.NamedSharding(mesh, sb))
+        assert sk.choose_matmul_algorithm(xa, xb) == algorithm
+        c = sk.matmul(xa, xb)
+        np.testing.assert_array_equal(sk.process_allgather(c), want)
+        # Read-only imports are never written, whatever the algorithm (a second product gives the same).
+        np.testing.assert_array_equal(sk.process_allgather(sk.matmul(xa, xb, algorithm=algorithm)), want)
+    with pytest.raises(ValueError, match="unknown matmul algorithm"):
+        sk.matmul(xa, xb, algorithm="strassen")

@@ -32,8 +32,8 @@ _arrays.register()
 from ._arrays import asarray, framework_of  # noqa: E402
 from ._sharding import (  # noqa: E402
     Mesh, NamedSharding, P, PartitionSpec, ShardedArray, all_gather, all_to_all, axis_index, axis_size,
-    distribute, from_local, gather, pbroadcast, pmax, pmean, pmin, ppermute, process_allgather, psum, psum_scatter,
-    reshard, shard_map, visualize_sharding,
+    choose_matmul_algorithm, distribute, from_local, gather, matmul, pbroadcast, pmax, pmean, pmin, ppermute,
+    process_allgather, psum, psum_scatter, reshard, shard_map, visualize_sharding,
 )
 from . import mpi  # noqa: E402
 
@@ -68,5 +68,6 @@ __all__ = [
     "Token", "Mesh", "NamedSharding", "P", "PartitionSpec", "ShardedArray", "all_gather", "all_to_all", "axis_index",
     "axis_size", "distribute", "from_local", "gather", "pbroadcast", "pmax", "pmean", "pmin", "ppermute",
     "process_allgather", "psum", "psum_scatter", "reshard", "shard_map", "visualize_sharding", "mpi", "asarray",
+    "matmul", "choose_matmul_algorithm",
     "framework_of", "rank", "size", "describe", "device", "world", "__version__",
 ]

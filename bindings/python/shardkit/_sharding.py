@@ -19,7 +19,7 @@ P = PartitionSpec
 
 __all__ = [
     "Mesh", "P", "PartitionSpec", "NamedSharding", "ShardedArray", "distribute", "from_local", "gather",
-    "process_allgather", "reshard", "visualize_sharding", "shard_map", "psum", "pmean", "pmax", "pmin",
+    "process_allgather", "reshard", "visualize_sharding", "shard_map", "matmul", "choose_matmul_algorithm", "psum", "pmean", "pmax", "pmin",
     "all_gather", "psum_scatter", "ppermute", "all_to_all", "pbroadcast", "axis_index", "axis_size",
 ]
 
@@ -132,6 +132,19 @@ def visualize_sharding(x, sharding: NamedSharding | None = None, *, print_on_ran
     if print_on_rank is not None and _core.rank() == print_on_rank:
         print(text)
     return text
+
+
+def matmul(a: ShardedArray, b: ShardedArray, *, algorithm: str = "auto", overlap: bool = True) -> ShardedArray:
+    """C = A @ B on 2-d sharded operands (collective). ``algorithm``: "auto" (chosen from the shardings), "local"
+    (A rows-sharded x B replicated: no communication), "allgather" / "reduce_scatter" (collective matmul: a ring of
+    transfers overlapped with the local GEMMs), or "summa" (2-d mesh). Operands held in another layout are resharded
+    to the algorithm's. Local products run on BLAS (host) or cuBLAS (GPU)."""
+    return ShardedArray(_core.matmul(_unwrap(a), _unwrap(b), algorithm, overlap), _framework(a))
+
+
+def choose_matmul_algorithm(a: ShardedArray, b: ShardedArray) -> str:
+    """The algorithm matmul(a, b) would use for these shardings."""
+    return _core.choose_matmul_algorithm(_unwrap(a), _unwrap(b))
 
 
 # ---- shard_map ------------------------------------------------------------------------------------------------------
