@@ -4,6 +4,9 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+#include <mpi.h>
+
+#include <cstdio>
 #include <memory>
 
 #include "shardkit/config.hpp"
@@ -59,6 +62,13 @@ void register_runtime(nb::module_& m) {
   m.def("cuda_built", [] { return SHARDKIT_HAVE_CUDA != 0; });
   m.def("nccl_built", [] { return SHARDKIT_HAVE_NCCL != 0; });
   m.def("abort_at_exit_reason", [] { return abort_at_exit_reason(); });
+  m.def("abort", [](int code, const std::string& reason) {
+    std::fprintf(stderr, "shardkit: rank %d: ending the job (MPI_Abort): %s\n", g_runtime ? g_runtime->rank() : -1,
+                 reason.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }, nb::arg("code") = 1, nb::arg("reason") = "",
+     "Ends the whole job now (MPI_Abort on MPI_COMM_WORLD), printing the reason.");
   m.attr("__version__") = SHARDKIT_VERSION_STRING;
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import os
 import sys
 
 from . import _core
@@ -60,6 +61,24 @@ def initialize() -> None:
         check_same_mpi(MPI.Get_library_version(), _core.mpi_library_version())
     _core.init()
     atexit.register(_shutdown)
+    if _core.size() > 1 and os.environ.get("SHARDKIT_ABORT_ON_EXCEPTION", "1") != "0":
+        _install_abort_hook()
+
+
+def _install_abort_hook() -> None:
+    """An uncaught exception on one rank ends the whole job (as `python -m mpi4py` does), instead of leaving the
+    other ranks waiting in a collective forever while this one tries to finalise. SHARDKIT_ABORT_ON_EXCEPTION=0
+    turns it off."""
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        previous(exc_type, exc, tb)  # the traceback first
+        try:
+            sys.stderr.flush()
+        finally:
+            _core.abort(1, f"uncaught {exc_type.__name__} on rank {_core.rank()}")
+
+    sys.excepthook = hook
 
 
 def _shutdown() -> None:
