@@ -1,0 +1,117 @@
+// GEMM on one GPU through shardkit (shardkit::gemm on device Arrays) against cuBLAS called directly on the same
+// buffers, in one run: TFLOP/s of each and their ratio, per size and dtype. Used by scripts/gpu_check.sh.
+//
+//   build/examples/benchmarks/gemm/bench_gemm [--sizes 1024,4096,8192] [--dtypes float32,float16,bfloat16,float64]
+//                                            [--iters 20] [--json PATH]
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "shardkit/core/array.hpp"
+#include "shardkit/core/cuda.hpp"
+#include "shardkit/core/gemm.hpp"
+
+namespace {
+
+using namespace shardkit;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
+
+cudaDataType_t cuda_type(DType d) {
+  switch (d) {
+    case DType::kFloat16: return CUDA_R_16F;
+    case DType::kBFloat16: return CUDA_R_16BF;
+    case DType::kFloat64: return CUDA_R_64F;
+    default: return CUDA_R_32F;
+  }
+}
+
+// Seconds per call of f() on `stream`, timed with CUDA events after a warm-up.
+template <typename F>
+double time_on(cudaStream_t stream, int iters, F&& f) {
+  f();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, stream);
+  for (int i = 0; i < iters; ++i) f();
+  cudaEventRecord(stop, stream);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / 1e3 / iters;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string sizes = "1024,4096,8192", dtypes = "float32,float16,bfloat16,float64", json;
+  int iters = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--sizes") sizes = v;
+    else if (a == "--dtypes") dtypes = v;
+    else if (a == "--iters") iters = std::stoi(v);
+    else if (a == "--json") json = v;
+  }
+  if (cuda::device_count() == 0) {
+    std::printf("bench_gemm: no GPU (%s): nothing to measure\n", cuda::unavailable_reason().c_str());
+    return 2;
+  }
+  cuda::set_device(0);
+  const StreamHandle stream = cuda::library_stream(0);
+  cublasHandle_t handle;
+  cublasCreate(&handle);
+  cublasSetStream(handle, stream);
+  std::printf("# GEMM on %s: shardkit::gemm vs cuBLAS (cublasGemmEx) on the same buffers, %d calls each\n",
+              cuda::device_name(0).c_str(), iters);
+  std::printf("%8s %10s %14s %14s %8s\n", "n", "dtype", "shardkit TF/s", "cuBLAS TF/s", "ratio");
+  std::ostringstream js;
+  js << "{\"benchmark\":\"gemm\",\"device\":\"" << cuda::device_name(0) << "\",\"results\":[";
+  bool first = true;
+  for (const std::string& dt_name : split(dtypes)) {
+    const DType dt = dtype_from_name(dt_name);
+    for (const std::string& ns : split(sizes)) {
+      const std::int64_t n = std::stoll(ns);
+      Array a = Array::zeros({n, n}, dt, Device::cuda(0)), b = Array::zeros({n, n}, dt, Device::cuda(0));
+      Array c = Array::zeros({n, n}, dt, Device::cuda(0));
+      const double t_sk = time_on(stream, iters, [&] { gemm(a, b, c, 1.0, 0.0, stream); });
+      // cuBLAS alone, with the compute type shardkit uses (float32 accumulation for 16-bit types).
+      const cudaDataType_t t = cuda_type(dt);
+      const cublasComputeType_t ct = dt == DType::kFloat64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+      const float af = 1.f, bf = 0.f;
+      const double ad = 1.0, bd = 0.0;
+      const void* alpha = dt == DType::kFloat64 ? static_cast<const void*>(&ad) : &af;
+      const void* beta = dt == DType::kFloat64 ? static_cast<const void*>(&bd) : &bf;
+      const int in = static_cast<int>(n);
+      const double t_cb = time_on(stream, iters, [&] {
+        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, in, in, in, alpha, b.data(), t, in, a.data(), t, in, beta,
+                     c.data(), t, in, ct, CUBLAS_GEMM_DEFAULT);
+      });
+      const double flops = 2.0 * n * n * n;
+      std::printf("%8lld %10s %14.2f %14.2f %8.3f\n", static_cast<long long>(n), dt_name.c_str(), flops / t_sk / 1e12,
+                  flops / t_cb / 1e12, t_cb / t_sk);
+      js << (first ? "" : ",") << "{\"n\":" << n << ",\"dtype\":\"" << dt_name << "\",\"shardkit_tflops\":"
+         << flops / t_sk / 1e12 << ",\"cublas_tflops\":" << flops / t_cb / 1e12 << "}";
+      first = false;
+    }
+  }
+  js << "]}\n";
+  if (!json.empty()) std::ofstream(json) << js.str();
+  cublasDestroy(handle);
+  return 0;
+}

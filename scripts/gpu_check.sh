@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Checks shardkit on a machine with a GPU, and prints a summary table:
+#   1. builds with CUDA and NCCL (build-gpu/, for this GPU's architecture) and the Python package;
+#   2. runs the `gpu` tests (CUDA arrays, kernels, cuBLAS, the collectives suite on GPU buffers over NCCL, sharded
+#      arrays on the GPU) at one rank, and at 2 and 4 ranks on the one GPU where the NCCL in use allows several
+#      ranks per GPU (NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1);
+#   3. measures GEMM through shardkit against cuBLAS alone (bench_gemm);
+#   4. exchanges GPU arrays with CuPy, JAX and PyTorch through DLPack (scripts/gpu_dlpack_check.py);
+#   5. runs the NCCL collectives benchmark at one rank.
+#
+# Without network access, bring the packages along in a bundle folder (made on a connected machine by
+# scripts/gpu_bundle.sh) and point SHARDKIT_BUNDLE at it: Debian packages in $SHARDKIT_BUNDLE/debs are unpacked
+# (dpkg -x, no root needed) and Python wheels in $SHARDKIT_BUNDLE/wheels installed with pip --no-index.
+#   SHARDKIT_BUNDLE=.bundle scripts/gpu_check.sh
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${SHARDKIT_GPU_BUILD_DIR:-$ROOT/build-gpu}"
+BUNDLE="${SHARDKIT_BUNDLE:-}"
+PYTHON="${PYTHON:-python3}"
+JOBS="${SHARDKIT_JOBS:-$(nproc)}"
+declare -a SUMMARY=()
+status=0
+note() { SUMMARY+=("$(printf '%-34s %-8s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && status=1; return 0; }
+
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu_check: no GPU here (nvidia-smi finds none). Run it on a machine with one; CPU checks: scripts/test.sh"
+  exit 2
+fi
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+NGPUS=$(nvidia-smi -L | grep -c "^GPU")
+echo "gpu_check: $NGPUS GPU(s): $GPU_NAME"
+
+# ---- offline bundle: Open MPI and friends from .deb files, Python wheels -------------------------------------------
+if [ -n "$BUNDLE" ]; then
+  BUNDLE="$(cd "$BUNDLE" && pwd)"
+  if ls "$BUNDLE"/debs/*.deb >/dev/null 2>&1; then
+    prefix="$BUNDLE/root"
+    mkdir -p "$prefix"
+    for deb in "$BUNDLE"/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
+    arch_lib="$prefix/usr/lib/$(uname -m)-linux-gnu"
+    export PATH="$prefix/usr/bin:$PATH"
+    export LD_LIBRARY_PATH="$arch_lib:$arch_lib/openmpi/lib:${LD_LIBRARY_PATH:-}"
+    export OPAL_PREFIX="$prefix/usr"   # Open MPI relocated: it finds its components and help files here
+    export CMAKE_PREFIX_PATH="$prefix/usr:${CMAKE_PREFIX_PATH:-}"
+    export C_INCLUDE_PATH="$prefix/usr/include:${C_INCLUDE_PATH:-}"
+    export CPLUS_INCLUDE_PATH="$prefix/usr/include:${CPLUS_INCLUDE_PATH:-}"
+    echo "gpu_check: unpacked $(ls "$BUNDLE"/debs/*.deb | wc -l) Debian packages into $prefix"
+  fi
+  if ls "$BUNDLE"/wheels/*.whl >/dev/null 2>&1; then
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target "$BUNDLE/site" "$BUNDLE"/wheels/*.whl
+    export PYTHONPATH="$BUNDLE/site:${PYTHONPATH:-}"
+    echo "gpu_check: installed $(ls "$BUNDLE"/wheels/*.whl | wc -l) wheels into $BUNDLE/site"
+  fi
+else
+  "$ROOT/scripts/setup.sh" || { echo "gpu_check: setup failed (offline? see SHARDKIT_BUNDLE)"; exit 1; }
+fi
+command -v mpirun >/dev/null || { echo "gpu_check: no mpirun (install Open MPI, or bring it in SHARDKIT_BUNDLE)"; exit 1; }
+MPIRUN=(mpirun --oversubscribe --bind-to none)
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+
+# ---- 1. build ----------------------------------------------------------------------------------------------------------
+start=$(date +%s)
+if cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSHARDKIT_CUDA=ON -DSHARDKIT_NCCL=ON \
+     -DSHARDKIT_PYTHON=ON -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=ON -DCMAKE_CUDA_ARCHITECTURES=native \
+     -DPython_EXECUTABLE="$(command -v "$PYTHON")" >"$BUILD.configure.log" 2>&1 \
+   && cmake --build "$BUILD" -j "$JOBS" >"$BUILD.build.log" 2>&1; then
+  note "build (CUDA + NCCL + Python)" ok "$(( $(date +%s) - start )) s, $(grep -o 'NCCL=[01]' "$BUILD.configure.log" | head -1)"
+else
+  note "build (CUDA + NCCL + Python)" FAIL "see $BUILD.configure.log / $BUILD.build.log"
+  tail -30 "$BUILD.build.log" 2>/dev/null || tail -30 "$BUILD.configure.log"
+  printf '%s\n' "${SUMMARY[@]}"
+  exit 1
+fi
+export PYTHONPATH="$BUILD/python:${PYTHONPATH:-}"
+NCCL_VERSION=$(sed -n 's/#define SHARDKIT_NCCL_VERSION_STRING "\(.*\)"/\1/p' "$BUILD/generated/shardkit/config.hpp")
+
+# ---- 2. gpu tests --------------------------------------------------------------------------------------------------------
+multi_rank=0
+if [ -n "$NCCL_VERSION" ] && [ "$(printf '%s\n' "2.30.0" "$NCCL_VERSION" | sort -V | head -1)" = "2.30.0" ]; then
+  multi_rank=1
+  export NCCL_MULTI_RANK_GPU_ENABLE=1
+fi
+# The most ranks the GPU tests may use: one per GPU, or four on one GPU where NCCL allows several per GPU.
+max_np=$(( NGPUS < 4 ? NGPUS : 4 )); [ "$multi_rank" = 1 ] && max_np=4
+case "$max_np" in 1) exclude='np[234]$' ;; 2) exclude='np[34]$' ;; 3) exclude='np4$' ;; *) exclude='^$' ;; esac
+if ctest --test-dir "$BUILD" -L gpu -E "$exclude" --output-on-failure >"$BUILD.gpu-tests.log" 2>&1; then
+  note "gpu tests (ctest -L gpu)" ok "$(grep -o '[0-9]* tests passed.*' "$BUILD.gpu-tests.log" | tail -1)"
+else
+  note "gpu tests (ctest -L gpu)" FAIL "$(grep -o '[0-9]*% tests passed.*' "$BUILD.gpu-tests.log" | tail -1); log: $BUILD.gpu-tests.log"
+fi
+for np in 1 2 4; do
+  if [ "$np" -gt 1 ] && [ "$multi_rank" = 0 ] && [ "$NGPUS" -lt "$np" ]; then
+    note "NCCL collectives, $np rank(s)" skipped "NCCL $NCCL_VERSION < 2.30: one rank per GPU"
+    continue
+  fi
+  if SHARDKIT_TEST_BUFFERS=cuda SHARDKIT_CHECK=1 SHARDKIT_TIMEOUT_S=120 \
+       "${MPIRUN[@]}" -np "$np" "$BUILD/tests/collectives/collectives_tests" >"$BUILD.nccl-np$np.log" 2>&1; then
+    note "NCCL collectives, $np rank(s)" ok "$(grep -c '\[       OK \]' "$BUILD.nccl-np$np.log") tests passed on GPU buffers"
+  else
+    note "NCCL collectives, $np rank(s)" FAIL "log: $BUILD.nccl-np$np.log"
+  fi
+done
+
+# ---- 3. GEMM through shardkit vs cuBLAS ----------------------------------------------------------------------------------
+if "$BUILD/examples/benchmarks/gemm/bench_gemm" --json "$BUILD.gemm.json" | tee "$BUILD.gemm.log"; then
+  worst=$(awk '$1 ~ /^[0-9]+$/ {print $5}' "$BUILD.gemm.log" | sort -g | head -1)
+  best=$(awk '$1 ~ /^[0-9]+$/ && $2 == "bfloat16" {print $3}' "$BUILD.gemm.log" | sort -g | tail -1)
+  note "GEMM: shardkit vs cuBLAS" ok "worst ratio $worst (cuBLAS time / shardkit time); bf16 up to $best TF/s"
+else
+  note "GEMM: shardkit vs cuBLAS" FAIL "log: $BUILD.gemm.log"
+fi
+
+# ---- 4. DLPack with CuPy, JAX, PyTorch on the GPU ------------------------------------------------------------------------
+"${MPIRUN[@]}" -np 1 "$PYTHON" "$ROOT/scripts/gpu_dlpack_check.py" >"$BUILD.dlpack.log" 2>&1
+dl_status=$?
+while read -r _ fw result detail; do note "DLPack $fw" "$result" "$detail"; done < <(grep '^dlpack ' "$BUILD.dlpack.log")
+[ "$dl_status" = 0 ] || { grep -q '^dlpack ' "$BUILD.dlpack.log" || note "DLPack exchange" FAIL "log: $BUILD.dlpack.log"; }
+
+# ---- 5. NCCL collectives benchmark ---------------------------------------------------------------------------------------
+if [ -x "$BUILD/examples/benchmarks/collectives/bench_collectives" ]; then
+  if "${MPIRUN[@]}" -np 1 "$BUILD/examples/benchmarks/collectives/bench_collectives" --op allreduce -b 8 -e 256M -f 4 \
+       -d float32 -c 1 --device cuda --json "$BUILD.collectives.json" >"$BUILD.collectives.log" 2>&1; then
+    note "collectives benchmark (1 rank)" ok "see $BUILD.collectives.log"
+  else
+    note "collectives benchmark (1 rank)" FAIL "log: $BUILD.collectives.log"
+  fi
+fi
+
+echo
+echo "==================== gpu_check summary: $GPU_NAME, NCCL ${NCCL_VERSION:-none} ===================="
+printf '%s\n' "${SUMMARY[@]}"
+exit $status
