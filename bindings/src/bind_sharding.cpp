@@ -16,6 +16,7 @@ namespace shardkit::py {
 namespace nb = nanobind;
 
 std::shared_ptr<Communicator> comm_from(nb::handle h);  // bind_collectives.cpp
+Array numpy_empty(const Shape& shape, DType dtype, nb::object* out);  // py_array.cpp
 
 namespace {
 
@@ -66,6 +67,41 @@ std::optional<Device> device_from(const std::optional<std::string>& d) {
   if (d->rfind("cuda:", 0) == 0) return Device::cuda(std::stoi(d->substr(5)));
   if (*d == "cuda") return Device::cuda(0);
   throw InvalidArgument("unknown device '" + *d + "' (cpu, cuda or cuda:N)");
+}
+
+// The context of the shard_map body running on this thread (set around the Python body).
+thread_local ShardContext* g_context = nullptr;
+
+ShardContext& current_context() {
+  if (!g_context)
+    throw InvalidArgument("axis collectives (psum, all_gather, ...) can only be called inside a shard_map body");
+  return *g_context;
+}
+
+// psum/pmax/pmin on a host NumPy block: the result allocated by NumPy and reduced into in place (no DLPack round
+// trip); anything else through the value form.
+nb::object reduce_op(ShardContext& c, nb::handle x, nb::handle axes, ReduceOp op) {
+  const Axes a = axes_from(axes);
+  Framework fw;
+  Array in = array_from_py(x, &fw);
+  auto comm = c.mesh().axis_comm(a);
+  if (fw == Framework::kNumpy && in.device() == Device::cpu() && in.dtype() != DType::kBFloat16) {
+    nb::object result;
+    Array out = numpy_empty(in.shape(), in.dtype(), &result);
+    {
+      nb::gil_scoped_release release;
+      c.token() = comm->allreduce(in, out, op, c.token());
+      c.token().wait();
+    }
+    return result;
+  }
+  std::optional<Result> r;
+  {
+    nb::gil_scoped_release release;
+    r.emplace(comm->allreduce(in, op, c.token()));
+    c.token() = r->token;
+  }
+  return array_to_py(std::move(r->value), fw);
 }
 
 // ShardContext collectives on Python arrays: the result comes back in the input's framework.
@@ -214,22 +250,13 @@ void register_sharding(nb::module_& m) {
       .def_prop_ro("mesh", &ShardContext::mesh)
       .def("axis_index", [](const ShardContext& c, nb::handle axes) { return c.axis_index(axes_from(axes)); })
       .def("axis_size", [](const ShardContext& c, nb::handle axes) { return c.axis_size(axes_from(axes)); })
-      .def("psum", [](ShardContext& c, nb::handle x, nb::handle axes) {
-        Axes a = axes_from(axes);
-        return ctx_op(x, [&](const Array& v) { return c.psum(v, a); });
-      })
+      .def("psum", [](ShardContext& c, nb::handle x, nb::handle axes) { return reduce_op(c, x, axes, ReduceOp::kSum); })
       .def("pmean", [](ShardContext& c, nb::handle x, nb::handle axes) {
         Axes a = axes_from(axes);
         return ctx_op(x, [&](const Array& v) { return c.pmean(v, a); });
       })
-      .def("pmax", [](ShardContext& c, nb::handle x, nb::handle axes) {
-        Axes a = axes_from(axes);
-        return ctx_op(x, [&](const Array& v) { return c.pmax(v, a); });
-      })
-      .def("pmin", [](ShardContext& c, nb::handle x, nb::handle axes) {
-        Axes a = axes_from(axes);
-        return ctx_op(x, [&](const Array& v) { return c.pmin(v, a); });
-      })
+      .def("pmax", [](ShardContext& c, nb::handle x, nb::handle axes) { return reduce_op(c, x, axes, ReduceOp::kMax); })
+      .def("pmin", [](ShardContext& c, nb::handle x, nb::handle axes) { return reduce_op(c, x, axes, ReduceOp::kMin); })
       .def("all_gather", [](ShardContext& c, nb::handle x, nb::handle axes, int axis, bool tiled) {
         Axes a = axes_from(axes);
         return ctx_op(x, [&](const Array& v) { return c.all_gather(v, a, axis, tiled); });
@@ -251,6 +278,15 @@ void register_sharding(nb::module_& m) {
         return ctx_op(x, [&](const Array& v) { return c.pbroadcast(v, a, source); });
       }, nb::arg("x"), nb::arg("axis_name"), nb::arg("source"));
 
+  // The axis collectives as module functions: they act on the context of the running shard_map body.
+  m.def("psum", [](nb::handle x, nb::handle axis_name) { return reduce_op(current_context(), x, axis_name, ReduceOp::kSum); },
+        nb::arg("x"), nb::arg("axis_name"), "Sum over the ranks along the named mesh axis (or tuple of axes).");
+  m.def("pmax", [](nb::handle x, nb::handle axis_name) { return reduce_op(current_context(), x, axis_name, ReduceOp::kMax); },
+        nb::arg("x"), nb::arg("axis_name"), "Maximum over the ranks along the named axes.");
+  m.def("pmin", [](nb::handle x, nb::handle axis_name) { return reduce_op(current_context(), x, axis_name, ReduceOp::kMin); },
+        nb::arg("x"), nb::arg("axis_name"), "Minimum over the ranks along the named axes.");
+  m.def("current_context", [] { return &current_context(); }, nb::rv_policy::reference);
+
   m.def("shard_map", [](nb::callable f, const Mesh& mesh, std::vector<PartitionSpec> in_specs,
                         std::vector<PartitionSpec> out_specs, std::vector<ShardedArray> args, bool check_rep,
                         const std::string& framework) {
@@ -258,6 +294,13 @@ void register_sharding(nb::module_& m) {
     // The body runs with the GIL; everything around it (resharding, checks, assembly) without.
     ShardFn body = [&](ShardContext& ctx, std::span<const Array> blocks) {
       nb::gil_scoped_acquire acquire;
+      // The module-level collectives (shardkit.psum, ...) find this context while the body runs on this thread.
+      ShardContext* previous = g_context;
+      g_context = &ctx;
+      struct Restore {
+        ShardContext* p;
+        ~Restore() { g_context = p; }
+      } restore{previous};
       nb::list in;
       for (const Array& b : blocks) in.append(array_to_py(b, fw, /*read_only=*/true));
       nb::object result = f(nb::cast(&ctx, nb::rv_policy::reference), in);

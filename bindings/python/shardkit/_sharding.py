@@ -7,9 +7,7 @@ mesh axes, like jax.lax's collectives inside jax.experimental.shard_map.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
 from typing import Any, Callable, Sequence
 
 from . import _core
@@ -149,24 +147,9 @@ def choose_matmul_algorithm(a: ShardedArray, b: ShardedArray) -> str:
 
 # ---- shard_map ------------------------------------------------------------------------------------------------------
 
-_state = threading.local()
-
-
 def _context() -> _core.ShardContext:
-    ctx = getattr(_state, "ctx", None)
-    if ctx is None:
-        raise _core.InvalidArgument("axis collectives (psum, all_gather, ...) can only be called inside a shard_map body")
-    return ctx
-
-
-@contextlib.contextmanager
-def _entered(ctx):
-    previous = getattr(_state, "ctx", None)
-    _state.ctx = ctx
-    try:
-        yield
-    finally:
-        _state.ctx = previous
+    """The context of the shard_map body running on this thread (set by the core around the body)."""
+    return _core.current_context()
 
 
 def _specs(specs, n: int | None, what: str) -> tuple[list, bool]:
@@ -206,8 +189,7 @@ def shard_map(f: Callable | None = None, *, mesh: Mesh, in_specs, out_specs, che
                 sharded.append(_core.from_local(arr, list(arr.shape), NamedSharding(mesh, P())))
 
         def body(ctx, blocks):
-            with _entered(ctx):
-                result = f(*blocks)
+            result = f(*blocks)
             if single_out:
                 return [result]
             if not isinstance(result, (tuple, list)):
@@ -223,9 +205,7 @@ def shard_map(f: Callable | None = None, *, mesh: Mesh, in_specs, out_specs, che
 
 # ---- axis collectives (inside a shard_map body) --------------------------------------------------------------------
 
-def psum(x, axis_name):
-    """Sum over the ranks along the named mesh axis (or tuple of axes)."""
-    return _context().psum(x, axis_name)
+psum = _core.psum  # implemented in C++: a NumPy block's sum is computed into a NumPy result directly
 
 
 def pmean(x, axis_name):
@@ -233,12 +213,8 @@ def pmean(x, axis_name):
     return _context().pmean(x, axis_name)
 
 
-def pmax(x, axis_name):
-    return _context().pmax(x, axis_name)
-
-
-def pmin(x, axis_name):
-    return _context().pmin(x, axis_name)
+pmax = _core.pmax
+pmin = _core.pmin
 
 
 def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False):
