@@ -7,9 +7,13 @@ target_compile_options(shardkit_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall>)
 
 add_library(shardkit_sanitize INTERFACE)
-if(SHARDKIT_SANITIZE)
+# The fuzz build (SHARDKIT_FUZZ, cmake/ShardkitFuzzing.cmake) runs under the same sanitizers.
+if(SHARDKIT_SANITIZE OR SHARDKIT_FUZZ)
+  # _GLIBCXX_ASSERTIONS bounds-checks std::vector / std::span / std::string indexing, which ASan misses when the
+  # index stays inside the allocation's capacity. It changes no ABI.
   target_compile_options(shardkit_sanitize INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+  target_compile_definitions(shardkit_sanitize INTERFACE $<$<COMPILE_LANGUAGE:CXX>:_GLIBCXX_ASSERTIONS>)
   target_link_options(shardkit_sanitize INTERFACE -fsanitize=address,undefined)
 endif()
 install(TARGETS shardkit_warnings shardkit_sanitize EXPORT shardkitTargets)

@@ -1,12 +1,63 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, configures (CUDA compiled wherever nvcc is), builds, and runs ctest.
 # Extra arguments go to ctest, e.g. `scripts/test.sh -L mpi` or `scripts/test.sh -R dlpack`.
+#
+# `scripts/test.sh --sanitize [ctest arguments]` instead builds the core, launch, collectives and sharding tests with
+# AddressSanitizer and UndefinedBehaviorSanitizer in their own folder (build-sanitize/, or
+# $SHARDKIT_SANITIZE_BUILD_DIR) and runs them; any sanitizer report fails the run. A -R of yours replaces the
+# selection below (ctest keeps the last -R).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+sanitize=0
+ctest_args=()
+for arg in "$@"; do
+  if [ "$arg" = "--sanitize" ]; then sanitize=1; else ctest_args+=("$arg"); fi
+done
+
 "$SHARDKIT_ROOT/scripts/setup.sh"
-shardkit_build -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=ON
+
+if [ "$sanitize" = 0 ]; then
+  shardkit_build -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=ON
+  shardkit_mpirun_setup
+  start=$(date +%s)
+  ctest --test-dir "$SHARDKIT_BUILD_DIR" -j "$SHARDKIT_JOBS" --output-on-failure "${ctest_args[@]}"
+  echo "test.sh: ctest passed in $(( $(date +%s) - start )) s"
+  exit 0
+fi
+
+# ---- --sanitize ---------------------------------------------------------------------------------------------------
+# CUDA is off: nvcc compiles host code with its own host-compiler pass, and ASan-instrumented host code that calls into
+# the (uninstrumented) CUDA runtime and driver mostly reports the driver's own allocations and mappings; what we want
+# checked here is shardkit's host logic, which is the same code with or without CUDA. GPU paths are checked by
+# scripts/gpu_check.sh. RelWithDebInfo: optimised enough for the MPI suites to run in minutes, with line numbers in
+# the reports.
+build_dir="${SHARDKIT_SANITIZE_BUILD_DIR:-$SHARDKIT_ROOT/build-sanitize}"
+cmake -S "$SHARDKIT_ROOT" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDKIT_SANITIZE=ON \
+      -DSHARDKIT_CUDA=OFF -DSHARDKIT_NCCL=OFF -DSHARDKIT_PYTHON=OFF -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=OFF
+# Only the executables of the suites run below (the MPI test main comes with them).
+cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target core_tests launch_unit_tests runtime_tests collectives_tests \
+      sharding_tests
 shardkit_mpirun_setup
+
+# Every report is fatal (halt_on_error; UBSan is also compiled with -fno-sanitize-recover). Leak detection stays on
+# for our own code; Open MPI's finalize-time leaks (by design) are suppressed by library in lsan_mpi.supp. Those
+# suppressions need whole allocation stacks: Open MPI allocates from plugins that it unloads at MPI_Finalize and that
+# have no frame pointers, so the default fast unwinder stops at an "<unknown module>" frame that no rule can name;
+# fast_unwind_on_malloc=0 unwinds through them to libmpi / libopen-rte (it costs little here).
+# mpirun starts the ranks with its own environment, so these reach every rank.
+supp="$SHARDKIT_ROOT/tests/sanitizers/lsan_mpi.supp"
+asan="halt_on_error=1:detect_leaks=1:fast_unwind_on_malloc=0"
+asan+=":detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1"
+export ASAN_OPTIONS="$asan${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+
+# The core and launch unit tests, the Runtime at 1-4 ranks (and with GPUs hidden), the sharding layer (meshes, specs,
+# shard_map, matmul) at 1-4 ranks, and the collectives on host buffers at 1 and 2 ranks. Under the sanitizers the collectives take about 35 s at 1 rank, 100 s at 2, but 220 s
+# each at 3 and 4 on a 2-core machine; those (odd sizes, more peers) pass clean too and are left to an explicit
+# `scripts/test.sh --sanitize -R 'collectives\.np[34]'`, to keep this run well under a quarter of an hour in CI.
+tests='^(core_tests|launch_unit_tests|runtime\.np[1-4]|runtime_hidden_gpus\.np[12]|collectives\.np[12]|sharding\.np[1-4])$'
 start=$(date +%s)
-ctest --test-dir "$SHARDKIT_BUILD_DIR" -j "$SHARDKIT_JOBS" --output-on-failure "$@"
-echo "test.sh: ctest passed in $(( $(date +%s) - start )) s"
+ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure -R "$tests" "${ctest_args[@]}"
+echo "test.sh --sanitize: ctest passed in $(( $(date +%s) - start )) s"

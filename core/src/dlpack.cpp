@@ -26,9 +26,12 @@ struct Validated {
 Device device_from_dl(DLDevice d) {
   switch (d.device_type) {
     case kDLCPU: return Device::cpu();
-    case kDLCUDA: return Device::cuda(d.device_id);
+    case kDLCUDA:
+    case kDLCUDAManaged:
+      // A negative ordinal names no GPU; accepted, it would only fail later, far from the import.
+      SHARDKIT_CHECK_GE(d.device_id, 0, "from_dlpack: invalid CUDA device id");
+      return d.device_type == kDLCUDA ? Device::cuda(d.device_id) : Device::cuda_managed(d.device_id);
     case kDLCUDAHost: return Device::cuda_host();
-    case kDLCUDAManaged: return Device::cuda_managed(d.device_id);
     default: break;
   }
   throw InvalidArgument(detail::concat("from_dlpack: unsupported device type ", static_cast<int>(d.device_type),
@@ -63,20 +66,24 @@ Validated validate(const DLTensor& t) {
   } else {
     v.strides = contiguous_strides(v.shape);  // legacy producers may omit strides for compact tensors
   }
+  // Checked for empty tensors too: Array::borrow refuses negative strides whatever the size, and the data pointer
+  // is offset whatever the size.
+  for (int i = 0; i < t.ndim; ++i)
+    SHARDKIT_CHECK_GE(v.strides[i], 0, "from_dlpack: negative stride in dimension ", i, " is not supported");
+  SHARDKIT_CHECK(t.byte_offset <= static_cast<std::uint64_t>(INT64_MAX), "from_dlpack: byte offset ", t.byte_offset,
+                 " is beyond 64-bit addressing");
   // The farthest element must be addressable: each term and the sum must fit in 64 bits, in bytes.
   std::int64_t extent = 0;
   if (numel > 0) {
     for (int i = 0; i < t.ndim; ++i) {
-      SHARDKIT_CHECK_GE(v.strides[i], 0, "from_dlpack: negative stride in dimension ", i, " is not supported");
       std::int64_t term = 0;
       if (__builtin_mul_overflow(v.shape[i] - 1, v.strides[i], &term) || __builtin_add_overflow(extent, term, &extent))
         throw InvalidArgument(detail::concat("from_dlpack: strides overflow (dimension ", i, ", stride ", v.strides[i],
                                              ", size ", v.shape[i], ")"));
     }
     std::int64_t bytes = 0;
-    if (__builtin_mul_overflow(extent + 1, itemsize, &bytes) ||
-        __builtin_add_overflow(bytes, static_cast<std::int64_t>(t.byte_offset), &bytes) ||
-        t.byte_offset > static_cast<std::uint64_t>(INT64_MAX))
+    if (__builtin_add_overflow(extent, 1, &bytes) || __builtin_mul_overflow(bytes, itemsize, &bytes) ||
+        __builtin_add_overflow(bytes, static_cast<std::int64_t>(t.byte_offset), &bytes))
       throw InvalidArgument("from_dlpack: strides and byte offset address beyond 64 bits");
   }
   SHARDKIT_CHECK(t.byte_offset % static_cast<std::uint64_t>(itemsize) == 0, "from_dlpack: byte offset ",
@@ -87,16 +94,29 @@ Validated validate(const DLTensor& t) {
   return v;
 }
 
+// Runs the producer's deleter when the last Array sharing the storage goes, once armed. It is armed only after the
+// Array exists: if anything throws before, from_dlpack reports failure and the caller, who still owns the tensor,
+// calls the deleter itself.
+template <typename Managed>
+struct ImportOwner {
+  Managed* tensor;
+  bool armed = false;
+  explicit ImportOwner(Managed* t) : tensor(t) {}
+  ImportOwner(const ImportOwner&) = delete;
+  ImportOwner& operator=(const ImportOwner&) = delete;
+  ~ImportOwner() {
+    if (armed && tensor->deleter) tensor->deleter(tensor);
+  }
+};
+
 template <typename Managed>
 Array import_managed(Managed* tensor, bool read_only) {
   Validated v = validate(tensor->dl_tensor);
+  auto owner = std::make_shared<ImportOwner<Managed>>(tensor);
+  Array a = Array::borrow(v.data, std::move(v.shape), v.dtype, v.device, owner, std::move(v.strides), read_only);
   // From here on the Array owns the tensor: its deleter runs once, when the last view of the storage goes.
-  std::shared_ptr<void> owner(tensor, [](void* p) {
-    auto* m = static_cast<Managed*>(p);
-    if (m->deleter) m->deleter(m);
-  });
-  return Array::borrow(v.data, std::move(v.shape), v.dtype, v.device, std::move(owner), std::move(v.strides),
-                       read_only);
+  owner->armed = true;
+  return a;
 }
 
 // What an exported tensor keeps alive: the array (and so its storage) and the shape/strides arrays it points to.

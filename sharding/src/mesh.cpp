@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <map>
 #include <mutex>
 #include <set>
 
+#include "shardkit/core/array.hpp"
 #include "shardkit/core/error.hpp"
 
 namespace shardkit {
@@ -71,7 +73,11 @@ MeshShape parse_mesh_shape(std::string_view text) {
     SHARDKIT_CHECK(!size_text.empty() && size_text.size() <= 9 &&
                        std::all_of(size_text.begin(), size_text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }),
                    "cannot parse mesh \"", text, "\": \"", size_text, "\" is not a size");
-    out.shape.push_back(std::stoll(size_text));
+    const std::int64_t size = std::stoll(size_text);
+    SHARDKIT_CHECK_GT(size, 0, "cannot parse mesh \"", text, "\": axis '", name, "' must have a positive size");
+    SHARDKIT_CHECK(std::find(out.names.begin(), out.names.end(), name) == out.names.end(), "cannot parse mesh \"", text,
+                   "\": axis name '", name, "' is used twice");
+    out.shape.push_back(size);
     out.names.push_back(name);
     pos = end + 1;
   }
@@ -100,6 +106,9 @@ Mesh::Mesh(AbstractTag, std::vector<std::int64_t> shape, std::vector<std::string
     SHARDKIT_CHECK(!axis_names[i].empty(), "Mesh: axis ", i, " has an empty name");
     SHARDKIT_CHECK(seen.insert(axis_names[i]).second, "Mesh: axis name '", axis_names[i], "' is used twice");
     SHARDKIT_CHECK_GT(shape[i], 0, "Mesh: axis '", axis_names[i], "' must have a positive size");
+    // Ranks are ints: a mesh must have at most INT_MAX positions (checked before the product can overflow).
+    SHARDKIT_CHECK(shape[i] <= INT_MAX / state_->size, "Mesh: shape ", shape_to_string(shape),
+                   " has more positions than ranks can number (", INT_MAX, ")");
     state_->size *= shape[i];
   }
   state_->shape = std::move(shape);
@@ -136,10 +145,11 @@ int Mesh::axis_position(std::string_view name) const {
 }
 
 void Mesh::validate_axes(const Axes& axes, std::string_view what) const {
-  std::set<std::string> seen;
-  for (const std::string& a : axes) {
-    (void)axis_position(a);
-    SHARDKIT_CHECK(seen.insert(a).second, what, ": mesh axis '", a, "' is used twice");
+  // A few names at most: pairwise comparison, no allocation (this runs before every axis collective).
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    (void)axis_position(axes[i]);
+    for (std::size_t j = 0; j < i; ++j)
+      SHARDKIT_CHECK(axes[j] != axes[i], what, ": mesh axis '", axes[i], "' is used twice");
   }
 }
 

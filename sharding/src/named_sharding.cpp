@@ -19,9 +19,24 @@ NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec, bool uneven)
   }
 }
 
+namespace {
+
+// ceil(a / b) for a >= 0, b > 0, without the overflow of (a + b - 1) / b.
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
+// min(i * chunk, limit) for i, chunk, limit >= 0, without overflowing when i * chunk would pass limit.
+std::int64_t clamped_product(std::int64_t i, std::int64_t chunk, std::int64_t limit) {
+  if (chunk != 0 && i > limit / chunk) return limit;
+  return std::min(i * chunk, limit);
+}
+
+}  // namespace
+
 void NamedSharding::validate(const Shape& global) const {
   SHARDKIT_CHECK(spec_.size() <= global.size(), "partition spec ", spec_.to_string(), " has ", spec_.size(),
                  " entries but the array has rank ", global.size(), " (shape ", shape_to_string(global), ")");
+  for (std::size_t d = 0; d < global.size(); ++d)
+    SHARDKIT_CHECK_GE(global[d], 0, "negative size in dimension ", d, " of the global shape ", shape_to_string(global));
   if (uneven_) return;
   for (std::size_t d = 0; d < spec_.size(); ++d) {
     const std::int64_t n = num_shards(static_cast<int>(d));
@@ -45,15 +60,14 @@ std::int64_t NamedSharding::shard_index(int d, int rank) const {
 Shape NamedSharding::shard_shape(const Shape& global) const {
   validate(global);
   Shape s = global;
-  for (std::size_t d = 0; d < spec_.size(); ++d) {
-    const std::int64_t n = num_shards(static_cast<int>(d));
-    s[d] = (global[d] + n - 1) / n;
-  }
+  for (std::size_t d = 0; d < spec_.size(); ++d) s[d] = ceil_div(global[d], num_shards(static_cast<int>(d)));
   return s;
 }
 
 std::vector<IndexRange> NamedSharding::index(const Shape& global, int rank) const {
   validate(global);
+  // Also when no dimension is sharded: a rank outside the mesh holds no block.
+  (void)mesh_.coords(rank);
   std::vector<IndexRange> out(global.size());
   for (std::size_t d = 0; d < global.size(); ++d) {
     if (d >= spec_.size() || spec_[d].is_none()) {
@@ -61,9 +75,9 @@ std::vector<IndexRange> NamedSharding::index(const Shape& global, int rank) cons
       continue;
     }
     const std::int64_t n = num_shards(static_cast<int>(d));
-    const std::int64_t chunk = (global[d] + n - 1) / n;  // equals global/n when even
+    const std::int64_t chunk = ceil_div(global[d], n);  // equals global/n when even
     const std::int64_t i = shard_index(static_cast<int>(d), rank);
-    out[d] = {std::min(i * chunk, global[d]), std::min((i + 1) * chunk, global[d])};
+    out[d] = {clamped_product(i, chunk, global[d]), clamped_product(i + 1, chunk, global[d])};
   }
   return out;
 }

@@ -113,6 +113,63 @@ TEST(DLPack, MalformedInputIsRejected) {
   EXPECT_EQ(p.deletes, 0);
 }
 
+// Found by tests/fuzz/dlpack_fuzzer: empty tensors skipped the stride and offset checks (a negative stride was then
+// refused after ownership had passed, so the deleter ran although from_dlpack reported failure: a double delete for
+// the caller); an extent of INT64_MAX overflowed; a negative CUDA ordinal was accepted.
+TEST(DLPack, EdgeCasesAreRejectedWithoutDeleting) {
+  auto expect_rejected = [](auto mutate, const char* what) {
+    Producer p;
+    mutate(p);
+    EXPECT_THROW(from_dlpack(&p.versioned), InvalidArgument) << what;
+    EXPECT_EQ(p.deletes, 0) << what;
+  };
+  expect_rejected(
+      [](Producer& p) {
+        p.shape = {0, 3};
+        p.strides = {-3, 1};
+      },
+      "empty, negative stride");
+  expect_rejected(
+      [](Producer& p) {
+        p.shape = {0, 3};
+        p.versioned.dl_tensor.byte_offset = 1ULL << 63;
+      },
+      "empty, byte offset past 64-bit addressing");
+  expect_rejected(
+      [](Producer& p) {
+        p.shape = {2, 1};
+        p.strides = {INT64_MAX, 1};
+      },
+      "extent of INT64_MAX elements");
+  expect_rejected([](Producer& p) { p.versioned.dl_tensor.device = {kDLCUDA, -1}; }, "negative CUDA device id");
+}
+
+// Whether a shape is empty does not depend on where its zero is, and printing an empty array does not walk its
+// dimensions (both found by the fuzzer).
+TEST(DLPack, EmptyShapeWithHugeDimensionsIsEmpty) {
+  Producer p;
+  p.shape = {1LL << 62, 4, 0};
+  p.strides = {4, 1, 1};
+  p.versioned.dl_tensor.ndim = 3;
+  p.versioned.dl_tensor.shape = p.shape.data();
+  p.versioned.dl_tensor.strides = p.strides.data();
+  {
+    Array a = from_dlpack(&p.versioned);
+    EXPECT_EQ(a.numel(), 0);
+    EXPECT_EQ(a.to_string(), "[]");  // printed at once, not row by empty row
+  }
+  EXPECT_EQ(p.deletes, 1);
+  // Without strides: the row-major ones of such a shape pass 64 bits (they saturate; nothing is addressed).
+  p.shape = {0, 1LL << 40, 1LL << 40};
+  p.versioned.dl_tensor.strides = nullptr;
+  {
+    Array a = from_dlpack(&p.versioned);
+    EXPECT_EQ(a.strides(), (Strides{INT64_MAX, 1LL << 40, 1}));
+    EXPECT_EQ(a.clone().numel(), 0);
+  }
+  EXPECT_EQ(p.deletes, 2);
+}
+
 TEST(DLPack, EmptyTensorMayHaveNullData) {
   Producer p;
   p.shape = {0, 3};

@@ -33,7 +33,7 @@ TEST(Mesh, ParseShapes) {
   MeshShape b = parse_mesh_shape("2x1x3");
   EXPECT_EQ(b.shape, (std::vector<std::int64_t>{2, 1, 3}));
   EXPECT_EQ(b.names, (std::vector<std::string>{"x", "y", "z"}));
-  for (const char* bad : {"", "x=", "=2", "x=two", "2x", "x=2,,y=3", "x=-1"})
+  for (const char* bad : {"", "x=", "=2", "x=two", "2x", "x=2,,y=3", "x=-1", "x=0", "2x0", "x=2,x=3"})
     EXPECT_THROW(parse_mesh_shape(bad), InvalidArgument) << bad;
 }
 
@@ -58,6 +58,9 @@ TEST(Mesh, CoordinatesAndErrors) {
   EXPECT_THROW(Mesh::abstract({2, 2}, {"x", "x"}), InvalidArgument);
   EXPECT_THROW(Mesh::abstract({0}, {"x"}), InvalidArgument);
   EXPECT_THROW(Mesh::abstract({2}, {"x", "y"}), InvalidArgument);
+  // More positions than int ranks can number, with and without 64-bit overflow (found by tests/fuzz/spec_fuzzer).
+  EXPECT_THROW(Mesh::abstract({65536, 65536}, {"x", "y"}), InvalidArgument);
+  EXPECT_THROW(Mesh::abstract({1LL << 62, 4}, {"x", "y"}), InvalidArgument);
 }
 
 TEST(Mesh, SizeMustEqualTheWorld) {
@@ -125,6 +128,20 @@ TEST(NamedSharding, UnevenIsAnExplicitOptIn) {
   EXPECT_EQ(s.local_shape({5}, 3), (Shape{0}));
   EXPECT_EQ(s.local_shape({0}, 0), (Shape{0}));
   EXPECT_THROW(NamedSharding(m, P("x")).validate({10}), InvalidArgument);
+}
+
+// Found by tests/fuzz/spec_fuzzer: sizes near INT64_MAX overflowed the ceiling division, negative sizes passed
+// validate() when divisible, and a rank outside the mesh got a block when no dimension was sharded.
+TEST(NamedSharding, ExtremeShapesAndRanks) {
+  const Mesh m = Mesh::abstract({3}, {"x"});
+  const NamedSharding s(m, P("x"), /*uneven=*/true);
+  EXPECT_EQ(s.shard_shape({INT64_MAX}), (Shape{INT64_MAX / 3 + 1}));
+  EXPECT_EQ(s.index({INT64_MAX}, 2)[0], (IndexRange{2 * (INT64_MAX / 3 + 1), INT64_MAX}));
+  EXPECT_THROW(NamedSharding(Mesh::abstract({2}, {"x"}), P("x")).validate({-4}), InvalidArgument);
+  EXPECT_THROW(s.shard_shape({-1}), InvalidArgument);
+  const NamedSharding rep(Mesh::abstract({2, 2}, {"x", "y"}), P());
+  EXPECT_THROW(rep.index({3, 5}, 4), InvalidArgument);
+  EXPECT_THROW(rep.index({}, -1), InvalidArgument);
 }
 
 TEST(NamedSharding, BadSpecs) {

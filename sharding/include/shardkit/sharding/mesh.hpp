@@ -29,8 +29,8 @@ struct MeshState;
 /// use (a collective over the mesh) and cached per axis subset.
 class Mesh {
  public:
-  /// @throws InvalidArgument when names repeat or are empty, sizes are not positive, or the product of the shape
-  ///         differs from the communicator's size.
+  /// @throws InvalidArgument when names repeat or are empty, sizes are not positive, the product of the shape
+  ///         exceeds INT_MAX (ranks are ints), or it differs from the communicator's size.
   Mesh(std::vector<std::int64_t> shape, std::vector<std::string> axis_names,
        std::shared_ptr<Communicator> comm = nullptr /* the world */);
 

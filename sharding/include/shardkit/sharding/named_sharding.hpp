@@ -34,7 +34,8 @@ class NamedSharding {
   bool uneven() const noexcept { return uneven_; }
 
   /// Checks a global shape against the spec. @throws InvalidArgument when the spec is longer than the array's
-  /// rank, or (unless uneven) a dimension does not divide evenly — naming the dimension, its size and the axes.
+  /// rank, a size is negative, or (unless uneven) a dimension does not divide evenly — naming the dimension, its
+  /// size and the axes.
   void validate(const Shape& global) const;
   /// Number of shards along dimension d.
   std::int64_t num_shards(int d) const;
@@ -42,7 +43,8 @@ class NamedSharding {
   std::int64_t shard_index(int d, int rank) const;
   /// The block shape of a shard (the largest one, for uneven shardings).
   Shape shard_shape(const Shape& global) const;
-  /// The block `rank` holds: one range per dimension.
+  /// The block `rank` holds: one range per dimension. @throws InvalidArgument as validate() does, or for a rank
+  /// outside the mesh.
   std::vector<IndexRange> index(const Shape& global, int rank) const;
   /// Shape of the block `rank` holds.
   Shape local_shape(const Shape& global, int rank) const;
