@@ -6,7 +6,6 @@
 #      ranks per GPU (NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1);
 #   3. measures GEMM through shardkit against cuBLAS alone (bench_gemm);
 #   4. exchanges GPU arrays with CuPy, JAX and PyTorch through DLPack (scripts/gpu_dlpack_check.py);
-#   5. runs the NCCL collectives benchmark at one rank.
 #
 # Without network access, bring the packages along in a bundle folder (made on a connected machine by
 # scripts/gpu_bundle.sh) and point SHARDKIT_BUNDLE at it: Debian packages in $SHARDKIT_BUNDLE/debs are unpacked
@@ -115,16 +114,6 @@ fi
 dl_status=$?
 while read -r _ fw result detail; do note "DLPack $fw" "$result" "$detail"; done < <(grep '^dlpack ' "$BUILD.dlpack.log")
 [ "$dl_status" = 0 ] || { grep -q '^dlpack ' "$BUILD.dlpack.log" || note "DLPack exchange" FAIL "log: $BUILD.dlpack.log"; }
-
-# ---- 5. NCCL collectives benchmark ---------------------------------------------------------------------------------------
-if [ -x "$BUILD/examples/benchmarks/collectives/bench_collectives" ]; then
-  if "${MPIRUN[@]}" -np 1 "$BUILD/examples/benchmarks/collectives/bench_collectives" --op allreduce -b 8 -e 256M -f 4 \
-       -d float32 -c 1 --device cuda --json "$BUILD.collectives.json" >"$BUILD.collectives.log" 2>&1; then
-    note "collectives benchmark (1 rank)" ok "see $BUILD.collectives.log"
-  else
-    note "collectives benchmark (1 rank)" FAIL "log: $BUILD.collectives.log"
-  fi
-fi
 
 echo
 echo "==================== gpu_check summary: $GPU_NAME, NCCL ${NCCL_VERSION:-none} ===================="
