@@ -236,11 +236,14 @@ void register_sharding(nb::module_& m) {
     return array_to_py(g, framework_from(framework));
   }, nb::arg("x"), nb::arg("framework") = "numpy");
   m.def("reshard", &reshard, nb::arg("x"), nb::arg("sharding"), nb::call_guard<nb::gil_scoped_release>());
-  m.def("matmul", [](const ShardedArray& a, const ShardedArray& b, const std::string& algorithm, bool overlap) {
+  m.def("matmul", [](const ShardedArray& a, const ShardedArray& b, const std::string& algorithm,
+                     std::optional<bool> overlap) {
     const MatmulOptions o{parse_matmul_algorithm(algorithm), overlap};
     nb::gil_scoped_release release;
     return matmul(a, b, o);
-  }, nb::arg("a"), nb::arg("b"), nb::arg("algorithm") = "auto", nb::arg("overlap") = true);
+  }, nb::arg("a"), nb::arg("b"), nb::arg("algorithm") = "auto", nb::arg("overlap").none() = nb::none());
+  m.def("matmul_overlap_default", [](bool gpu) { return matmul_overlap_default(gpu ? Device::cuda() : Device::cpu()); },
+        nb::arg("gpu") = false, "Whether matmul overlaps transfers with GEMMs by default, for host or GPU operands.");
   m.def("choose_matmul_algorithm", [](const ShardedArray& a, const ShardedArray& b) {
     return std::string(matmul_algorithm_name(choose_matmul_algorithm(a, b)));
   });

@@ -4,17 +4,24 @@
 //
 // Overlap: each step's transfer runs while the GEMM of the data already in hand computes. On the host the transfer
 // runs on a helper thread doing the blocking MPI call (the MPI library then progresses it while the GEMM runs; a
-// nonblocking call would only progress inside later MPI calls). On a GPU, NCCL's stream runs it.
+// nonblocking call would only progress inside later MPI calls). On a GPU, NCCL's stream runs it. By default the host
+// overlaps only when a core is free for the transfers (matmul_overlap_default): measured on 2 ranks of a 2-core machine
+// (bench_matmul --profile, n=4096), forced overlap cost 5-10% on the rings.
 
 #include "shardkit/sharding/matmul.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <future>
 #include <numeric>
 #include <optional>
+#include <thread>
 
 #include "shardkit/core/error.hpp"
 #include "shardkit/core/gemm.hpp"
 #include "shardkit/core/kernels.hpp"
+#include "shardkit/launch/runtime.hpp"
 
 namespace shardkit {
 
@@ -37,6 +44,22 @@ MatmulAlgorithm parse_matmul_algorithm(std::string_view name) {
   if (name == "summa") return MatmulAlgorithm::kSumma;
   throw InvalidArgument(detail::concat("unknown matmul algorithm '", name,
                                        "' (auto, local, allgather, reduce_scatter, summa)"));
+}
+
+bool host_overlap_pays(int cores, int ranks_sharing, int blas_threads) noexcept {
+  return cores >= static_cast<long>(std::max(ranks_sharing, 1)) * (std::max(blas_threads, 1) + 1);
+}
+
+bool matmul_overlap_default(Device device) {
+  if (device.kind == DeviceKind::kCUDA) return true;
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int mine = machine;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) mine = std::max(1, CPU_COUNT(&set));
+  const Runtime* rt = Runtime::current();
+  const int sharing = mine < machine ? 1 : (rt ? rt->local_size() : 1);
+  return host_overlap_pays(mine, sharing, blas_num_threads());
 }
 
 namespace {
@@ -203,15 +226,34 @@ ShardedArray summa_product(const ShardedArray& a, const ShardedArray& b, bool ov
   const bool device = on_gpu(al.local());
   const std::int64_t mloc = m / px, nloc = n / py;
   Array c = Array::empty({mloc, nloc}, a.dtype(), a.device());
-  // Two panel buffers of each operand: one in use by the GEMM, the other being filled.
-  Array apan[2] = {Array::empty({mloc, kp}, a.dtype(), a.device()), Array::empty({mloc, kp}, a.dtype(), a.device())};
-  Array bpan[2] = {Array::empty({kp, nloc}, a.dtype(), a.device()), Array::empty({kp, nloc}, a.dtype(), a.device())};
+  // Panel t of A is columns of its owner's block, panel t of B rows of its owner's. The GEMM reads a panel in place
+  // where this rank holds it (its owner, or every rank when the axis it travels along has one rank: no broadcast);
+  // other ranks receive it into one of two buffers per operand (one read by the GEMM, the other being filled),
+  // allocated only when needed. The owner broadcasts straight from its block when the panel is contiguous there.
+  Array apan[2], bpan[2];  // receive (or staging) buffers
+  Array ause[2], buse[2];  // what the GEMM of the panel in a slot reads
+  auto share = [&](const Array& mine, bool owner, int root, const Shape& shape, Array& buffer, Array& use,
+                   Communicator& comm, std::int64_t ranks) -> Token {
+    if (ranks == 1) {
+      use = mine;
+      return {};
+    }
+    if (owner && mine.is_contiguous()) {
+      use = mine;  // a broadcast only reads its root's buffer (which may be read-only)
+      return comm.bcast_inplace(use, root);
+    }
+    if (buffer.shape() != shape) buffer = Array::empty(shape, a.dtype(), a.device());
+    if (owner) buffer.copy_from(mine);
+    use = owner ? mine : buffer;
+    return comm.bcast_inplace(buffer, root);
+  };
   auto fetch = [&](std::int64_t t, int slot) {
     const std::int64_t a_owner = t / a_per, b_owner = t / b_per;
-    if (my_y == a_owner) apan[slot].copy_from(al.local().slice(1, (t % a_per) * kp, (t % a_per + 1) * kp));
-    if (my_x == b_owner) bpan[slot].copy_from(bl.local().slice(0, (t % b_per) * kp, (t % b_per + 1) * kp));
-    Token ta = row_comm->bcast_inplace(apan[slot], static_cast<int>(a_owner));
-    Token tb = col_comm->bcast_inplace(bpan[slot], static_cast<int>(b_owner));
+    const bool a_own = my_y == a_owner, b_own = my_x == b_owner;
+    const Array a_mine = a_own ? al.local().slice(1, (t % a_per) * kp, (t % a_per + 1) * kp) : Array();
+    const Array b_mine = b_own ? bl.local().slice(0, (t % b_per) * kp, (t % b_per + 1) * kp) : Array();
+    Token ta = share(a_mine, a_own, static_cast<int>(a_owner), {mloc, kp}, apan[slot], ause[slot], *row_comm, py);
+    Token tb = share(b_mine, b_own, static_cast<int>(b_owner), {kp, nloc}, bpan[slot], buse[slot], *col_comm, px);
     return Token::join(ta, tb);
   };
   Transfer first([&] { return fetch(0, 0); }, device, false);
@@ -220,7 +262,7 @@ ShardedArray summa_product(const ShardedArray& a, const ShardedArray& b, bool ov
     const int cur = static_cast<int>(t % 2);
     std::optional<Transfer> pre;
     if (t + 1 < panels) pre.emplace([&, t] { return fetch(t + 1, 1 - cur); }, device, overlap);
-    gemm(apan[cur], bpan[cur], c, 1.0, t == 0 ? 0.0 : 1.0);
+    gemm(ause[cur], buse[cur], c, 1.0, t == 0 ? 0.0 : 1.0);
     if (pre) {
       settle(c);
       pre->wait();
@@ -257,6 +299,9 @@ ShardedArray matmul(const ShardedArray& a, const ShardedArray& b, MatmulOptions 
   SHARDKIT_CHECK(a.device() == b.device(), "matmul: operands on different devices: ", a.device(), ", ", b.device());
   const MatmulAlgorithm alg =
       options.algorithm == MatmulAlgorithm::kAuto ? choose_matmul_algorithm(a, b) : options.algorithm;
+  const bool overlap = alg == MatmulAlgorithm::kLocal || options.overlap.has_value()
+                           ? options.overlap.value_or(false)
+                           : matmul_overlap_default(a.device());
   const Mesh& mesh = a.mesh();
   switch (alg) {
     case MatmulAlgorithm::kLocal: {
@@ -277,13 +322,13 @@ ShardedArray matmul(const ShardedArray& a, const ShardedArray& b, MatmulOptions 
       if (rows.empty()) rows = all_axes(mesh);
       for (const auto& e : {a, b})
         require(!e.sharding().uneven() || e.sharding().fully_replicated(), alg, "uneven operands are not supported");
-      return alg == MatmulAlgorithm::kAllGather ? allgather_product(a, b, rows, options.overlap)
-                                                : reduce_scatter_product(a, b, rows, options.overlap);
+      return alg == MatmulAlgorithm::kAllGather ? allgather_product(a, b, rows, overlap)
+                                                : reduce_scatter_product(a, b, rows, overlap);
     }
     case MatmulAlgorithm::kSumma:
       for (const auto& e : {a, b})
         require(!e.sharding().uneven() || e.sharding().fully_replicated(), alg, "uneven operands are not supported");
-      return summa_product(a, b, options.overlap);
+      return summa_product(a, b, overlap);
     case MatmulAlgorithm::kAuto: break;
   }
   throw Error(ErrorCode::kInternal, "matmul: no algorithm chosen");

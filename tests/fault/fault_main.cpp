@@ -39,6 +39,10 @@ int main(int argc, char** argv) {
     } catch (const TimeoutError& e) {
       std::printf("rank %d: %s\n", comm->rank(), e.what());
       std::fflush(stdout);
+      // Each waiting rank's own timer must fire, and the test checks every one of them. The first rank to return
+      // ends the whole job, so without a grace period a rank descheduled on an oversubscribed machine could be
+      // killed before its timer fires (the test would then see fewer reports, not a library fault).
+      std::this_thread::sleep_for(std::chrono::milliseconds(2000));
       return 3;  // the Runtime's destructor ends the job (MPI_Abort)
     }
   }

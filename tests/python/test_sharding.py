@@ -229,5 +229,11 @@ def test_matmul_every_algorithm(sk, size, line, grid):
         np.testing.assert_array_equal(sk.process_allgather(c), want)
         # Read-only imports are never written, whatever the algorithm (a second product gives the same).
         np.testing.assert_array_equal(sk.process_allgather(sk.matmul(xa, xb, algorithm=algorithm)), want)
+        for overlap in (True, False, None):
+            np.testing.assert_array_equal(sk.process_allgather(sk.matmul(xa, xb, overlap=overlap)), want)
+    assert sk._core.matmul_overlap_default(gpu=True) is True
+    assert isinstance(sk._core.matmul_overlap_default(), bool)
+    with pytest.raises(TypeError):
+        sk.matmul(xa, xb, overlap="yes")
     with pytest.raises(ValueError, match="unknown matmul algorithm"):
         sk.matmul(xa, xb, algorithm="strassen")

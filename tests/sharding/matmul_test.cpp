@@ -2,9 +2,12 @@
 // float64, against a one-rank BLAS reference; uneven shards where the algorithm takes them, a clear error where not.
 
 #include <numeric>
+#include <optional>
+#include <thread>
 #include <tuple>
 
 #include "shardkit/core/gemm.hpp"
+#include "shardkit/launch/runtime.hpp"
 #include "sharding_test_util.hpp"
 
 namespace shardkit::testing {
@@ -56,10 +59,11 @@ TEST(Matmul, EveryAlgorithmMatchesTheReference) {
   for (const Mesh& mesh : test_meshes()) {
     for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
       for (const Case& c : cases(mesh)) {
-        for (bool overlap : {true, false}) {
+        for (std::optional<bool> overlap : {std::optional<bool>(true), std::optional<bool>(false),
+                                            std::optional<bool>()}) {
           SCOPED_TRACE(mesh.to_string() + " " + matmul_algorithm_name(c.alg) + " " + std::string(dtype_name(dtype)) +
                        " M=" + std::to_string(c.m) + " K=" + std::to_string(c.k) + " N=" + std::to_string(c.n) +
-                       (overlap ? " overlap" : " no-overlap"));
+                       (!overlap ? " overlap by default" : *overlap ? " overlap" : " no-overlap"));
           const Array a = ints({c.m, c.k}, 1, dtype), b = ints({c.k, c.n}, 2, dtype);
           // Operands start replicated: the algorithm reshards them to its layout.
           ShardedArray sa = distribute(a, NamedSharding(mesh, P()));
@@ -98,6 +102,25 @@ TEST(Matmul, InputsAreNeverWrittenAndRepeatsAgree) {
       EXPECT_TRUE(equal(xa.local(), a_block));
       EXPECT_TRUE(equal(xb.local(), b_block));
     }
+  }
+}
+
+TEST(Matmul, OverlapByDefaultOnlyWhereACoreIsFree) {
+  // Every rank needs a core beyond its BLAS threads for its transfers.
+  EXPECT_FALSE(host_overlap_pays(1, 1, 1));
+  EXPECT_TRUE(host_overlap_pays(2, 1, 1));
+  EXPECT_FALSE(host_overlap_pays(2, 2, 1));  // 2 ranks on 2 cores: the transfers would compete with the GEMMs
+  EXPECT_TRUE(host_overlap_pays(4, 2, 1));
+  EXPECT_FALSE(host_overlap_pays(8, 2, 4));  // 2 x (4 + 1) = 10 > 8
+  EXPECT_TRUE(host_overlap_pays(64, 8, 4));
+  EXPECT_FALSE(host_overlap_pays(63, 8, 7));
+  EXPECT_TRUE(host_overlap_pays(2, 0, 0));  // nonsense counts read as one rank, one thread
+  EXPECT_TRUE(matmul_overlap_default(Device::cuda()));  // NCCL's stream overlaps without taking a core
+  // The host decision is the same on every rank of one machine with the same settings, and it is that formula.
+  const bool host = matmul_overlap_default(Device::cpu());
+  EXPECT_EQ(host, matmul_overlap_default(Device::cpu()));
+  if (Runtime::current()->local_size() > static_cast<int>(std::thread::hardware_concurrency())) {
+    EXPECT_FALSE(host) << "more ranks than cores on this machine, yet matmul would overlap";
   }
 }
 
@@ -141,6 +164,48 @@ TEST(Matmul, LocalTakesUnevenRowsOthersRefuseClearly) {
         ADD_FAILURE() << "no error";
       } catch (const InvalidArgument& e) {
         EXPECT_NE(std::string(e.what()).find("must divide by"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+// SUMMA on every 2-d factorisation of the world (p x 1, 1 x p and the square ones), with contiguous, read-only and
+// strided operand blocks: panels are read in place, broadcast from the owner's block or (strided) from a copy of it,
+// and the operands are never written.
+TEST(Matmul, SummaOnEveryGridReadsOperandsWithoutWriting) {
+  auto world = Communicator::world();
+  const std::int64_t p = world->size();
+  enum class Block { kContiguous, kReadOnly, kStrided };
+  for (std::int64_t px = 1; px <= p; ++px) {
+    if (p % px != 0) continue;
+    const std::int64_t py = p / px, l = std::lcm(px, py);
+    Mesh mesh({px, py}, {"r", "c"}, world);
+    for (Block kind : {Block::kContiguous, Block::kReadOnly, Block::kStrided}) {
+      for (bool overlap : {true, false}) {
+        SCOPED_TRACE(mesh.to_string() + " block kind " + std::to_string(static_cast<int>(kind)) +
+                     (overlap ? " overlap" : ""));
+        const Array a = ints({2 * px, 3 * l}, 7, DType::kFloat64), b = ints({3 * l, 5 * py}, 8, DType::kFloat64);
+        auto block_of = [&](const Array& g) {
+          const Array mine = distribute(g, NamedSharding(mesh, P("r", "c"))).local().contiguous();
+          if (kind == Block::kReadOnly)
+            return Array::borrow(mine.data(), mine.shape(), mine.dtype(), mine.device(), mine.storage(), {}, true);
+          if (kind == Block::kContiguous) return mine;
+          // The block as a view into wider rows: every panel of it is strided.
+          Array wide = Array::zeros({mine.dim(0), mine.dim(1) + 3}, mine.dtype());
+          Array view = wide.slice(1, 1, 1 + mine.dim(1));
+          view.copy_from(mine);
+          return view;
+        };
+        const Array ab = block_of(a), bb = block_of(b);
+        EXPECT_EQ(ab.is_contiguous() && bb.is_contiguous(), kind != Block::kStrided || ab.numel() == 0);
+        const Array a_before = ab.clone(), b_before = bb.clone();
+        ShardedArray xa = from_local(ab, a.shape(), NamedSharding(mesh, P("r", "c")));
+        ShardedArray xb = from_local(bb, b.shape(), NamedSharding(mesh, P("r", "c")));
+        ShardedArray c = matmul(xa, xb, MatmulOptions{MatmulAlgorithm::kSumma, overlap});
+        EXPECT_EQ(c.spec(), P("r", "c"));
+        EXPECT_TRUE(equal(process_allgather(c), reference(a, b)));
+        EXPECT_TRUE(equal(ab, a_before));
+        EXPECT_TRUE(equal(bb, b_before));
       }
     }
   }

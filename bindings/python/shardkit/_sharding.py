@@ -132,11 +132,13 @@ def visualize_sharding(x, sharding: NamedSharding | None = None, *, print_on_ran
     return text
 
 
-def matmul(a: ShardedArray, b: ShardedArray, *, algorithm: str = "auto", overlap: bool = True) -> ShardedArray:
+def matmul(a: ShardedArray, b: ShardedArray, *, algorithm: str = "auto", overlap: bool | None = None) -> ShardedArray:
     """C = A @ B on 2-d sharded operands (collective). ``algorithm``: "auto" (chosen from the shardings), "local"
     (A rows-sharded x B replicated: no communication), "allgather" / "reduce_scatter" (collective matmul: a ring of
     transfers overlapped with the local GEMMs), or "summa" (2-d mesh). Operands held in another layout are resharded
-    to the algorithm's. Local products run on BLAS (host) or cuBLAS (GPU)."""
+    to the algorithm's. Local products run on BLAS (host) or cuBLAS (GPU). ``overlap``: True / False force the
+    transfers to overlap the GEMMs or not; None (default) overlaps on GPUs, and on the host only when each rank has a
+    core to spare for its transfers (see ``_core.matmul_overlap_default``)."""
     return ShardedArray(_core.matmul(_unwrap(a), _unwrap(b), algorithm, overlap), _framework(a))
 
 

@@ -13,7 +13,9 @@
 // measurement is: barrier, time the call, maximum over ranks. The table gives min and median over the repeats,
 // GFLOP/s, parallel efficiency (GFLOP/s / (ranks x one-rank GFLOP/s)) and the speed relative to the best pdgemm.
 //
-// --profile adds, for each algorithm, the same algorithm without overlap and its parts run alone (the local GEMMs, the
+// The shardkit rows run matmul as a user would, overlap left to its default (matmul_overlap_default: on the host, only
+// where each rank has a core to spare; the table's header says what it chose). --profile adds, for each collective
+// algorithm, the same algorithm with overlap forced on and forced off and its parts run alone (the local GEMMs, the
 // transfers, the element-wise adds or panel copies, the page faults of its fresh buffers), and for p?gemm the time
 // inside its local GEMM calls, to show where the time goes.
 //
@@ -43,6 +45,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -215,8 +218,8 @@ constexpr const char* kUsage =
     "  --no-pdgemm      skip ScaLAPACK\n"
     "  --check          compare every result with the one-rank product (max |C - R| / max |R|); exit 1 above the\n"
     "                   tolerance (64 eps sqrt(K))\n"
-    "  --profile        also time the collective algorithms without overlap, and their local GEMMs, transfers and\n"
-    "                   adds/copies alone\n"
+    "  --profile        also time the collective algorithms with overlap forced on and off, and their local GEMMs,\n"
+    "                   transfers and adds/copies alone\n"
     "  --json PATH      also write the results as JSON to PATH ('-': stdout; the table then goes to stderr)\n"
     "  -h, --help       this text\n";
 
@@ -465,7 +468,7 @@ const char* kind_name(Kind k) {
 struct Method {
   Kind kind = Kind::kShardkit;
   std::string name;               // "blas", "local", "allgather", ..., "pdgemm"; profile: the algorithm's name
-  std::string part;               // profile only: "no_overlap", "gemm", "comm", "adds", "copies"
+  std::string part;  // profile only: "overlap_on", "no_overlap", "gemm", "comm", "adds", "copies", "fresh"
   std::string mesh;               // "2", "2x1" (blas: "1")
   int nb = 0;                     // pdgemm's block size
   int kb = 0;                     // pdgemm's PBLAS panel width (PILAENV)
@@ -626,11 +629,14 @@ std::shared_ptr<const Inputs> natural_inputs(const Bench& b, const Dims& d, Matm
   return in;
 }
 
-Method shardkit_method(const Bench& b, const Dims& d, MatmulAlgorithm alg, bool overlap, InputCache& cache) {
+// overlap unset: matmul's default (the benchmark's own row); set: forced on ("overlap_on") or off ("no_overlap"), for
+// the profile.
+Method shardkit_method(const Bench& b, const Dims& d, MatmulAlgorithm alg, std::optional<bool> overlap,
+                       InputCache& cache) {
   Method m;
-  m.kind = overlap ? Kind::kShardkit : Kind::kProfile;
+  m.kind = overlap ? Kind::kProfile : Kind::kShardkit;
   m.name = shardkit::matmul_algorithm_name(alg);
-  if (!overlap) m.part = "no_overlap";
+  if (overlap) m.part = *overlap ? "overlap_on" : "no_overlap";
   const Mesh& mesh = mesh_for(b, alg);
   m.mesh = shape_label(mesh.shape());
   if (alg == MatmulAlgorithm::kSumma && mesh.ndim() != 2) {
@@ -656,8 +662,8 @@ Method shardkit_method(const Bench& b, const Dims& d, MatmulAlgorithm alg, bool 
 
 // The steps matmul.cpp takes for each algorithm, each kind run on its own with the same shapes and communicators:
 // its local GEMMs, its transfers, and its element-wise work (reduce_scatter's adds, SUMMA's panel copies). Their sum
-// against the no-overlap time shows the remaining cost (allocations, thread start); the overlapped time against the
-// no-overlap one shows how much of the transfers overlap hides.
+// against the no-overlap time shows the remaining cost (allocations, thread start); the forced-overlap time against
+// the no-overlap one shows how much of the transfers overlap hides (or what it costs).
 // The "fresh" part: allocating the buffers one call of the algorithm allocates (its result and work buffers, each
 // written at least once) and touching every page, as the call does. Large host allocations come straight from the
 // kernel, so this is the page-fault cost the call pays on every invocation.
@@ -762,8 +768,10 @@ std::vector<Method> profile_methods(const Bench& b, const Dims& d, MatmulAlgorit
     return out;
   }
 
-  // SUMMA on (x, y): lcm(px, py) panels; for each, the owners copy their slice into the panel buffers, A's panel is
-  // broadcast along y and B's along x, then one GEMM.
+  // SUMMA on (x, y): lcm(px, py) panels; for each, A's panel is broadcast along y from its owner column and B's along
+  // x from its owner row (no broadcast along an axis of one rank), then one GEMM. Owners broadcast straight from their
+  // block where the panel is contiguous there and copy it into a buffer first where not (A's panels when a block
+  // holds more than one); the other ranks receive into buffers, two per operand used in turn.
   const std::string& x = mesh.axis_names()[0];
   const std::string& y = mesh.axis_names()[1];
   const std::int64_t px = mesh.shape()[0], py = mesh.shape()[1], panels = std::lcm(px, py);
@@ -772,6 +780,8 @@ std::vector<Method> profile_methods(const Bench& b, const Dims& d, MatmulAlgorit
   auto col_comm = mesh.axis_comm(x);
   const std::int64_t my_x = mesh.axis_index(x), my_y = mesh.axis_index(y);
   const std::int64_t kp = d.k / panels, a_per = panels / py, b_per = panels / px, mloc = d.m / px, nloc = d.n / py;
+  auto a_panel = [a, a_per, kp](std::int64_t s) { return a.slice(1, (s % a_per) * kp, (s % a_per + 1) * kp); };
+  auto b_panel = [bl, b_per, kp](std::int64_t s) { return bl.slice(0, (s % b_per) * kp, (s % b_per + 1) * kp); };
   auto pan = std::make_shared<std::array<Array, 3>>(std::array<Array, 3>{
       Array::empty({mloc, kp}, dt, dev), Array::empty({kp, nloc}, dt, dev), Array::empty({mloc, nloc}, dt, dev)});
   Method g = part("gemm");
@@ -779,28 +789,39 @@ std::vector<Method> profile_methods(const Bench& b, const Dims& d, MatmulAlgorit
     for (std::int64_t t = 0; t < panels; ++t) shardkit::gemm((*pan)[0], (*pan)[1], (*pan)[2], 1.0, t == 0 ? 0.0 : 1.0);
   };
   Method t = part("comm");
-  t.run = [pan, panels, a_per, b_per, row_comm, col_comm] {
+  t.run = [pan, panels, a_per, b_per, px, py, row_comm, col_comm] {
     for (std::int64_t s = 0; s < panels; ++s) {
-      const shardkit::Token ta = row_comm->bcast_inplace((*pan)[0], static_cast<int>(s / a_per));
-      const shardkit::Token tb = col_comm->bcast_inplace((*pan)[1], static_cast<int>(s / b_per));
+      shardkit::Token ta, tb;
+      if (py > 1) ta = row_comm->bcast_inplace((*pan)[0], static_cast<int>(s / a_per));
+      if (px > 1) tb = col_comm->bcast_inplace((*pan)[1], static_cast<int>(s / b_per));
       shardkit::Token::join(ta, tb).wait();
     }
   };
+  // Which panels this rank copies (owner of a strided panel on an axis of more than one rank) and which need a
+  // buffer (those, and every panel received).
+  auto a_copies = [=](std::int64_t s) { return py > 1 && my_y == s / a_per && !a_panel(s).is_contiguous(); };
+  auto b_copies = [=](std::int64_t s) { return px > 1 && my_x == s / b_per && !b_panel(s).is_contiguous(); };
   Method cp = part("copies");
-  cp.run = [pan, panels, a_per, b_per, kp, my_x, my_y, a, bl] {
+  cp.run = [pan, panels, a_copies, b_copies, a_panel, b_panel] {
     for (std::int64_t s = 0; s < panels; ++s) {
-      if (my_y == s / a_per) (*pan)[0].copy_from(a.slice(1, (s % a_per) * kp, (s % a_per + 1) * kp));
-      if (my_x == s / b_per) (*pan)[1].copy_from(bl.slice(0, (s % b_per) * kp, (s % b_per + 1) * kp));
+      if (a_copies(s)) (*pan)[0].copy_from(a_panel(s));
+      if (b_copies(s)) (*pan)[1].copy_from(b_panel(s));
     }
   };
   out.push_back(std::move(g));
   out.push_back(std::move(t));
   out.push_back(std::move(cp));
-  // C and the two panel buffers of each operand (both used from two panels on).
+  // C and the panel buffers the call allocates: one per operand and slot (panels alternate slots) that some panel
+  // of that slot needs.
   std::vector<shardkit::Shape> fresh = {{mloc, nloc}};
-  for (std::int64_t s = 0; s < std::min<std::int64_t>(panels, 2); ++s) {
-    fresh.push_back({mloc, kp});
-    fresh.push_back({kp, nloc});
+  for (int slot = 0; slot < 2; ++slot) {
+    bool a_buf = false, b_buf = false;
+    for (std::int64_t s = slot; s < panels; s += 2) {
+      a_buf = a_buf || (py > 1 && (my_y != s / a_per || a_copies(s)));
+      b_buf = b_buf || (px > 1 && (my_x != s / b_per || b_copies(s)));
+    }
+    if (a_buf) fresh.push_back({mloc, kp});
+    if (b_buf) fresh.push_back({kp, nloc});
   }
   out.push_back(fresh_memory_part(part("fresh"), std::move(fresh), dt, dev));
   return out;
@@ -1171,26 +1192,28 @@ const Method* find(const SizeResult& r, const std::string& name, const std::stri
   return nullptr;
 }
 
-// Per collective algorithm: the overlapped time, the same steps without overlap, and the parts alone (medians).
-void print_profile(std::FILE* f, const SizeResult& r, int ranks) {
+// Per algorithm: matmul as called (overlap by default), with overlap forced on and off, and the parts alone (medians).
+void print_profile(std::FILE* f, const SizeResult& r, int ranks, bool overlap_default) {
   const Dims& d = r.dims;
   bool header = false;
   for (MatmulAlgorithm alg : kAllAlgorithms) {
     const std::string name = shardkit::matmul_algorithm_name(alg);
-    const Method* on = find(r, name, "");
+    const Method* as_called = find(r, name, "");
     const Method* gemm = find(r, name, "gemm");
-    if (!on || !gemm) continue;
+    if (!as_called || !gemm) continue;
     if (!header) {
       std::fprintf(f,
-                   "# profile %s (medians, ms): overlap = the algorithm; no-overlap = each transfer completed before "
-                   "its GEMM; gemm/comm/elementwise = those steps alone (warm buffers); fresh = allocating and first "
-                   "touching the call's own buffers (page faults); rest = no-overlap (local: overlap) - parts; hidden "
-                   "= (no-overlap - overlap) / comm; gemm eff = one-rank time / (ranks x gemm)\n",
-                   d.label().c_str());
-      std::fprintf(f, "# %-10s %-15s %9s %11s %9s %9s %12s %9s %9s %8s %9s\n", "size", "algorithm", "overlap",
-                   "no-overlap", "gemm", "comm", "elementwise", "fresh", "rest", "hidden", "gemm eff");
+                   "# profile %s (medians, ms): default = matmul as called (overlap %s by default here); overlap / "
+                   "no-overlap = forced on / off (off: each transfer completed before its GEMM); gemm/comm/elementwise "
+                   "= those steps alone (warm buffers); fresh = allocating and first touching the call's own buffers "
+                   "(page faults); rest = no-overlap (local: default) - parts; hidden = (no-overlap - overlap) / comm "
+                   "(negative: overlap costs); gemm eff = one-rank time / (ranks x gemm)\n",
+                   d.label().c_str(), overlap_default ? "on" : "off");
+      std::fprintf(f, "# %-10s %-15s %9s %9s %11s %9s %9s %12s %9s %9s %8s %9s\n", "size", "algorithm", "default",
+                   "overlap", "no-overlap", "gemm", "comm", "elementwise", "fresh", "rest", "hidden", "gemm eff");
       header = true;
     }
+    const Method* on = find(r, name, "overlap_on");
     const Method* off = find(r, name, "no_overlap");
     const Method* comm = find(r, name, "comm");
     const Method* elem = find(r, name, "adds");
@@ -1203,13 +1226,14 @@ void print_profile(std::FILE* f, const SizeResult& r, int ranks) {
     double parts = gemm->t_median();
     for (const Method* x : {comm, elem, fresh})
       if (x) parts += x->t_median();
-    rest = 1e3 * ((off ? off : on)->t_median() - parts);
-    if (off && comm && comm->t_median() > 0) hidden = (off->t_median() - on->t_median()) / comm->t_median();
+    rest = 1e3 * ((off ? off : as_called)->t_median() - parts);
+    if (on && off && comm && comm->t_median() > 0) hidden = (off->t_median() - on->t_median()) / comm->t_median();
     if (r.blas) geff = r.blas->t_median() / (ranks * gemm->t_median());
-    std::fprintf(f, "  %-10s %-15s %9s %11s %9s %9s %12s %9s %9s %8s %9s\n", d.label().c_str(), name.c_str(),
-                 fmt(ms(on), "%.2f").c_str(), fmt(ms(off), "%.2f").c_str(), fmt(ms(gemm), "%.2f").c_str(),
-                 fmt(ms(comm), "%.2f").c_str(), fmt(ms(elem), "%.2f").c_str(), fmt(ms(fresh), "%.2f").c_str(),
-                 fmt(rest, "%.2f").c_str(), fmt(hidden, "%.2f").c_str(), fmt(geff).c_str());
+    std::fprintf(f, "  %-10s %-15s %9s %9s %11s %9s %9s %12s %9s %9s %8s %9s\n", d.label().c_str(), name.c_str(),
+                 fmt(ms(as_called), "%.2f").c_str(), fmt(ms(on), "%.2f").c_str(), fmt(ms(off), "%.2f").c_str(),
+                 fmt(ms(gemm), "%.2f").c_str(), fmt(ms(comm), "%.2f").c_str(), fmt(ms(elem), "%.2f").c_str(),
+                 fmt(ms(fresh), "%.2f").c_str(), fmt(rest, "%.2f").c_str(), fmt(hidden, "%.2f").c_str(),
+                 fmt(geff).c_str());
   }
 }
 
@@ -1270,7 +1294,7 @@ std::string json_method(const SizeResult& r, const Method& m, int ranks) {
   j += ",\"seconds\":[";
   for (std::size_t i = 0; i < m.seconds.size(); ++i) j += concat(i ? "," : "", json_number(m.seconds[i]));
   j += concat("],\"ms_min\":", json_number(1e3 * m.t_min()), ",\"ms_median\":", json_number(1e3 * m.t_median()));
-  if (m.kind != Kind::kProfile || m.part == "no_overlap")
+  if (m.kind != Kind::kProfile || m.part == "no_overlap" || m.part == "overlap_on")
     j += concat(",\"gflops_min\":", json_number(gflops(d, m.t_min())),
                 ",\"gflops_median\":", json_number(gflops(d, m.t_median())),
                 ",\"efficiency_median\":", json_number(efficiency(r, m, false, ranks)),
@@ -1306,7 +1330,8 @@ void write_json(const Bench& b, const std::vector<SizeResult>& results, const st
       ",\"line_mesh\":", json_string(shape_label(b.line_mesh.shape())),
       ",\"summa_mesh\":", json_string(shape_label(b.summa_mesh.shape())), ",\"grids\":[", grids, "],\"nb\":[", nbs,
       "],\"pblas_kb\":[", kbs, "],\"check\":", o.check ? "true" : "false",
-      ",\"profile\":", o.profile ? "true" : "false");
+      ",\"profile\":", o.profile ? "true" : "false",
+      ",\"overlap_default\":", shardkit::matmul_overlap_default(b.rt.device()) ? "true" : "false");
   j += ",\"summary\":[";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const SizeResult& r = results[i];
@@ -1403,6 +1428,10 @@ int run(const shardkit::Runtime& rt, const Options& opt) {
                  "# %d warm-up and %d timed runs per method, alternating; time = slowest rank after a barrier; "
                  "eff = GFLOP/s / (%d x one-rank GFLOP/s); x best pdgemm = its median time / this one%s\n",
                  opt.warmup, opt.repeats, p, opt.check ? "; results checked" : "");
+    std::fprintf(table, "# matmul overlaps transfers with GEMMs by default here: %s (%d cores on this host, %d ranks on "
+                 "this host, %d BLAS threads each)\n", shardkit::matmul_overlap_default(rt.device()) ? "yes" : "no",
+                 static_cast<int>(std::thread::hardware_concurrency()), rt.local_size(),
+                 shardkit::blas_num_threads());
     std::fflush(table);
   }
 
@@ -1424,7 +1453,7 @@ int run(const shardkit::Runtime& rt, const Options& opt) {
     std::vector<Method>& ms = r.methods;
     InputCache cache;
     if (opt.baseline) ms.push_back(baseline_method(b, d));
-    for (MatmulAlgorithm alg : opt.algorithms) ms.push_back(shardkit_method(b, d, alg, true, cache));
+    for (MatmulAlgorithm alg : opt.algorithms) ms.push_back(shardkit_method(b, d, alg, std::nullopt, cache));
 #if SHARDKIT_HAVE_SCALAPACK
     for (const auto& g : blacs)
       for (int nb : opt.nbs)
@@ -1432,7 +1461,8 @@ int run(const shardkit::Runtime& rt, const Options& opt) {
 #endif
     if (opt.profile)
       for (MatmulAlgorithm alg : opt.algorithms) {
-        if (alg != MatmulAlgorithm::kLocal) ms.push_back(shardkit_method(b, d, alg, false, cache));
+        if (alg != MatmulAlgorithm::kLocal)
+          for (bool overlap : {true, false}) ms.push_back(shardkit_method(b, d, alg, overlap, cache));
         for (Method& m : profile_methods(b, d, alg, cache)) ms.push_back(std::move(m));
       }
 
@@ -1471,7 +1501,7 @@ int run(const shardkit::Runtime& rt, const Options& opt) {
     if (root) {
       print_size(table, r, p);
       if (opt.profile) {
-        print_profile(table, r, p);
+        print_profile(table, r, p, shardkit::matmul_overlap_default(rt.device()));
         print_pgemm_split(table, r, p);
       }
       std::fflush(table);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -31,10 +32,20 @@ MatmulAlgorithm parse_matmul_algorithm(std::string_view name);
 /// Options of matmul.
 struct MatmulOptions {
   MatmulAlgorithm algorithm = MatmulAlgorithm::kAuto;
-  /// Overlap each step's communication with the previous step's GEMM (the collective algorithms). Off: the
-  /// same steps, each transfer completed before its GEMM (to measure what overlap buys).
-  bool overlap = true;
+  /// Overlap each step's communication with the previous step's GEMM (the collective algorithms). false: the
+  /// same steps, each transfer completed before its GEMM. Unset: matmul_overlap_default(device of the operands).
+  std::optional<bool> overlap;
 };
+
+/// Whether matmul overlaps by default on `device`. On a GPU, yes: NCCL's stream moves the data while the GEMM runs.
+/// On the host a helper thread runs each transfer, and the MPI library progresses it (copying, polling) on a core:
+/// that pays only when a core is free for it, and where every core already runs BLAS it competes with the GEMMs and
+/// costs more than it hides. So: host_overlap_pays(cores this process may use, ranks of this machine sharing them,
+/// BLAS threads per rank); the cores are the process's affinity mask when it is bound to fewer than the machine has
+/// (each rank then owns its mask), else the machine's, shared by the ranks on it (Runtime::local_size).
+bool matmul_overlap_default(Device device);
+/// cores >= ranks_sharing * (blas_threads + 1): every rank has a core beyond its BLAS threads for its transfers.
+bool host_overlap_pays(int cores, int ranks_sharing, int blas_threads) noexcept;
 
 /// The algorithm matmul(a, b) picks for these shardings: local when one operand is cut by rows (or columns) and
 /// the other replicated, all-gather when both are cut by rows over the same axes, reduce-scatter when A is cut by
