@@ -169,6 +169,33 @@ TEST(Matmul, LocalTakesUnevenRowsOthersRefuseClearly) {
   }
 }
 
+TEST(Matmul, EmptyDimensionsGiveTheRightShape) {
+  // M, K or N of zero on every algorithm: an empty result, or (K = 0) a result of zeros, never garbage.
+  for (const Mesh& mesh : test_meshes()) {
+    const std::int64_t p = mesh.size();
+    std::vector<Case> cs;
+    for (MatmulAlgorithm alg : {MatmulAlgorithm::kLocal, MatmulAlgorithm::kAllGather, MatmulAlgorithm::kReduceScatter,
+                                MatmulAlgorithm::kSumma}) {
+      if (alg == MatmulAlgorithm::kSumma && mesh.ndim() != 2) continue;
+      const std::int64_t q = alg == MatmulAlgorithm::kSumma ? std::lcm(mesh.shape()[0], mesh.shape()[1]) * p : p;
+      cs.push_back({alg, 0, 2 * q, 3 * q});
+      cs.push_back({alg, 2 * q, 0, 3 * q});
+      cs.push_back({alg, 2 * q, 3 * q, 0});
+      cs.push_back({alg, 0, 0, 0});
+    }
+    for (const Case& c : cs) {
+      SCOPED_TRACE(mesh.to_string() + " " + matmul_algorithm_name(c.alg) + " M=" + std::to_string(c.m) +
+                   " K=" + std::to_string(c.k) + " N=" + std::to_string(c.n));
+      const Array a = ints({c.m, c.k}, 3, DType::kFloat64), b = ints({c.k, c.n}, 4, DType::kFloat64);
+      ShardedArray sc = matmul(distribute(a, NamedSharding(mesh, P())), distribute(b, NamedSharding(mesh, P())),
+                               MatmulOptions{c.alg});
+      EXPECT_EQ(sc.shape(), (Shape{c.m, c.n}));
+      const Array got = process_allgather(sc);
+      EXPECT_TRUE(equal(got, Array::zeros({c.m, c.n}, DType::kFloat64)));
+    }
+  }
+}
+
 // SUMMA on every 2-d factorisation of the world (p x 1, 1 x p and the square ones), with contiguous, read-only and
 // strided operand blocks: panels are read in place, broadcast from the owner's block or (strided) from a copy of it,
 // and the operands are never written.
