@@ -57,6 +57,22 @@ CommPtr wrap_mpi4py(std::uintptr_t handle) {
   return comm;
 }
 
+// mpi4py's communicator type and its handle accessor, looked up once mpi4py.MPI is loaded: importing the module and
+// reading the type's __module__ on every call cost about 2 us, more than a small collective.
+struct Mpi4pyComm {
+  nb::object type;      // mpi4py.MPI.Comm (Intracomm, Cartcomm, ... derive from it)
+  nb::object handleof;  // mpi4py.MPI._handleof
+};
+
+const Mpi4pyComm* mpi4py_comm() {
+  static Mpi4pyComm* api = nullptr;  // interpreter lifetime (never decref'd after finalisation)
+  if (!api && PyDict_GetItemString(PyImport_GetModuleDict(), "mpi4py.MPI")) {
+    nb::module_ MPI = nb::module_::import_("mpi4py.MPI");
+    api = new Mpi4pyComm{MPI.attr("Comm"), MPI.attr("_handleof")};
+  }
+  return api;
+}
+
 CommPtr world() {
   if (!g_world) {
     nb::gil_scoped_release release;
@@ -109,10 +125,10 @@ nb::tuple status_tuple(const RecvStatus& s) { return nb::make_tuple(s.source, s.
 CommPtr comm_from(nb::handle h) {
   if (h.is_none()) return world();
   if (nb::isinstance<Communicator>(h)) return nb::cast<CommPtr>(h);
-  nb::object mod = nb::getattr(h.type(), "__module__", nb::none());
-  if (nb::isinstance<nb::str>(mod) && nb::cast<std::string>(mod) == "mpi4py.MPI") {
-    nb::object handle = nb::module_::import_("mpi4py.MPI").attr("_handleof")(h);
-    return wrap_mpi4py(nb::cast<std::uintptr_t>(handle));
+  if (const Mpi4pyComm* api = mpi4py_comm()) {  // an mpi4py object implies mpi4py.MPI is loaded
+    const int is_comm = PyObject_IsInstance(h.ptr(), api->type.ptr());
+    if (is_comm < 0) throw nb::python_error();
+    if (is_comm) return wrap_mpi4py(nb::cast<std::uintptr_t>(api->handleof(h)));
   }
   throw InvalidArgument(std::string("comm must be None, a shardkit Communicator or an mpi4py communicator, got ") +
                         nb::type_name(h.type()).c_str());

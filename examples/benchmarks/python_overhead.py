@@ -2,6 +2,7 @@
 
 Measures, for each size, the time per call of
   - mpi4py      comm.Allreduce(x, out, op=MPI.SUM)          (buffer interface, output preallocated)
+  - mpi4py+new  comm.Allreduce(x, np.empty_like(x), ...)     (a new output each call, as the mpi4jax API returns)
   - shardkit    shardkit.mpi.allreduce(x, op=MPI.SUM)        (mpi4jax API: a new output each call)
   - psum        shardkit.psum(x, "x") inside one shard_map body
 in the same process, alternating them over repeats so machine noise hits all alike, and prints the min and median
@@ -48,10 +49,20 @@ def main():
         x = np.arange(n, dtype=np.float64)
         out = np.empty_like(x)
         held = sk.distribute(np.tile(x, size), sk.NamedSharding(mesh, P("x")))
-        samples = {"mpi4py": [], "shardkit.mpi": [], "psum": []}
+        # The three compute the same sum (checked once per size: a fast wrong answer is no result).
+        comm.Allreduce(x, out, op=MPI.SUM)
+        mine, _ = sk.mpi.allreduce(x, op=MPI.SUM)
+        psummed = sk.shard_map(lambda b: sk.psum(b, "x"), mesh=mesh, in_specs=P("x"), out_specs=P())(held)
+        if not (np.array_equal(mine, out) and np.array_equal(sk.process_allgather(psummed), out)
+                and np.array_equal(out, size * x)):
+            raise SystemExit(f"python_overhead: results differ at {n} elements")
+        samples = {"mpi4py": [], "mpi4py+new": [], "shardkit.mpi": [], "psum": []}
 
         def run_mpi4py():
             return timed(lambda: comm.Allreduce(x, out, op=MPI.SUM), args.iters)
+
+        def run_mpi4py_new():
+            return timed(lambda: comm.Allreduce(x, np.empty_like(x), op=MPI.SUM), args.iters)
 
         def run_shardkit():
             return timed(lambda: sk.mpi.allreduce(x, op=MPI.SUM), args.iters)
@@ -67,10 +78,11 @@ def main():
             sk.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_rep=False)(held)
             return measured[0]
 
-        for fn in (run_mpi4py, run_shardkit, run_psum):  # warm-up
+        for fn in (run_mpi4py, run_mpi4py_new, run_shardkit, run_psum):  # warm-up
             fn()
         for _ in range(args.repeats):
             samples["mpi4py"].append(run_mpi4py())
+            samples["mpi4py+new"].append(run_mpi4py_new())
             samples["shardkit.mpi"].append(run_shardkit())
             samples["psum"].append(run_psum())
         row = {"elements": n, "bytes": 8 * n, "ranks": size}
@@ -81,17 +93,20 @@ def main():
         row["psum_vs_mpi4py_median"] = row["psum_us_median"] / row["mpi4py_us_median"]
         row["shardkit_vs_mpi4py_min"] = row["shardkit.mpi_us_min"] / row["mpi4py_us_min"]
         row["psum_vs_mpi4py_min"] = row["psum_us_min"] / row["mpi4py_us_min"]
+        row["shardkit_vs_mpi4py_new_median"] = row["shardkit.mpi_us_median"] / row["mpi4py+new_us_median"]
         results.append(row)
 
     if comm.Get_rank() == 0:
         print(f"# per-call time in microseconds, {size} ranks, {args.iters} calls x {args.repeats} repeats "
               f"(min / median over repeats)")
-        print(f"{'elements':>9} {'mpi4py':>17} {'shardkit.mpi':>17} {'psum':>17} {'sk/mpi4py':>10} {'psum/mpi4py':>12}")
+        print(f"{'elements':>9} {'mpi4py':>17} {'mpi4py+new':>17} {'shardkit.mpi':>17} {'psum':>17} "
+              f"{'sk/mpi4py':>10} {'psum/mpi4py':>12} {'sk/mpi4py+new':>14}")
         for r in results:
             def cell(k):
                 return f"{r[k + '_us_min']:7.2f} / {r[k + '_us_median']:7.2f}"
-            print(f"{r['elements']:>9} {cell('mpi4py'):>17} {cell('shardkit.mpi'):>17} {cell('psum'):>17} "
-                  f"{r['shardkit_vs_mpi4py_median']:>10.2f} {r['psum_vs_mpi4py_median']:>12.2f}")
+            print(f"{r['elements']:>9} {cell('mpi4py'):>17} {cell('mpi4py+new'):>17} {cell('shardkit.mpi'):>17} "
+                  f"{cell('psum'):>17} {r['shardkit_vs_mpi4py_median']:>10.2f} {r['psum_vs_mpi4py_median']:>12.2f} "
+                  f"{r['shardkit_vs_mpi4py_new_median']:>14.2f}")
         if args.json:
             text = json.dumps({"benchmark": "python_overhead", "results": results}, indent=2)
             if args.json == "-":

@@ -181,6 +181,16 @@ def test_comm_accepts_mpi4py_communicators(sk, mpi, rank, size):
     halves.Free()
     with pytest.raises(ValueError):
         mpi.allreduce(np.ones(1), op=MPI.SUM, comm="world")
+    # Other mpi4py objects are not communicators (a group's handle must never be taken for one).
+    group = MPI.COMM_WORLD.Get_group()
+    with pytest.raises(sk.InvalidArgument, match="comm must be None, a shardkit Communicator or an mpi4py communicator"):
+        mpi.allreduce(np.ones(1), op=MPI.SUM, comm=group)
+    group.Free()
+    # Subclasses of Comm are communicators.
+    cart = MPI.COMM_WORLD.Create_cart([size])
+    r, _ = mpi.allreduce(np.array([2]), op=MPI.SUM, comm=cart)
+    assert r[0] == 2 * size
+    cart.Free()
 
 
 def test_mpi4py_traffic_and_ours_coexist(mpi, rank, size):

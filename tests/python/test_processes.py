@@ -1,6 +1,7 @@
 """Tests that start their own processes: import without mpirun, mpi4py import order and MPI ownership, a
 mismatched MPI, the examples at 1, 2 and 4 ranks, and a timed-out collective ending the job."""
 
+import json
 import os
 import re
 import sys
@@ -85,6 +86,17 @@ def test_distributed_matmul_example(np_, flag):
     assert "Input matrix A:" in r.stdout and "Input matrix B:" in r.stdout
     assert f"Expected shape: ({8 * np_}, 6)" in r.stdout
     assert r.stdout.strip().endswith("Allclose: True"), r.stdout
+
+
+def test_overhead_benchmark_runs_and_checks_its_results():
+    r = mpirun(2, [sys.executable, os.path.join(REPO, "examples/benchmarks/python_overhead.py"), "--sizes", "0,3,8",
+                   "--iters", "20", "--repeats", "2", "--json", "-"], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(r.stdout[r.stdout.index("{"):])["results"]
+    assert [row["elements"] for row in rows] == [0, 3, 8]
+    for row in rows:
+        for k in ("mpi4py", "mpi4py+new", "shardkit.mpi", "psum"):
+            assert row[f"{k}_us_min"] > 0 and row[f"{k}_us_median"] >= row[f"{k}_us_min"]
 
 
 def test_a_skipped_collective_times_out_and_ends_the_job():
