@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bench_json.hpp"
 #include "shardkit/collectives/communicator.hpp"
 #include "shardkit/core/array.hpp"
 #include "shardkit/core/error.hpp"
@@ -39,6 +40,8 @@
 namespace {
 
 using shardkit::Array;
+using shardkit::examples::json_number;
+using shardkit::examples::json_string;
 using shardkit::DType;
 using shardkit::ReduceOp;
 
@@ -594,31 +597,6 @@ void print_summary(std::FILE* f, Collective c, const std::vector<Row>& rows) {
   std::fprintf(f, "# %-14s %s; smallest size %s: extra %+.2f us (median; min %+.2f us)\n", collective_name(c), large,
                human_bytes(smallest->layout.bytes).c_str(), smallest->extra_us(),
                smallest->shardkit.min_us - smallest->mpi.min_us);
-}
-
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
-// A JSON number (JSON has no inf / nan: those become null).
-std::string json_number(double v) {
-  if (!(v == v) || v > 1e300 || v < -1e300) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
 }
 
 void write_json(const Options& o, const shardkit::Runtime& rt, const shardkit::CommOptions& copts,

@@ -50,6 +50,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_json.hpp"
 #include "matmul_inputs.hpp"
 #include "shardkit/core/array.hpp"
 #include "shardkit/core/error.hpp"
@@ -159,6 +160,8 @@ extern "C" void sgemm_(const char* ta, const char* tb, const int* m, const int* 
 namespace {
 
 using shardkit::Array;
+using shardkit::examples::json_number;
+using shardkit::examples::json_string;
 using shardkit::DType;
 using shardkit::MatmulAlgorithm;
 using shardkit::Mesh;
@@ -1257,31 +1260,6 @@ void print_pgemm_split(std::FILE* f, const SizeResult& r, int ranks) {
                  m.name.c_str(), m.mesh.c_str(), m.nb, m.kb, 1e3 * total, 1e3 * in_gemm, 1e3 * (total - in_gemm),
                  *m.inner_calls, r.dims.flops() / ranks / in_gemm / 1e9);
   }
-}
-
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
-// A JSON number (JSON has no inf / nan: those become null).
-std::string json_number(std::optional<double> v) {
-  if (!v || !std::isfinite(*v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", *v);
-  return buf;
 }
 
 std::string json_method(const SizeResult& r, const Method& m, int ranks) {
