@@ -6,7 +6,7 @@
 // runs on a helper thread doing the blocking MPI call (the MPI library then progresses it while the GEMM runs; a
 // nonblocking call would only progress inside later MPI calls). On a GPU, NCCL's stream runs it. By default the host
 // overlaps only when a core is free for the transfers (matmul_overlap_default): measured on 2 ranks of a 2-core machine
-// (bench_matmul --profile, n=4096), forced overlap cost up to 23% on the rings (reduce_scatter) and never paid.
+// (bench_matmul --profile, n=4096), forced overlap cost up to 23% on reduce_scatter and was within noise elsewhere.
 
 #include "shardkit/sharding/matmul.hpp"
 
