@@ -12,13 +12,11 @@
 #include <vector>
 
 #include "py_array.hpp"
+#include "py_comm.hpp"
 #include "shardkit/collectives/communicator.hpp"
 #include "shardkit/launch/runtime.hpp"
 
 namespace shardkit::py {
-
-namespace nb = nanobind;
-using CommPtr = std::shared_ptr<Communicator>;
 
 namespace {
 
@@ -55,22 +53,6 @@ CommPtr wrap_mpi4py(std::uintptr_t handle) {
   std::lock_guard<std::mutex> lock(g_wrapped_mu);
   g_wrapped.push_back(c);
   return comm;
-}
-
-// mpi4py's communicator type and its handle accessor, looked up once mpi4py.MPI is loaded: importing the module and
-// reading the type's __module__ on every call cost about 2 us, more than a small collective.
-struct Mpi4pyComm {
-  nb::object type;      // mpi4py.MPI.Comm (Intracomm, Cartcomm, ... derive from it)
-  nb::object handleof;  // mpi4py.MPI._handleof
-};
-
-const Mpi4pyComm* mpi4py_comm() {
-  static Mpi4pyComm* api = nullptr;  // interpreter lifetime (never decref'd after finalisation)
-  if (!api && PyDict_GetItemString(PyImport_GetModuleDict(), "mpi4py.MPI")) {
-    nb::module_ MPI = nb::module_::import_("mpi4py.MPI");
-    api = new Mpi4pyComm{MPI.attr("Comm"), MPI.attr("_handleof")};
-  }
-  return api;
 }
 
 CommPtr world() {
@@ -122,11 +104,35 @@ nb::tuple status_tuple(const RecvStatus& s) { return nb::make_tuple(s.source, s.
 }  // namespace
 
 // A communicator from what Python passes as `comm`: None (the world clone), ours, or an mpi4py communicator.
+const Mpi4py* mpi4py_api() {
+  static Mpi4py* api = nullptr;  // interpreter lifetime (never decref'd after finalisation)
+  if (!api && PyDict_GetItemString(PyImport_GetModuleDict(), "mpi4py.MPI")) {
+    nb::module_ MPI = nb::module_::import_("mpi4py.MPI");
+    auto* a = new Mpi4py();
+    a->comm_type = MPI.attr("Comm");
+    a->handleof = MPI.attr("_handleof");
+    const std::pair<const char*, ReduceOp> ops[] = {
+        {"SUM", ReduceOp::kSum},         {"PROD", ReduceOp::kProd},       {"MIN", ReduceOp::kMin},
+        {"MAX", ReduceOp::kMax},         {"LAND", ReduceOp::kLogicalAnd}, {"LOR", ReduceOp::kLogicalOr},
+        {"LXOR", ReduceOp::kLogicalXor}, {"BAND", ReduceOp::kBitAnd},     {"BOR", ReduceOp::kBitOr},
+        {"BXOR", ReduceOp::kBitXor}};
+    for (const auto& [name, op] : ops) {
+      nb::object o = MPI.attr(name);
+      a->ops[o.ptr()] = op;
+      a->keep.push_back(o);
+    }
+    a->any_source = nb::cast<int>(MPI.attr("ANY_SOURCE"));
+    a->any_tag = nb::cast<int>(MPI.attr("ANY_TAG"));
+    api = a;
+  }
+  return api;
+}
+
 CommPtr comm_from(nb::handle h) {
   if (h.is_none()) return world();
   if (nb::isinstance<Communicator>(h)) return nb::cast<CommPtr>(h);
-  if (const Mpi4pyComm* api = mpi4py_comm()) {  // an mpi4py object implies mpi4py.MPI is loaded
-    const int is_comm = PyObject_IsInstance(h.ptr(), api->type.ptr());
+  if (const Mpi4py* api = mpi4py_api()) {  // an mpi4py object implies mpi4py.MPI is loaded
+    const int is_comm = PyObject_IsInstance(h.ptr(), api->comm_type.ptr());
     if (is_comm < 0) throw nb::python_error();
     if (is_comm) return wrap_mpi4py(nb::cast<std::uintptr_t>(api->handleof(h)));
   }

@@ -10,49 +10,13 @@
 #include <unordered_map>
 
 #include "py_array.hpp"
+#include "py_comm.hpp"
 #include "shardkit/collectives/communicator.hpp"
 
 namespace shardkit::py {
-
-namespace nb = nanobind;
-using CommPtr = std::shared_ptr<Communicator>;
-
-CommPtr comm_from(nb::handle h);                // bind_collectives.cpp
-nb::object token_object(const Token& t);       // bind_collectives.cpp
-Array numpy_empty(const Shape& shape, DType dtype, nb::object* out);  // py_array.cpp
-
 namespace {
 
 // ---- arguments ---------------------------------------------------------------------------------------------------------
-
-struct Mpi4pyConstants {
-  bool loaded = false;
-  std::unordered_map<PyObject*, ReduceOp> ops;  // mpi4py's Op objects are singletons: looked up by identity
-  int any_source = kAnySource;
-  int any_tag = kAnyTag;
-  std::vector<nb::object> keep;  // references to the Op objects, so their addresses stay theirs
-};
-
-Mpi4pyConstants& mpi4py() {
-  static auto* c = new Mpi4pyConstants();  // interpreter lifetime
-  if (!c->loaded && PyDict_GetItemString(PyImport_GetModuleDict(), "mpi4py.MPI")) {
-    nb::module_ MPI = nb::module_::import_("mpi4py.MPI");
-    const std::pair<const char*, ReduceOp> names[] = {
-        {"SUM", ReduceOp::kSum},        {"PROD", ReduceOp::kProd},   {"MIN", ReduceOp::kMin},
-        {"MAX", ReduceOp::kMax},        {"LAND", ReduceOp::kLogicalAnd}, {"LOR", ReduceOp::kLogicalOr},
-        {"LXOR", ReduceOp::kLogicalXor}, {"BAND", ReduceOp::kBitAnd}, {"BOR", ReduceOp::kBitOr},
-        {"BXOR", ReduceOp::kBitXor}};
-    for (const auto& [name, op] : names) {
-      nb::object o = MPI.attr(name);
-      c->ops[o.ptr()] = op;
-      c->keep.push_back(o);
-    }
-    c->any_source = nb::cast<int>(MPI.attr("ANY_SOURCE"));
-    c->any_tag = nb::cast<int>(MPI.attr("ANY_TAG"));
-    c->loaded = true;
-  }
-  return *c;
-}
 
 ReduceOp reduce_op_of(nb::handle op) {
   if (PyLong_Check(op.ptr())) {  // ReduceOp members are ints too
@@ -60,8 +24,8 @@ ReduceOp reduce_op_of(nb::handle op) {
     SHARDKIT_CHECK(v >= 0 && v <= static_cast<long>(ReduceOp::kBitXor), "unknown reduction ", v);
     return static_cast<ReduceOp>(v);
   }
-  auto& c = mpi4py();
-  if (auto it = c.ops.find(op.ptr()); it != c.ops.end()) return it->second;
+  if (const Mpi4py* api = mpi4py_api())
+    if (auto it = api->ops.find(op.ptr()); it != api->ops.end()) return it->second;
   if (nb::isinstance<nb::str>(op)) {
     static const std::unordered_map<std::string, ReduceOp> by_name = {
         {"sum", ReduceOp::kSum},        {"prod", ReduceOp::kProd},     {"min", ReduceOp::kMin},
@@ -81,13 +45,14 @@ ReduceOp reduce_op_of(nb::handle op) {
                         nb::type_name(op.type()).c_str());
 }
 
+// mpi4py's ANY_SOURCE / ANY_TAG (-1 in Open MPI and MPICH alike, but taken from mpi4py) as shardkit's.
 int source_of(int s) {
-  if (s == kAnySource) return kAnySource;
-  return s == mpi4py().any_source ? kAnySource : s;
+  const Mpi4py* api = mpi4py_api();
+  return api && s == api->any_source ? kAnySource : s;
 }
 int tag_of(int t) {
-  if (t == kAnyTag) return kAnyTag;
-  return t == mpi4py().any_tag ? kAnyTag : t;
+  const Mpi4py* api = mpi4py_api();
+  return api && t == api->any_tag ? kAnyTag : t;
 }
 
 Token tok(nb::handle t) { return t.is_none() ? Token() : nb::cast<Token>(t); }
@@ -108,26 +73,11 @@ void fill_status(nb::handle status, const RecvStatus& st, DType dtype) {
 
 // ---- calls -----------------------------------------------------------------------------------------------------------
 
-// A host NumPy input gets a NumPy result filled in place (`fill` runs a buffer form on it) when `shape` is given;
-// otherwise, and for other frameworks, `value` runs a value form and the result goes back through DLPack.
-template <typename ShapeFn, typename Fill, typename Value>
-nb::tuple call(nb::handle x, ShapeFn&& result_shape, Fill&& fill, Value&& value) {
+// The value form on any framework's array; the result goes back to that framework through DLPack.
+template <typename Value>
+nb::tuple value_call(nb::handle x, Value&& value) {
   Framework fw;
   Array a = array_from_py(x, &fw);
-  std::optional<Shape> shape;
-  if (fw == Framework::kNumpy && a.device() == Device::cpu() && a.dtype() != DType::kBFloat16)
-    shape = result_shape(a);
-  if (shape) {
-    nb::object result;
-    Array out = numpy_empty(*shape, a.dtype(), &result);
-    Token t;
-    {
-      nb::gil_scoped_release release;
-      t = fill(a, out);
-    }
-    t.wait();  // NumPy reads the memory right away
-    return nb::make_tuple(result, token_object(t));
-  }
   std::optional<Result> r;
   {
     nb::gil_scoped_release release;
@@ -136,15 +86,31 @@ nb::tuple call(nb::handle x, ShapeFn&& result_shape, Fill&& fill, Value&& value)
   return nb::make_tuple(array_to_py(std::move(r->value), fw), token_object(r->token));
 }
 
+// A host NumPy input gets a NumPy result of the shape `result_shape` gives, filled in place by `fill` (a buffer form);
+// anything else goes to `value`.
+template <typename ShapeFn, typename Fill, typename Value>
+nb::tuple call(const Communicator& c, nb::handle x, ShapeFn&& result_shape, Fill&& fill, Value&& value) {
+  const bool owned = !completes_in_call(c);
+  std::optional<Array> a = numpy_input(x, owned);
+  if (!a) return value_call(x, std::forward<Value>(value));
+  nb::object result;
+  Array out = numpy_empty(result_shape(*a), a->dtype(), &result, owned);
+  Token t;
+  {
+    nb::gil_scoped_release release;
+    t = fill(*a, out);
+    t.wait();  // NumPy reads the memory right away
+  }
+  return nb::make_tuple(result, token_object(t));
+}
+
 Shape stacked(int n, const Shape& s) {
   Shape out{n};
   out.insert(out.end(), s.begin(), s.end());
   return out;
 }
 
-// Result shapes for the NumPy fast path: the input's own, stacked, or none (the value form decides).
-std::optional<Shape> same_shape(const Array& a) { return a.shape(); }
-std::optional<Shape> no_fast_path(const Array&) { return std::nullopt; }
+Shape same_shape(const Array& a) { return a.shape(); }
 
 }  // namespace
 
@@ -156,7 +122,7 @@ void register_mpi(nb::module_& m) {
     CommPtr c = comm_from(comm);
     const ReduceOp o = reduce_op_of(op);
     const Token t = tok(token);
-    return call(x, same_shape, [&](const Array& a, Array& out) { return c->allreduce(a, out, o, t); },
+    return call(*c, x, same_shape, [&](const Array& a, Array& out) { return c->allreduce(a, out, o, t); },
                 [&](const Array& a) { return c->allreduce(a, o, t); });
   }, nb::arg("x"), nb::arg("op"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
      "allreduce(x, op, *, comm=None, token=None) -> (result, token)\n\n"
@@ -166,7 +132,7 @@ void register_mpi(nb::module_& m) {
   m.def("mpi_allgather", [](nb::handle x, nb::handle comm, nb::handle token) {
     CommPtr c = comm_from(comm);
     const Token t = tok(token);
-    return call(x, [&](const Array& a) { return std::optional<Shape>(stacked(c->size(), a.shape())); },
+    return call(*c, x, [&](const Array& a) { return stacked(c->size(), a.shape()); },
                 [&](const Array& a, Array& out) { return c->allgather(a, out, t); },
                 [&](const Array& a) { return c->allgather(a, t); });
   }, nb::arg("x"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
@@ -176,8 +142,7 @@ void register_mpi(nb::module_& m) {
   m.def("mpi_alltoall", [](nb::handle x, nb::handle comm, nb::handle token) {
     CommPtr c = comm_from(comm);
     const Token t = tok(token);
-    return call(x, no_fast_path, [&](const Array&, Array&) { return Token(); },
-                [&](const Array& a) { return c->alltoall(a, t); });
+    return value_call(x, [&](const Array& a) { return c->alltoall(a, t); });
   }, nb::arg("x"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
      "alltoall(x, *, comm=None, token=None) -> (result, token)\n\n"
      "Block i of x (first axis, of size nproc) goes to rank i; block j of the result came from rank j.");
@@ -197,8 +162,7 @@ void register_mpi(nb::module_& m) {
   m.def("mpi_bcast", [](nb::handle x, int root, nb::handle comm, nb::handle token) {
     CommPtr c = comm_from(comm);
     const Token t = tok(token);
-    return call(x, no_fast_path, [&](const Array&, Array&) { return Token(); },
-                [&](const Array& a) { return c->bcast(a, root, t); });
+    return value_call(x, [&](const Array& a) { return c->bcast(a, root, t); });
   }, nb::arg("x"), nb::arg("root"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
      "bcast(x, root, *, comm=None, token=None) -> (result, token)\n\n"
      "Root's x on every rank, as a new array (x gives shape and dtype elsewhere and is never written).");
@@ -206,8 +170,7 @@ void register_mpi(nb::module_& m) {
   m.def("mpi_gather", [](nb::handle x, int root, nb::handle comm, nb::handle token) {
     CommPtr c = comm_from(comm);
     const Token t = tok(token);
-    return call(x, no_fast_path, [&](const Array&, Array&) { return Token(); },
-                [&](const Array& a) { return c->gather(a, root, t); });
+    return value_call(x, [&](const Array& a) { return c->gather(a, root, t); });
   }, nb::arg("x"), nb::arg("root"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
      "gather(x, root, *, comm=None, token=None) -> (result, token)\n\n"
      "On root, every rank's x stacked: shape (nproc, *x.shape); elsewhere x, unchanged.");
@@ -216,8 +179,7 @@ void register_mpi(nb::module_& m) {
     CommPtr c = comm_from(comm);
     const ReduceOp o = reduce_op_of(op);
     const Token t = tok(token);
-    return call(x, no_fast_path, [&](const Array&, Array&) { return Token(); },
-                [&](const Array& a) { return c->reduce(a, o, root, t); });
+    return value_call(x, [&](const Array& a) { return c->reduce(a, o, root, t); });
   }, nb::arg("x"), nb::arg("op"), nb::arg("root"), nb::kw_only(), nb::arg("comm") = nb::none(),
      nb::arg("token") = nb::none(),
      "reduce(x, op, root, *, comm=None, token=None) -> (result, token)\n\n"
@@ -227,7 +189,7 @@ void register_mpi(nb::module_& m) {
     CommPtr c = comm_from(comm);
     const ReduceOp o = reduce_op_of(op);
     const Token t = tok(token);
-    return call(x, same_shape, [&](const Array& a, Array& out) { return c->scan(a, out, o, t); },
+    return call(*c, x, same_shape, [&](const Array& a, Array& out) { return c->scan(a, out, o, t); },
                 [&](const Array& a) { return c->scan(a, o, t); });
   }, nb::arg("x"), nb::arg("op"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
      "scan(x, op, *, comm=None, token=None) -> (result, token)\n\nInclusive prefix: rank r gets op over ranks 0..r.");
@@ -235,8 +197,7 @@ void register_mpi(nb::module_& m) {
   m.def("mpi_scatter", [](nb::handle x, int root, nb::handle comm, nb::handle token) {
     CommPtr c = comm_from(comm);
     const Token t = tok(token);
-    return call(x, no_fast_path, [&](const Array&, Array&) { return Token(); },
-                [&](const Array& a) { return c->scatter(a, root, t); });
+    return value_call(x, [&](const Array& a) { return c->scatter(a, root, t); });
   }, nb::arg("x"), nb::arg("root"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
      "scatter(x, root, *, comm=None, token=None) -> (result, token)\n\n"
      "Block r of root's x (shape (nproc, *s)) to rank r; elsewhere x gives the shape s (and is not read).");
@@ -260,7 +221,7 @@ void register_mpi(nb::module_& m) {
     const int s = source_of(source), g = tag_of(tag);
     RecvStatus st;
     DType dt = DType::kFloat32;
-    nb::tuple r = call(x, same_shape,
+    nb::tuple r = call(*c, x, same_shape,
                        [&](const Array& like, Array& out) {
                          dt = like.dtype();
                          return c->recv_into(out, s, g, &st, t);
@@ -284,7 +245,7 @@ void register_mpi(nb::module_& m) {
     Array send = array_from_py(sendbuf);
     RecvStatus st;
     DType dt = DType::kFloat32;
-    nb::tuple r = call(recvbuf, same_shape,
+    nb::tuple r = call(*c, recvbuf, same_shape,
                        [&](const Array& like, Array& out) {
                          dt = like.dtype();
                          return c->sendrecv_into(send, dest, out, s, sendtag, g, &st, t);

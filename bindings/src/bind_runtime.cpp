@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "py_comm.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "shardkit/launch/runtime.hpp"
@@ -16,8 +17,6 @@
 namespace shardkit::py {
 
 namespace nb = nanobind;
-
-void clear_communicator_caches();  // bind_collectives.cpp
 
 namespace {
 std::unique_ptr<Runtime> g_runtime;

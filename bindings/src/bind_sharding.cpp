@@ -9,14 +9,12 @@
 #include <nanobind/stl/vector.h>
 
 #include "py_array.hpp"
+#include "py_comm.hpp"
 #include "shardkit/sharding/sharding.hpp"
 
 namespace shardkit::py {
 
 namespace nb = nanobind;
-
-std::shared_ptr<Communicator> comm_from(nb::handle h);  // bind_collectives.cpp
-Array numpy_empty(const Shape& shape, DType dtype, nb::object* out);  // py_array.cpp
 
 namespace {
 
@@ -82,19 +80,20 @@ ShardContext& current_context() {
 // trip); anything else through the value form.
 nb::object reduce_op(ShardContext& c, nb::handle x, nb::handle axes, ReduceOp op) {
   const Axes a = axes_from(axes);
-  Framework fw;
-  Array in = array_from_py(x, &fw);
   auto comm = c.mesh().axis_comm(a);
-  if (fw == Framework::kNumpy && in.device() == Device::cpu() && in.dtype() != DType::kBFloat16) {
+  const bool owned = !completes_in_call(*comm);
+  if (std::optional<Array> in = numpy_input(x, owned)) {
     nb::object result;
-    Array out = numpy_empty(in.shape(), in.dtype(), &result);
+    Array out = numpy_empty(in->shape(), in->dtype(), &result, owned);
     {
       nb::gil_scoped_release release;
-      c.token() = comm->allreduce(in, out, op, c.token());
+      c.token() = comm->allreduce(*in, out, op, c.token());
       c.token().wait();
     }
     return result;
   }
+  Framework fw;
+  Array in = array_from_py(x, &fw);
   std::optional<Result> r;
   {
     nb::gil_scoped_release release;

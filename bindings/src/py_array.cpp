@@ -117,8 +117,24 @@ int numpy_type_num(DType d) {
   return NPY_COMPLEX128;
 }
 
-// A NumPy array imported directly: its memory, kept alive by a reference released under the GIL.
-std::optional<Array> import_numpy(PyObject* o) {
+// The deleter of an owner holding a Python reference: drops it with the GIL held (the last Array handle may go on a
+// thread that released the GIL).
+void release_with_gil(void* p) {
+  if (!Py_IsInitialized()) return;  // the interpreter is gone: leaking beats calling into a dead runtime
+  PyGILState_STATE s = PyGILState_Ensure();
+  Py_DECREF(static_cast<PyObject*>(p));
+  PyGILState_Release(s);
+}
+
+// An owner for `o` (a new reference), or none when the caller holds `o` for as long as the Array is used.
+std::shared_ptr<void> owner_of(PyObject* o, bool owned) {
+  if (!owned) return nullptr;
+  Py_INCREF(o);
+  return std::shared_ptr<void>(o, release_with_gil);
+}
+
+// A NumPy array imported directly: its memory, kept alive by a reference released under the GIL (or borrowed).
+std::optional<Array> import_numpy(PyObject* o, bool owned) {
   auto* arr = reinterpret_cast<PyArrayObject*>(o);
   const std::optional<DType> dt = numpy_dtype(PyArray_DESCR(arr));
   if (!dt || PyArray_ISBYTESWAPPED(arr)) return std::nullopt;
@@ -126,21 +142,16 @@ std::optional<Array> import_numpy(PyObject* o) {
   const npy_intp* dims = PyArray_DIMS(arr);
   const npy_intp* st = PyArray_STRIDES(arr);
   const auto itemsize = static_cast<npy_intp>(dtype_size(*dt));
-  Shape shape(dims, dims + nd);
-  Strides strides(static_cast<std::size_t>(nd));
-  for (int i = 0; i < nd; ++i) {
-    if (st[i] % itemsize != 0 || st[i] < 0) return std::nullopt;  // unusual layouts take the DLPack path
-    strides[i] = st[i] / itemsize;
+  Strides strides;  // empty: contiguous (computed by Array)
+  if (!PyArray_IS_C_CONTIGUOUS(arr)) {
+    strides.resize(static_cast<std::size_t>(nd));
+    for (int i = 0; i < nd; ++i) {
+      if (st[i] % itemsize != 0 || st[i] < 0) return std::nullopt;  // unusual layouts take the DLPack path
+      strides[i] = st[i] / itemsize;
+    }
   }
-  Py_INCREF(o);
-  std::shared_ptr<void> owner(o, [](void* p) {
-    if (!Py_IsInitialized()) return;
-    PyGILState_STATE s = PyGILState_Ensure();
-    Py_DECREF(static_cast<PyObject*>(p));
-    PyGILState_Release(s);
-  });
-  return Array::borrow(PyArray_DATA(arr), std::move(shape), *dt, Device::cpu(), std::move(owner), std::move(strides),
-                       /*read_only=*/true);
+  return Array::borrow(PyArray_DATA(arr), Shape(dims, dims + nd), *dt, Device::cpu(), owner_of(o, owned),
+                       std::move(strides), /*read_only=*/true);
 }
 
 bool is_scalar(nb::handle obj) {
@@ -195,7 +206,7 @@ Array array_from_py(nb::handle obj, Framework* framework) {
   }
   if (PyArray_CheckExact(obj.ptr())) {
     if (framework) *framework = Framework::kNumpy;
-    if (std::optional<Array> a = import_numpy(obj.ptr())) return *std::move(a);
+    if (std::optional<Array> a = import_numpy(obj.ptr(), true)) return *std::move(a);
   }
   const Framework fw = framework_of(obj);
   if (framework) *framework = fw == Framework::kOther ? Framework::kNumpy : fw;
@@ -320,7 +331,12 @@ nb::object to_capsule(const Array& a, bool versioned, long long stream) {
   }));
 }
 
-Array numpy_empty(const Shape& shape, DType dtype, nb::object* out) {
+std::optional<Array> numpy_input(nb::handle obj, bool owned) {
+  if (!PyArray_CheckExact(obj.ptr())) return std::nullopt;
+  return import_numpy(obj.ptr(), owned);
+}
+
+Array numpy_empty(Shape shape, DType dtype, nb::object* out, bool owned) {
   SHARDKIT_CHECK_LE(static_cast<int>(shape.size()), NPY_MAXDIMS, "NumPy arrays have at most ", NPY_MAXDIMS,
                     " dimensions");
   npy_intp dims[NPY_MAXDIMS];
@@ -328,15 +344,8 @@ Array numpy_empty(const Shape& shape, DType dtype, nb::object* out) {
   PyObject* arr = PyArray_SimpleNew(static_cast<int>(shape.size()), dims, numpy_type_num(dtype));
   if (!arr) throw nb::python_error();
   *out = nb::steal(arr);
-  Py_INCREF(arr);
-  std::shared_ptr<void> owner(arr, [](void* p) {
-    if (!Py_IsInitialized()) return;
-    PyGILState_STATE s = PyGILState_Ensure();
-    Py_DECREF(static_cast<PyObject*>(p));
-    PyGILState_Release(s);
-  });
-  return Array::borrow(PyArray_DATA(reinterpret_cast<PyArrayObject*>(arr)), shape, dtype, Device::cpu(),
-                       std::move(owner));
+  return Array::borrow(PyArray_DATA(reinterpret_cast<PyArrayObject*>(arr)), std::move(shape), dtype, Device::cpu(),
+                       owner_of(arr, owned));
 }
 
 void init_numpy_api() {

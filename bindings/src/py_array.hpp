@@ -6,6 +6,8 @@
 
 #include <nanobind/nanobind.h>
 
+#include <optional>
+
 #include "shardkit/core/array.hpp"
 
 namespace shardkit::py {
@@ -23,6 +25,14 @@ Framework framework_of(nb::handle obj);
 /// without copying where the producer allows. The result is marked read-only: shardkit never writes into inputs.
 /// @throws InvalidArgument for objects that cannot be imported (with the producer's reason).
 Array array_from_py(nb::handle obj, Framework* framework = nullptr);
+
+/// A NumPy ndarray (exactly that type) imported directly, read-only; nothing for other objects and for dtypes or layouts
+/// the DLPack path handles. With `owned` false the Array holds no reference: for a call that holds `obj` itself and
+/// drops every handle to the Array before it returns.
+std::optional<Array> numpy_input(nb::handle obj, bool owned);
+
+/// A new uninitialised C-contiguous NumPy array (stored in `out`) and an Array over its memory (`owned` as above).
+Array numpy_empty(Shape shape, DType dtype, nb::object* out, bool owned = true);
 
 /// Returns `a` as an object of `framework`: a NumPy array made directly (sharing memory), or, for other frameworks,
 /// the converter registered for it applied to our Array object. Waits for the array's ready event.

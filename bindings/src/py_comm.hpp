@@ -1,0 +1,50 @@
+#pragma once
+
+// Communicators between Python and C++: what the binding files share (defined in bind_collectives.cpp).
+
+#include <nanobind/nanobind.h>
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "shardkit/collectives/communicator.hpp"
+
+namespace shardkit::py {
+
+namespace nb = nanobind;
+using CommPtr = std::shared_ptr<Communicator>;
+
+/// The communicator a `comm=` argument names: None (the default, a clone of COMM_WORLD), a shardkit Communicator or
+/// an mpi4py communicator (wrapped once and cached on the MPI communicator).
+/// @throws InvalidArgument for anything else.
+CommPtr comm_from(nb::handle h);
+
+/// The Python object for a token; a complete token is one shared object (no allocation per call).
+nb::object token_object(const Token& t);
+
+/// Drops the cached default and mpi4py-wrapping communicators (before MPI_Finalize).
+void clear_communicator_caches();
+
+/// True when an operation on host buffers is over when the call returns, failed or not: blocking MPI (no timeout,
+/// not async) keeps no reference to its buffers, so NumPy arrays that the calling binding itself holds need no owner.
+inline bool completes_in_call(const Communicator& c) {
+  return !c.options().async && c.options().timeout.count() == 0;
+}
+
+/// What shardkit recognises of mpi4py.MPI, looked up once the module is loaded. Looking it up per call (an import and
+/// a type's __module__) cost about 2 us, more than a small collective.
+struct Mpi4py {
+  nb::object comm_type;  ///< mpi4py.MPI.Comm (Intracomm, Cartcomm, ... derive from it)
+  nb::object handleof;   ///< mpi4py.MPI._handleof
+  std::unordered_map<PyObject*, ReduceOp> ops;  ///< MPI.SUM, ...: Op objects are singletons, looked up by identity
+  std::vector<nb::object> keep;                 ///< references to those Op objects, so their addresses stay theirs
+  int any_source = kAnySource;
+  int any_tag = kAnyTag;
+};
+
+/// mpi4py.MPI's objects, or nullptr while the module is not loaded (an mpi4py object implies it is). Lives as long as
+/// the interpreter.
+const Mpi4py* mpi4py_api();
+
+}  // namespace shardkit::py
