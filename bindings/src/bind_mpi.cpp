@@ -11,6 +11,7 @@
 
 #include "py_array.hpp"
 #include "py_comm.hpp"
+#include "py_fastcall.hpp"
 #include "shardkit/collectives/communicator.hpp"
 
 namespace shardkit::py {
@@ -55,7 +56,13 @@ int tag_of(int t) {
   return api && t == api->any_tag ? kAnyTag : t;
 }
 
-Token tok(nb::handle t) { return t.is_none() ? Token() : nb::cast<Token>(t); }
+Token tok(nb::handle t) {
+  if (t.is_none()) return Token();
+  if (!nb::isinstance<Token>(t))
+    throw nb::type_error(("token must be a shardkit Token or None, not " +
+                          std::string(nb::type_name(t.type()).c_str())).c_str());
+  return nb::cast<Token>(t);
+}
 
 // Writes what a receive matched into an mpi4py Status.
 void fill_status(nb::handle status, const RecvStatus& st, DType dtype) {
@@ -112,155 +119,175 @@ Shape stacked(int n, const Shape& s) {
 
 Shape same_shape(const Array& a) { return a.shape(); }
 
+// ---- the functions ---------------------------------------------------------------------------------------------------
+// Each takes its arguments in the order of its signature (below, in register_mpi).
+
+nb::object mpi_allreduce(const FastArgs& a) {  // (x, op, *, comm=None, token=None)
+  CommPtr c = comm_from(a.get(2));
+  const ReduceOp o = reduce_op_of(a.get(1));
+  const Token t = tok(a.get(3));
+  return call(*c, a.get(0), same_shape, [&](const Array& x, Array& out) { return c->allreduce(x, out, o, t); },
+              [&](const Array& x) { return c->allreduce(x, o, t); });
+}
+
+nb::object mpi_allgather(const FastArgs& a) {  // (x, *, comm=None, token=None)
+  CommPtr c = comm_from(a.get(1));
+  const Token t = tok(a.get(2));
+  return call(*c, a.get(0), [&](const Array& x) { return stacked(c->size(), x.shape()); },
+              [&](const Array& x, Array& out) { return c->allgather(x, out, t); },
+              [&](const Array& x) { return c->allgather(x, t); });
+}
+
+nb::object mpi_alltoall(const FastArgs& a) {  // (x, *, comm=None, token=None)
+  CommPtr c = comm_from(a.get(1));
+  const Token t = tok(a.get(2));
+  return value_call(a.get(0), [&](const Array& x) { return c->alltoall(x, t); });
+}
+
+nb::object mpi_barrier(const FastArgs& a) {  // (*, comm=None, token=None)
+  CommPtr c = comm_from(a.get(0));
+  const Token t = tok(a.get(1));
+  Token r;
+  {
+    nb::gil_scoped_release release;
+    r = c->barrier(t);
+  }
+  return token_object(r);
+}
+
+nb::object mpi_bcast(const FastArgs& a) {  // (x, root, *, comm=None, token=None)
+  const int root = a.get_int(1);
+  CommPtr c = comm_from(a.get(2));
+  const Token t = tok(a.get(3));
+  return value_call(a.get(0), [&](const Array& x) { return c->bcast(x, root, t); });
+}
+
+nb::object mpi_gather(const FastArgs& a) {  // (x, root, *, comm=None, token=None)
+  const int root = a.get_int(1);
+  CommPtr c = comm_from(a.get(2));
+  const Token t = tok(a.get(3));
+  return value_call(a.get(0), [&](const Array& x) { return c->gather(x, root, t); });
+}
+
+nb::object mpi_reduce(const FastArgs& a) {  // (x, op, root, *, comm=None, token=None)
+  const ReduceOp o = reduce_op_of(a.get(1));
+  const int root = a.get_int(2);
+  CommPtr c = comm_from(a.get(3));
+  const Token t = tok(a.get(4));
+  return value_call(a.get(0), [&](const Array& x) { return c->reduce(x, o, root, t); });
+}
+
+nb::object mpi_scan(const FastArgs& a) {  // (x, op, *, comm=None, token=None)
+  CommPtr c = comm_from(a.get(2));
+  const ReduceOp o = reduce_op_of(a.get(1));
+  const Token t = tok(a.get(3));
+  return call(*c, a.get(0), same_shape, [&](const Array& x, Array& out) { return c->scan(x, out, o, t); },
+              [&](const Array& x) { return c->scan(x, o, t); });
+}
+
+nb::object mpi_scatter(const FastArgs& a) {  // (x, root, *, comm=None, token=None)
+  const int root = a.get_int(1);
+  CommPtr c = comm_from(a.get(2));
+  const Token t = tok(a.get(3));
+  return value_call(a.get(0), [&](const Array& x) { return c->scatter(x, root, t); });
+}
+
+nb::object mpi_send(const FastArgs& a) {  // (x, dest, *, tag=0, comm=None, token=None)
+  const int dest = a.get_int(1), tag = a.get_int(2, 0);
+  CommPtr c = comm_from(a.get(3));
+  const Token t = tok(a.get(4));
+  Array x = array_from_py(a.get(0));
+  Token r;
+  {
+    nb::gil_scoped_release release;
+    r = c->send(x, dest, tag, t);
+  }
+  return token_object(r);
+}
+
+nb::object mpi_recv(const FastArgs& a) {  // (x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None, token=None)
+  const int s = source_of(a.get_int(1, kAnySource)), g = tag_of(a.get_int(2, kAnyTag));
+  CommPtr c = comm_from(a.get(3));
+  const Token t = tok(a.get(5));
+  RecvStatus st;
+  DType dt = DType::kFloat32;
+  nb::tuple r = call(*c, a.get(0), same_shape,
+                     [&](const Array& like, Array& out) {
+                       dt = like.dtype();
+                       return c->recv_into(out, s, g, &st, t);
+                     },
+                     [&](const Array& like) {
+                       dt = like.dtype();
+                       return c->recv(like, s, g, &st, t);
+                     });
+  fill_status(a.get(4), st, dt);
+  return r;
+}
+
+// (sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG, comm=None, status=None, token=None)
+nb::object mpi_sendrecv(const FastArgs& a) {
+  const int s = source_of(a.get_int(2)), dest = a.get_int(3);
+  const int sendtag = a.get_int(4, 0), g = tag_of(a.get_int(5, kAnyTag));
+  CommPtr c = comm_from(a.get(6));
+  const Token t = tok(a.get(8));
+  Array send = array_from_py(a.get(0));
+  RecvStatus st;
+  DType dt = DType::kFloat32;
+  nb::tuple r = call(*c, a.get(1), same_shape,
+                     [&](const Array& like, Array& out) {
+                       dt = like.dtype();
+                       return c->sendrecv_into(send, dest, out, s, sendtag, g, &st, t);
+                     },
+                     [&](const Array& like) {
+                       dt = like.dtype();
+                       return c->sendrecv(send, like, s, dest, sendtag, g, &st, t);
+                     });
+  fill_status(a.get(7), st, dt);
+  return r;
+}
+
 }  // namespace
 
 void register_mpi(nb::module_& m) {
-  auto any_source = nb::int_(kAnySource);
-  auto any_tag = nb::int_(kAnyTag);
-
-  m.def("mpi_allreduce", [](nb::handle x, nb::handle op, nb::handle comm, nb::handle token) {
-    CommPtr c = comm_from(comm);
-    const ReduceOp o = reduce_op_of(op);
-    const Token t = tok(token);
-    return call(*c, x, same_shape, [&](const Array& a, Array& out) { return c->allreduce(a, out, o, t); },
-                [&](const Array& a) { return c->allreduce(a, o, t); });
-  }, nb::arg("x"), nb::arg("op"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
-     "allreduce(x, op, *, comm=None, token=None) -> (result, token)\n\n"
-     "Reduces x over all ranks with op (mpi4py.MPI.SUM, ..., a name, or a shardkit ReduceOp); every rank gets the "
-     "result. comm defaults to a clone of COMM_WORLD.");
-
-  m.def("mpi_allgather", [](nb::handle x, nb::handle comm, nb::handle token) {
-    CommPtr c = comm_from(comm);
-    const Token t = tok(token);
-    return call(*c, x, [&](const Array& a) { return stacked(c->size(), a.shape()); },
-                [&](const Array& a, Array& out) { return c->allgather(a, out, t); },
-                [&](const Array& a) { return c->allgather(a, t); });
-  }, nb::arg("x"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
-     "allgather(x, *, comm=None, token=None) -> (result, token)\n\n"
-     "Every rank's x, stacked: shape (nproc, *x.shape). x must have the same shape and dtype on all ranks.");
-
-  m.def("mpi_alltoall", [](nb::handle x, nb::handle comm, nb::handle token) {
-    CommPtr c = comm_from(comm);
-    const Token t = tok(token);
-    return value_call(x, [&](const Array& a) { return c->alltoall(a, t); });
-  }, nb::arg("x"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
-     "alltoall(x, *, comm=None, token=None) -> (result, token)\n\n"
-     "Block i of x (first axis, of size nproc) goes to rank i; block j of the result came from rank j.");
-
-  m.def("mpi_barrier", [](nb::handle comm, nb::handle token) {
-    CommPtr c = comm_from(comm);
-    const Token t = tok(token);
-    Token r;
-    {
-      nb::gil_scoped_release release;
-      r = c->barrier(t);
-    }
-    return token_object(r);
-  }, nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
-     "barrier(*, comm=None, token=None) -> token\n\nWaits for every rank.");
-
-  m.def("mpi_bcast", [](nb::handle x, int root, nb::handle comm, nb::handle token) {
-    CommPtr c = comm_from(comm);
-    const Token t = tok(token);
-    return value_call(x, [&](const Array& a) { return c->bcast(a, root, t); });
-  }, nb::arg("x"), nb::arg("root"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
-     "bcast(x, root, *, comm=None, token=None) -> (result, token)\n\n"
-     "Root's x on every rank, as a new array (x gives shape and dtype elsewhere and is never written).");
-
-  m.def("mpi_gather", [](nb::handle x, int root, nb::handle comm, nb::handle token) {
-    CommPtr c = comm_from(comm);
-    const Token t = tok(token);
-    return value_call(x, [&](const Array& a) { return c->gather(a, root, t); });
-  }, nb::arg("x"), nb::arg("root"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
-     "gather(x, root, *, comm=None, token=None) -> (result, token)\n\n"
-     "On root, every rank's x stacked: shape (nproc, *x.shape); elsewhere x, unchanged.");
-
-  m.def("mpi_reduce", [](nb::handle x, nb::handle op, int root, nb::handle comm, nb::handle token) {
-    CommPtr c = comm_from(comm);
-    const ReduceOp o = reduce_op_of(op);
-    const Token t = tok(token);
-    return value_call(x, [&](const Array& a) { return c->reduce(a, o, root, t); });
-  }, nb::arg("x"), nb::arg("op"), nb::arg("root"), nb::kw_only(), nb::arg("comm") = nb::none(),
-     nb::arg("token") = nb::none(),
-     "reduce(x, op, root, *, comm=None, token=None) -> (result, token)\n\n"
-     "On root, x reduced over all ranks with op; elsewhere x, unchanged.");
-
-  m.def("mpi_scan", [](nb::handle x, nb::handle op, nb::handle comm, nb::handle token) {
-    CommPtr c = comm_from(comm);
-    const ReduceOp o = reduce_op_of(op);
-    const Token t = tok(token);
-    return call(*c, x, same_shape, [&](const Array& a, Array& out) { return c->scan(a, out, o, t); },
-                [&](const Array& a) { return c->scan(a, o, t); });
-  }, nb::arg("x"), nb::arg("op"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
-     "scan(x, op, *, comm=None, token=None) -> (result, token)\n\nInclusive prefix: rank r gets op over ranks 0..r.");
-
-  m.def("mpi_scatter", [](nb::handle x, int root, nb::handle comm, nb::handle token) {
-    CommPtr c = comm_from(comm);
-    const Token t = tok(token);
-    return value_call(x, [&](const Array& a) { return c->scatter(a, root, t); });
-  }, nb::arg("x"), nb::arg("root"), nb::kw_only(), nb::arg("comm") = nb::none(), nb::arg("token") = nb::none(),
-     "scatter(x, root, *, comm=None, token=None) -> (result, token)\n\n"
-     "Block r of root's x (shape (nproc, *s)) to rank r; elsewhere x gives the shape s (and is not read).");
-
-  m.def("mpi_send", [](nb::handle x, int dest, int tag, nb::handle comm, nb::handle token) {
-    CommPtr c = comm_from(comm);
-    const Token t = tok(token);
-    Array a = array_from_py(x);
-    Token r;
-    {
-      nb::gil_scoped_release release;
-      r = c->send(a, dest, tag, t);
-    }
-    return token_object(r);
-  }, nb::arg("x"), nb::arg("dest"), nb::kw_only(), nb::arg("tag") = 0, nb::arg("comm") = nb::none(),
-     nb::arg("token") = nb::none(), "send(x, dest, *, tag=0, comm=None, token=None) -> token");
-
-  m.def("mpi_recv", [](nb::handle x, int source, int tag, nb::handle comm, nb::handle status, nb::handle token) {
-    CommPtr c = comm_from(comm);
-    const Token t = tok(token);
-    const int s = source_of(source), g = tag_of(tag);
-    RecvStatus st;
-    DType dt = DType::kFloat32;
-    nb::tuple r = call(*c, x, same_shape,
-                       [&](const Array& like, Array& out) {
-                         dt = like.dtype();
-                         return c->recv_into(out, s, g, &st, t);
-                       },
-                       [&](const Array& like) {
-                         dt = like.dtype();
-                         return c->recv(like, s, g, &st, t);
-                       });
-    fill_status(status, st, dt);
-    return r;
-  }, nb::arg("x"), nb::arg("source") = any_source, nb::kw_only(), nb::arg("tag") = any_tag,
-     nb::arg("comm") = nb::none(), nb::arg("status") = nb::none(), nb::arg("token") = nb::none(),
-     "recv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None, token=None) -> (result, token)\n\n"
-     "Receives a new array shaped like x (which is never written). status: an mpi4py Status to fill.");
-
-  m.def("mpi_sendrecv", [](nb::handle sendbuf, nb::handle recvbuf, int source, int dest, int sendtag, int recvtag,
-                           nb::handle comm, nb::handle status, nb::handle token) {
-    CommPtr c = comm_from(comm);
-    const Token t = tok(token);
-    const int s = source_of(source), g = tag_of(recvtag);
-    Array send = array_from_py(sendbuf);
-    RecvStatus st;
-    DType dt = DType::kFloat32;
-    nb::tuple r = call(*c, recvbuf, same_shape,
-                       [&](const Array& like, Array& out) {
-                         dt = like.dtype();
-                         return c->sendrecv_into(send, dest, out, s, sendtag, g, &st, t);
-                       },
-                       [&](const Array& like) {
-                         dt = like.dtype();
-                         return c->sendrecv(send, like, s, dest, sendtag, g, &st, t);
-                       });
-    fill_status(status, st, dt);
-    return r;
-  }, nb::arg("sendbuf"), nb::arg("recvbuf"), nb::arg("source"), nb::arg("dest"), nb::kw_only(),
-     nb::arg("sendtag") = 0, nb::arg("recvtag") = any_tag, nb::arg("comm") = nb::none(), nb::arg("status") = nb::none(),
-     nb::arg("token") = nb::none(),
-     "sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG, comm=None, status=None, token=None)"
-     " -> (result, token)\n\nSends sendbuf to dest while receiving a new array shaped like recvbuf from source.");
+  def_fast<mpi_allreduce>(
+      m, "mpi_allreduce", "allreduce", "(x, op, *, comm=None, token=None)",
+      "Returns (result, token). Reduces x over all ranks with op (mpi4py.MPI.SUM, ..., a name, or a shardkit ReduceOp); "
+      "every rank gets the result. comm defaults to a clone of COMM_WORLD.");
+  def_fast<mpi_allgather>(
+      m, "mpi_allgather", "allgather", "(x, *, comm=None, token=None)",
+      "Returns (result, token). Every rank's x, stacked: shape (nproc, *x.shape). x must have the same shape and dtype "
+      "on all ranks.");
+  def_fast<mpi_alltoall>(
+      m, "mpi_alltoall", "alltoall", "(x, *, comm=None, token=None)",
+      "Returns (result, token). Block i of x (first axis, of size nproc) goes to rank i; block j of the result came from "
+      "rank j.");
+  def_fast<mpi_barrier>(m, "mpi_barrier", "barrier", "(*, comm=None, token=None)", "Returns a token. Waits for every rank.");
+  def_fast<mpi_bcast>(
+      m, "mpi_bcast", "bcast", "(x, root, *, comm=None, token=None)",
+      "Returns (result, token). Root's x on every rank, as a new array (x gives shape and dtype elsewhere and is never "
+      "written).");
+  def_fast<mpi_gather>(
+      m, "mpi_gather", "gather", "(x, root, *, comm=None, token=None)",
+      "Returns (result, token). On root, every rank's x stacked: shape (nproc, *x.shape); elsewhere x, unchanged.");
+  def_fast<mpi_reduce>(
+      m, "mpi_reduce", "reduce", "(x, op, root, *, comm=None, token=None)",
+      "Returns (result, token). On root, x reduced over all ranks with op; elsewhere x, unchanged.");
+  def_fast<mpi_scan>(m, "mpi_scan", "scan", "(x, op, *, comm=None, token=None)",
+                     "Returns (result, token). Inclusive prefix: rank r gets op over ranks 0..r.");
+  def_fast<mpi_scatter>(
+      m, "mpi_scatter", "scatter", "(x, root, *, comm=None, token=None)",
+      "Returns (result, token). Block r of root's x (shape (nproc, *s)) to rank r; elsewhere x gives the shape s (and is "
+      "not read).");
+  def_fast<mpi_send>(m, "mpi_send", "send", "(x, dest, *, tag=0, comm=None, token=None)",
+                     "Returns a token. Sends x to rank dest.");
+  def_fast<mpi_recv>(
+      m, "mpi_recv", "recv", "(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None, token=None)",
+      "Returns (result, token). Receives a new array shaped like x (which is never written). status: an mpi4py Status "
+      "to fill.");
+  def_fast<mpi_sendrecv>(
+      m, "mpi_sendrecv", "sendrecv",
+      "(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG, comm=None, status=None, token=None)",
+      "Returns (result, token). Sends sendbuf to dest while receiving a new array shaped like recvbuf from source.");
 }
 
 }  // namespace shardkit::py

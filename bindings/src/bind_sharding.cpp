@@ -10,6 +10,7 @@
 
 #include "py_array.hpp"
 #include "py_comm.hpp"
+#include "py_fastcall.hpp"
 #include "shardkit/sharding/sharding.hpp"
 
 namespace shardkit::py {
@@ -102,6 +103,12 @@ nb::object reduce_op(ShardContext& c, nb::handle x, nb::handle axes, ReduceOp op
   }
   return array_to_py(std::move(r->value), fw);
 }
+
+// The axis reductions as module functions (the per-call hot path of shard_map bodies): they act on the context of the
+// running shard_map body.
+nb::object psum(const FastArgs& a) { return reduce_op(current_context(), a.get(0), a.get(1), ReduceOp::kSum); }
+nb::object pmax(const FastArgs& a) { return reduce_op(current_context(), a.get(0), a.get(1), ReduceOp::kMax); }
+nb::object pmin(const FastArgs& a) { return reduce_op(current_context(), a.get(0), a.get(1), ReduceOp::kMin); }
 
 // ShardContext collectives on Python arrays: the result comes back in the input's framework.
 template <typename F>
@@ -280,13 +287,9 @@ void register_sharding(nb::module_& m) {
         return ctx_op(x, [&](const Array& v) { return c.pbroadcast(v, a, source); });
       }, nb::arg("x"), nb::arg("axis_name"), nb::arg("source"));
 
-  // The axis collectives as module functions: they act on the context of the running shard_map body.
-  m.def("psum", [](nb::handle x, nb::handle axis_name) { return reduce_op(current_context(), x, axis_name, ReduceOp::kSum); },
-        nb::arg("x"), nb::arg("axis_name"), "Sum over the ranks along the named mesh axis (or tuple of axes).");
-  m.def("pmax", [](nb::handle x, nb::handle axis_name) { return reduce_op(current_context(), x, axis_name, ReduceOp::kMax); },
-        nb::arg("x"), nb::arg("axis_name"), "Maximum over the ranks along the named axes.");
-  m.def("pmin", [](nb::handle x, nb::handle axis_name) { return reduce_op(current_context(), x, axis_name, ReduceOp::kMin); },
-        nb::arg("x"), nb::arg("axis_name"), "Minimum over the ranks along the named axes.");
+  def_fast<psum>(m, "psum", "psum", "(x, axis_name)", "Sum over the ranks along the named mesh axis (or tuple of axes).");
+  def_fast<pmax>(m, "pmax", "pmax", "(x, axis_name)", "Maximum over the ranks along the named axes.");
+  def_fast<pmin>(m, "pmin", "pmin", "(x, axis_name)", "Minimum over the ranks along the named axes.");
   m.def("current_context", [] { return &current_context(); }, nb::rv_policy::reference);
 
   m.def("shard_map", [](nb::callable f, const Mesh& mesh, std::vector<PartitionSpec> in_specs,

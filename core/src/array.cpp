@@ -290,8 +290,7 @@ void Array::fill_zero() {
   }
 }
 
-void Array::wait_ready() const {
-  if (!ready_) return;
+void Array::wait_for_ready_event() const {
   // Keep the event alive while waiting, and clear it only once it completed without error.
   std::shared_ptr<Waitable> r = ready_;
   r->wait();

@@ -263,3 +263,42 @@ def test_numpy_fast_path_on_every_kind_of_communicator(sk, mpi, rank, size, opti
             got, _ = mpi.recv(like, 0, comm=comm)
             assert got.tolist() == [1.0, 2.0, 3.0] and like.tolist() == [-1.0] * 3
     mpi.barrier(comm=comm)
+
+
+def test_arguments_are_checked_as_python_checks_them(sk, mpi, rank, size):
+    """The functions parse their arguments themselves (no general dispatcher on the hot path): positional and keyword
+    forms, keyword-only parameters, defaults and every kind of bad call behave as for a Python function."""
+    import inspect
+
+    x = np.arange(3.0)
+    want = size * x
+    np.testing.assert_array_equal(mpi.allreduce(x, MPI.SUM)[0], want)
+    np.testing.assert_array_equal(mpi.allreduce(x=x, op=MPI.SUM)[0], want)
+    np.testing.assert_array_equal(mpi.allreduce(x, **{"o" + "p": "sum"})[0], want)  # a keyword made at run time
+    assert str(inspect.signature(mpi.allreduce)) == "(x, op, *, comm=None, token=None)"
+    assert list(inspect.signature(mpi.sendrecv).parameters)[:4] == ["sendbuf", "recvbuf", "source", "dest"]
+    assert inspect.signature(mpi.recv).parameters["source"].default == mpi.ANY_SOURCE
+    assert "(result, token)" in mpi.allreduce.__doc__ and mpi.allreduce.__name__ == "allreduce"
+    with pytest.raises(TypeError, match=r"allreduce\(\) missing required argument 'op'"):
+        mpi.allreduce(x)
+    with pytest.raises(TypeError, match=r"takes at most 2 positional arguments \(3 given\)"):
+        mpi.allreduce(x, MPI.SUM, None)  # comm is keyword-only
+    with pytest.raises(TypeError, match="unexpected keyword argument 'root'"):
+        mpi.allreduce(x, MPI.SUM, root=0)
+    with pytest.raises(TypeError, match="multiple values for argument 'op'"):
+        mpi.allreduce(x, MPI.SUM, op=MPI.SUM)
+    with pytest.raises(TypeError, match="token must be a shardkit Token or None, not int"):
+        mpi.allreduce(x, MPI.SUM, token=3)
+    with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+        mpi.bcast(x, 0.0)
+    with pytest.raises(OverflowError):
+        mpi.bcast(x, 2 ** 40)
+    with pytest.raises(sk.InvalidArgument, match="root -1 out of range"):
+        mpi.bcast(x, -1)
+    with pytest.raises(TypeError, match="missing required argument 'x'"):
+        sk.psum(axis_name="x")
+    with pytest.raises(sk.InvalidArgument, match="only be called inside a shard_map body"):
+        sk.psum(x, "x")
+    r, tok = mpi.bcast(x + rank, root=size - 1)  # an int-like root by keyword
+    np.testing.assert_array_equal(r, x + size - 1)
+    assert isinstance(mpi.barrier(token=tok), mpi.Token)

@@ -418,7 +418,9 @@ class MpiBackend final : public Backend {
     };
   }
 
-  Token finish(PendingOp p, const OpContext& ctx) {
+  // Takes the operation by reference (moved from only when a pending token takes it): a blocking operation, the
+  // common case, builds and destroys one PendingOp.
+  Token finish(PendingOp&& p, const OpContext& ctx) {
     if (p.requests.empty()) {
       p.finish({});
       return Token();

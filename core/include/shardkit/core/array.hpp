@@ -111,7 +111,9 @@ class Array {
   /// The pending event, or nullptr when the data is ready.
   const std::shared_ptr<Waitable>& ready_event() const noexcept { return ready_; }
   /// Blocks until the ready event (if any) completes; then clears it. May rethrow the operation's error.
-  void wait_ready() const;
+  void wait_ready() const {
+    if (ready_) wait_for_ready_event();
+  }
 
   /// NumPy-like text of the elements (waits for the ready event), e.g. "[[0 1]\n [2 3]]".
   std::string to_string() const;
@@ -123,6 +125,7 @@ class Array {
   Array(Shape shape, Strides strides, DType dtype, Device device, void* data, std::shared_ptr<void> storage,
         bool read_only);
   void init_layout();
+  void wait_for_ready_event() const;
 
   Shape shape_;
   Strides strides_;
