@@ -139,7 +139,8 @@ struct CommunicatorImpl {
   }
 
   Token done(const Backend& b, Token t) {
-    (b.kind() == BackendKind::kNccl ? last_nccl : last_mpi) = t;
+    Token& last = b.kind() == BackendKind::kNccl ? last_nccl : last_mpi;
+    if (t.waitable() || last.waitable()) last = t;  // a complete token replaces a complete one: nothing to do
     return t;
   }
 

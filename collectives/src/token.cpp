@@ -36,10 +36,6 @@ Token Token::join(const Token& a, const Token& b) {
 
 Token Token::from_stream(StreamHandle stream, int device) { return Token(cuda::record_event(stream, device)); }
 
-void Token::wait() const {
-  if (w_) w_->wait();
-}
-
 bool Token::is_complete() const { return !w_ || w_->is_complete(); }
 
 void Token::order_stream(StreamHandle stream) const {

@@ -58,11 +58,20 @@ class MpiBackend final : public Backend {
   // ---- element-wise reductions: chunked ------------------------------------------------------------------------
 
   Token allreduce(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) override {
-    PendingOp p;
     const bool nb = nonblocking(ctx);
     const MPI_Datatype t = mpi_datatype(send.dtype());
     const MPI_Op o = mpi_op(op, send.dtype());
     const bool in_place = send.data() == recv.data();
+    if (!nb && send.numel() <= mpi_max_count() && !needs_staging(send) && !needs_staging(recv)) {
+      // The per-call hot path of small reductions (psum, mpi4jax's allreduce): one blocking call on the buffers
+      // themselves, with no pending-operation state to build.
+      send.wait_ready();
+      recv.wait_ready();
+      SHARDKIT_MPI_CHECK(MPI_Allreduce(in_place ? MPI_IN_PLACE : send.data(), recv.data(),
+                                       static_cast<int>(send.numel()), t, o, c_));
+      return Token();
+    }
+    PendingOp p;
     Buf s = in_place ? stage_inout(send, p, nb) : stage_in(send, p, nb);
     Buf r = in_place ? s : stage_out(recv, p, nb);
     for_chunks(send.numel(), [&](std::int64_t off, int n) {
@@ -422,7 +431,7 @@ class MpiBackend final : public Backend {
   // common case, builds and destroys one PendingOp.
   Token finish(PendingOp&& p, const OpContext& ctx) {
     if (p.requests.empty()) {
-      p.finish({});
+      if (!p.copy_back.empty() || p.on_complete) p.finish({});  // blocking: done, only staged copies may remain
       return Token();
     }
     if (ctx.async) return pending_token(std::move(p), ctx, abort_);

@@ -33,7 +33,9 @@ class Token {
   static Token from_stream(StreamHandle stream, int device);
 
   /// Blocks the host until complete. Rethrows what the operation raised (TimeoutError, BackendError, ...).
-  void wait() const;
+  void wait() const {
+    if (w_) w_->wait();
+  }
   /// True once complete; never blocks.
   bool is_complete() const;
   /// Makes later work on `stream` wait for this token: a device-side wait for CUDA events, a host wait otherwise.
