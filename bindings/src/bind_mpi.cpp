@@ -155,18 +155,13 @@ nb::object mpi_barrier(const FastArgs& a) {  // (*, comm=None, token=None)
   return token_object(r);
 }
 
-nb::object mpi_bcast(const FastArgs& a) {  // (x, root, *, comm=None, token=None)
+// bcast, gather and scatter: (x, root, *, comm=None, token=None), through the value form.
+template <Result (Communicator::*Op)(const Array&, int, const Token&)>
+nb::object rooted(const FastArgs& a) {
   const int root = a.get_int(1);
   CommPtr c = comm_from(a.get(2));
   const Token t = tok(a.get(3));
-  return value_call(a.get(0), [&](const Array& x) { return c->bcast(x, root, t); });
-}
-
-nb::object mpi_gather(const FastArgs& a) {  // (x, root, *, comm=None, token=None)
-  const int root = a.get_int(1);
-  CommPtr c = comm_from(a.get(2));
-  const Token t = tok(a.get(3));
-  return value_call(a.get(0), [&](const Array& x) { return c->gather(x, root, t); });
+  return value_call(a.get(0), [&](const Array& x) { return ((*c).*Op)(x, root, t); });
 }
 
 nb::object mpi_reduce(const FastArgs& a) {  // (x, op, root, *, comm=None, token=None)
@@ -183,13 +178,6 @@ nb::object mpi_scan(const FastArgs& a) {  // (x, op, *, comm=None, token=None)
   const Token t = tok(a.get(3));
   return call(*c, a.get(0), same_shape, [&](const Array& x, Array& out) { return c->scan(x, out, o, t); },
               [&](const Array& x) { return c->scan(x, o, t); });
-}
-
-nb::object mpi_scatter(const FastArgs& a) {  // (x, root, *, comm=None, token=None)
-  const int root = a.get_int(1);
-  CommPtr c = comm_from(a.get(2));
-  const Token t = tok(a.get(3));
-  return value_call(a.get(0), [&](const Array& x) { return c->scatter(x, root, t); });
 }
 
 nb::object mpi_send(const FastArgs& a) {  // (x, dest, *, tag=0, comm=None, token=None)
@@ -262,11 +250,11 @@ void register_mpi(nb::module_& m) {
       "Returns (result, token). Block i of x (first axis, of size nproc) goes to rank i; block j of the result came from "
       "rank j.");
   def_fast<mpi_barrier>(m, "mpi_barrier", "barrier", "(*, comm=None, token=None)", "Returns a token. Waits for every rank.");
-  def_fast<mpi_bcast>(
+  def_fast<rooted<&Communicator::bcast>>(
       m, "mpi_bcast", "bcast", "(x, root, *, comm=None, token=None)",
       "Returns (result, token). Root's x on every rank, as a new array (x gives shape and dtype elsewhere and is never "
       "written).");
-  def_fast<mpi_gather>(
+  def_fast<rooted<&Communicator::gather>>(
       m, "mpi_gather", "gather", "(x, root, *, comm=None, token=None)",
       "Returns (result, token). On root, every rank's x stacked: shape (nproc, *x.shape); elsewhere x, unchanged.");
   def_fast<mpi_reduce>(
@@ -274,7 +262,7 @@ void register_mpi(nb::module_& m) {
       "Returns (result, token). On root, x reduced over all ranks with op; elsewhere x, unchanged.");
   def_fast<mpi_scan>(m, "mpi_scan", "scan", "(x, op, *, comm=None, token=None)",
                      "Returns (result, token). Inclusive prefix: rank r gets op over ranks 0..r.");
-  def_fast<mpi_scatter>(
+  def_fast<rooted<&Communicator::scatter>>(
       m, "mpi_scatter", "scatter", "(x, root, *, comm=None, token=None)",
       "Returns (result, token). Block r of root's x (shape (nproc, *s)) to rank r; elsewhere x gives the shape s (and is "
       "not read).");
