@@ -9,6 +9,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "py_array.hpp"
@@ -103,7 +104,6 @@ nb::tuple status_tuple(const RecvStatus& s) { return nb::make_tuple(s.source, s.
 
 }  // namespace
 
-// A communicator from what Python passes as `comm`: None (the world clone), ours, or an mpi4py communicator.
 const Mpi4py* mpi4py_api() {
   static Mpi4py* api = nullptr;  // interpreter lifetime (never decref'd after finalisation)
   if (!api && PyDict_GetItemString(PyImport_GetModuleDict(), "mpi4py.MPI")) {
@@ -111,6 +111,16 @@ const Mpi4py* mpi4py_api() {
     auto* a = new Mpi4py();
     a->comm_type = MPI.attr("Comm");
     a->handleof = MPI.attr("_handleof");
+    if (nb::hasattr(MPI, "__pyx_capi__")) {
+      nb::object capi = MPI.attr("__pyx_capi__");
+      if (PyDict_Check(capi.ptr()))
+        if (PyObject* cap = PyDict_GetItemString(capi.ptr(), "PyMPIComm_Get"); cap && PyCapsule_CheckExact(cap)) {
+          // The capsule's name is the C signature; only the one we call through is accepted.
+          if (const char* sig = PyCapsule_GetName(cap); sig && std::string_view(sig) == "MPI_Comm *(PyObject *)")
+            a->comm_get = reinterpret_cast<void* (*)(PyObject*)>(PyCapsule_GetPointer(cap, sig));
+        }
+      PyErr_Clear();
+    }
     const std::pair<const char*, ReduceOp> ops[] = {
         {"SUM", ReduceOp::kSum},         {"PROD", ReduceOp::kProd},       {"MIN", ReduceOp::kMin},
         {"MAX", ReduceOp::kMax},         {"LAND", ReduceOp::kLogicalAnd}, {"LOR", ReduceOp::kLogicalOr},
@@ -128,13 +138,19 @@ const Mpi4py* mpi4py_api() {
   return api;
 }
 
+// A communicator from what Python passes as `comm`: None (the world clone), ours, or an mpi4py communicator.
 CommPtr comm_from(nb::handle h) {
   if (h.is_none()) return world();
   if (nb::isinstance<Communicator>(h)) return nb::cast<CommPtr>(h);
   if (const Mpi4py* api = mpi4py_api()) {  // an mpi4py object implies mpi4py.MPI is loaded
-    const int is_comm = PyObject_IsInstance(h.ptr(), api->comm_type.ptr());
-    if (is_comm < 0) throw nb::python_error();
-    if (is_comm) return wrap_mpi4py(nb::cast<std::uintptr_t>(api->handleof(h)));
+    if (PyObject_TypeCheck(h.ptr(), reinterpret_cast<PyTypeObject*>(api->comm_type.ptr()))) {
+      if (api->comm_get) {
+        auto* handle = static_cast<MPI_Comm*>(api->comm_get(h.ptr()));
+        if (!handle) throw nb::python_error();
+        return wrap_mpi4py(::shardkit::from_mpi(*handle));
+      }
+      return wrap_mpi4py(nb::cast<std::uintptr_t>(api->handleof(h)));
+    }
   }
   throw InvalidArgument(std::string("comm must be None, a shardkit Communicator or an mpi4py communicator, got ") +
                         nb::type_name(h.type()).c_str());

@@ -37,6 +37,9 @@ inline bool completes_in_call(const Communicator& c) {
 struct Mpi4py {
   nb::object comm_type;  ///< mpi4py.MPI.Comm (Intracomm, Cartcomm, ... derive from it)
   nb::object handleof;   ///< mpi4py.MPI._handleof
+  /// mpi4py's C API function PyMPIComm_Get (from MPI.__pyx_capi__, as mpi4py's own C header imports it): the address
+  /// of a Comm object's MPI_Comm, without a Python call. nullptr if this mpi4py does not export it.
+  void* (*comm_get)(PyObject*) = nullptr;
   std::unordered_map<PyObject*, ReduceOp> ops;  ///< MPI.SUM, ...: Op objects are singletons, looked up by identity
   std::vector<nb::object> keep;                 ///< references to those Op objects, so their addresses stay theirs
   int any_source = kAnySource;

@@ -191,6 +191,9 @@ def test_comm_accepts_mpi4py_communicators(sk, mpi, rank, size):
     r, _ = mpi.allreduce(np.array([2]), op=MPI.SUM, comm=cart)
     assert r[0] == 2 * size
     cart.Free()
+    # A freed communicator (its handle is now MPI_COMM_NULL) is refused, not used.
+    with pytest.raises(sk.InvalidArgument, match="COMM_NULL"):
+        mpi.allreduce(np.array([2]), op=MPI.SUM, comm=cart)
 
 
 def test_mpi4py_traffic_and_ours_coexist(mpi, rank, size):
