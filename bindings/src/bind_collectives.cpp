@@ -80,18 +80,6 @@ nb::object token_object(const Token& t) {
 
 namespace {
 
-template <typename F>
-nb::tuple run(nb::handle x, F&& f) {
-  Framework fw;
-  Array a = array_from_py(x, &fw);
-  std::optional<Result> r;  // not default-constructed: an empty Array allocates
-  {
-    nb::gil_scoped_release release;
-    r.emplace(f(a));
-  }
-  return nb::make_tuple(array_to_py(std::move(r->value), fw), token_object(r->token));
-}
-
 Token tok(const std::optional<Token>& t) { return t ? *t : Token(); }
 
 // Reductions arrive as ints (ReduceOp values): converting a Python enum member costs more than the collective.
@@ -205,34 +193,43 @@ void register_collectives(nb::module_& m) {
       })
       // mpi4jax-style value operations: (result, token).
       .def("allreduce", [](Communicator& c, nb::handle x, int op, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.allreduce(a, reduce_op(op), tok(t)); });
+        const ReduceOp o = reduce_op(op);
+        const Token after = tok(t);
+        return call(c, x, same_shape, [&](const Array& a, Array& out) { return c.allreduce(a, out, o, after); },
+                    [&](const Array& a) { return c.allreduce(a, o, after); });
       }, nb::arg("x"), nb::arg("op"), nb::arg("token") = nb::none())
       .def("reduce", [](Communicator& c, nb::handle x, int op, int root, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.reduce(a, reduce_op(op), root, tok(t)); });
+        return value_call(x, [&](const Array& a) { return c.reduce(a, reduce_op(op), root, tok(t)); });
       }, nb::arg("x"), nb::arg("op"), nb::arg("root"), nb::arg("token") = nb::none())
       .def("bcast", [](Communicator& c, nb::handle x, int root, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.bcast(a, root, tok(t)); });
+        return value_call(x, [&](const Array& a) { return c.bcast(a, root, tok(t)); });
       }, nb::arg("x"), nb::arg("root"), nb::arg("token") = nb::none())
       .def("allgather", [](Communicator& c, nb::handle x, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.allgather(a, tok(t)); });
+        const Token after = tok(t);
+        return call(c, x, [&](const Array& a) { return stacked(c.size(), a.shape()); },
+                    [&](const Array& a, Array& out) { return c.allgather(a, out, after); },
+                    [&](const Array& a) { return c.allgather(a, after); });
       }, nb::arg("x"), nb::arg("token") = nb::none())
       .def("gather", [](Communicator& c, nb::handle x, int root, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.gather(a, root, tok(t)); });
+        return value_call(x, [&](const Array& a) { return c.gather(a, root, tok(t)); });
       }, nb::arg("x"), nb::arg("root"), nb::arg("token") = nb::none())
       .def("scatter", [](Communicator& c, nb::handle x, int root, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.scatter(a, root, tok(t)); });
+        return value_call(x, [&](const Array& a) { return c.scatter(a, root, tok(t)); });
       }, nb::arg("x"), nb::arg("root"), nb::arg("token") = nb::none())
       .def("reduce_scatter", [](Communicator& c, nb::handle x, int op, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.reduce_scatter(a, reduce_op(op), tok(t)); });
+        return value_call(x, [&](const Array& a) { return c.reduce_scatter(a, reduce_op(op), tok(t)); });
       }, nb::arg("x"), nb::arg("op"), nb::arg("token") = nb::none())
       .def("alltoall", [](Communicator& c, nb::handle x, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.alltoall(a, tok(t)); });
+        return value_call(x, [&](const Array& a) { return c.alltoall(a, tok(t)); });
       }, nb::arg("x"), nb::arg("token") = nb::none())
       .def("scan", [](Communicator& c, nb::handle x, int op, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.scan(a, reduce_op(op), tok(t)); });
+        const ReduceOp o = reduce_op(op);
+        const Token after = tok(t);
+        return call(c, x, same_shape, [&](const Array& a, Array& out) { return c.scan(a, out, o, after); },
+                    [&](const Array& a) { return c.scan(a, o, after); });
       }, nb::arg("x"), nb::arg("op"), nb::arg("token") = nb::none())
       .def("allgatherv", [](Communicator& c, nb::handle x, std::optional<Token> t) {
-        return run(x, [&](const Array& a) { return c.allgatherv(a, tok(t)); });
+        return value_call(x, [&](const Array& a) { return c.allgatherv(a, tok(t)); });
       }, nb::arg("x"), nb::arg("token") = nb::none())
       .def("send", [](Communicator& c, nb::handle x, int dest, int tag, std::optional<Token> t) {
         Array a = array_from_py(x);
@@ -241,14 +238,14 @@ void register_collectives(nb::module_& m) {
       }, nb::arg("x"), nb::arg("dest"), nb::arg("tag") = 0, nb::arg("token") = nb::none())
       .def("recv", [](Communicator& c, nb::handle like, int source, int tag, std::optional<Token> t) {
         RecvStatus st;
-        nb::tuple r = run(like, [&](const Array& a) { return c.recv(a, source, tag, &st, tok(t)); });
+        nb::tuple r = value_call(like, [&](const Array& a) { return c.recv(a, source, tag, &st, tok(t)); });
         return nb::make_tuple(r[0], r[1], status_tuple(st));
       }, nb::arg("x"), nb::arg("source") = kAnySource, nb::arg("tag") = kAnyTag, nb::arg("token") = nb::none())
       .def("sendrecv", [](Communicator& c, nb::handle send, nb::handle recv_like, int source, int dest, int send_tag,
                           int recv_tag, std::optional<Token> t) {
         Array s = array_from_py(send);
         RecvStatus st;
-        nb::tuple r = run(recv_like, [&](const Array& like) {
+        nb::tuple r = value_call(recv_like, [&](const Array& like) {
           return c.sendrecv(s, like, source, dest, send_tag, recv_tag, &st, tok(t));
         });
         return nb::make_tuple(r[0], r[1], status_tuple(st));

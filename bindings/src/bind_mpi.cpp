@@ -80,44 +80,6 @@ void fill_status(nb::handle status, const RecvStatus& st, DType dtype) {
 
 // ---- calls -----------------------------------------------------------------------------------------------------------
 
-// The value form on any framework's array; the result goes back to that framework through DLPack.
-template <typename Value>
-nb::tuple value_call(nb::handle x, Value&& value) {
-  Framework fw;
-  Array a = array_from_py(x, &fw);
-  std::optional<Result> r;
-  {
-    nb::gil_scoped_release release;
-    r.emplace(value(a));
-  }
-  return nb::make_tuple(array_to_py(std::move(r->value), fw), token_object(r->token));
-}
-
-// A host NumPy input gets a NumPy result of the shape `result_shape` gives, filled in place by `fill` (a buffer form);
-// anything else goes to `value`.
-template <typename ShapeFn, typename Fill, typename Value>
-nb::tuple call(const Communicator& c, nb::handle x, ShapeFn&& result_shape, Fill&& fill, Value&& value) {
-  const bool owned = !completes_in_call(c);
-  std::optional<Array> a = numpy_input(x, owned);
-  if (!a) return value_call(x, std::forward<Value>(value));
-  nb::object result;
-  Array out = numpy_empty(result_shape(*a), a->dtype(), &result, owned);
-  Token t;
-  {
-    nb::gil_scoped_release release;
-    t = fill(*a, out);
-    t.wait();  // NumPy reads the memory right away
-  }
-  return nb::make_tuple(result, token_object(t));
-}
-
-Shape stacked(int n, const Shape& s) {
-  Shape out{n};
-  out.insert(out.end(), s.begin(), s.end());
-  return out;
-}
-
-Shape same_shape(const Array& a) { return a.shape(); }
 
 // ---- the functions ---------------------------------------------------------------------------------------------------
 // Each takes its arguments in the order of its signature (below, in register_mpi).

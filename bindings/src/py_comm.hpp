@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "py_array.hpp"
 #include "shardkit/collectives/communicator.hpp"
 
 namespace shardkit::py {
@@ -30,6 +31,48 @@ void clear_communicator_caches();
 /// not async) keeps no reference to its buffers, so NumPy arrays that the calling binding itself holds need no owner.
 inline bool completes_in_call(const Communicator& c) {
   return !c.options().async && c.options().timeout.count() == 0;
+}
+
+// ---- calls: arrays in, collective without the GIL, results back in the caller's framework ----------------------------
+
+/// The value form `value(array)` on any framework's array; the result goes back to that framework.
+template <typename Value>
+nb::tuple value_call(nb::handle x, Value&& value) {
+  Framework fw;
+  Array a = array_from_py(x, &fw);
+  std::optional<Result> r;  // not default-constructed: an empty Array allocates
+  {
+    nb::gil_scoped_release release;
+    r.emplace(value(a));
+  }
+  return nb::make_tuple(array_to_py(std::move(r->value), fw), token_object(r->token));
+}
+
+/// A host NumPy input gets a NumPy result of the shape `result_shape(array)` gives, filled in place by
+/// `fill(array, out)` (a buffer form) and complete on return; anything else goes to `value` (value_call).
+template <typename ShapeFn, typename Fill, typename Value>
+nb::tuple call(const Communicator& c, nb::handle x, ShapeFn&& result_shape, Fill&& fill, Value&& value) {
+  const bool owned = !completes_in_call(c);
+  std::optional<Array> a = numpy_input(x, owned);
+  if (!a) return value_call(x, std::forward<Value>(value));
+  nb::object result;
+  Array out = numpy_empty(result_shape(*a), a->dtype(), &result, owned);
+  Token t;
+  {
+    nb::gil_scoped_release release;
+    t = fill(*a, out);
+    t.wait();  // NumPy reads the memory right away
+  }
+  return nb::make_tuple(result, token_object(t));
+}
+
+/// Result shapes for call(): the input's own (reductions, scans, receives) ...
+inline Shape same_shape(const Array& a) { return a.shape(); }
+/// ... or `n` of them stacked (allgather).
+inline Shape stacked(int n, const Shape& s) {
+  Shape out{n};
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
 }
 
 /// What shardkit recognises of mpi4py.MPI, looked up once the module is loaded. Looking it up per call (an import and

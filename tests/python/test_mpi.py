@@ -248,6 +248,10 @@ def test_numpy_fast_path_on_every_kind_of_communicator(sk, mpi, rank, size, opti
         s, _ = mpi.allreduce(strided, op=MPI.SUM, comm=comm, token=tok)
         g, _ = mpi.allgather(x, comm=comm)
         c, _ = mpi.scan(x, op=MPI.SUM, comm=comm)
+        # The Communicator's own methods take the same path.
+        r2, _ = comm.allreduce(strided, sk.ReduceOp.SUM)
+        g2, _ = comm.allgather(x)
+        c2, _ = comm.scan(x, sk.ReduceOp.SUM)
         after, after_base = sys.getrefcount(x), sys.getrefcount(base)
         assert (after, after_base) == (before, before_base)
         want = size * np.arange(n) + size * (size - 1) / 2
@@ -257,6 +261,9 @@ def test_numpy_fast_path_on_every_kind_of_communicator(sk, mpi, rank, size, opti
         np.testing.assert_array_equal(s, 2 * size * np.arange(n) + size * (size - 1) / 2)
         assert g.shape == (size, n) and all((g[q] == np.arange(n) + q).all() for q in range(size))
         np.testing.assert_array_equal(c, (rank + 1) * np.arange(n) + rank * (rank + 1) / 2)
+        np.testing.assert_array_equal(r2, s)
+        np.testing.assert_array_equal(g2, g)
+        np.testing.assert_array_equal(c2, c)
         assert r.flags.writeable and r.flags.c_contiguous and r.base is None  # a NumPy array of its own
     if size >= 2:  # receives fill a new array; the template is never written
         like = np.full(3, -1.0)
