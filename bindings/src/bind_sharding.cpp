@@ -82,16 +82,10 @@ ShardContext& current_context() {
 nb::object reduce_op(ShardContext& c, nb::handle x, nb::handle axes, ReduceOp op) {
   const Axes a = axes_from(axes);
   auto comm = c.mesh().axis_comm(a);
-  const bool owned = !completes_in_call(*comm);
-  if (std::optional<Array> in = numpy_input(x, owned)) {
-    nb::object result;
-    Array out = numpy_empty(in->shape(), in->dtype(), &result, owned);
-    {
-      nb::gil_scoped_release release;
-      c.token() = comm->allreduce(*in, out, op, c.token());
-      c.token().wait();
-    }
-    return result;
+  if (auto r = numpy_call(*comm, x, same_shape,
+                          [&](const Array& in, Array& out) { return comm->allreduce(in, out, op, c.token()); })) {
+    c.token() = r->second;
+    return r->first;
   }
   Framework fw;
   Array in = array_from_py(x, &fw);

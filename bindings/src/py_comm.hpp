@@ -5,6 +5,8 @@
 #include <nanobind/nanobind.h>
 
 #include <memory>
+#include <optional>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -48,13 +50,14 @@ nb::tuple value_call(nb::handle x, Value&& value) {
   return nb::make_tuple(array_to_py(std::move(r->value), fw), token_object(r->token));
 }
 
-/// A host NumPy input gets a NumPy result of the shape `result_shape(array)` gives, filled in place by
-/// `fill(array, out)` (a buffer form) and complete on return; anything else goes to `value` (value_call).
-template <typename ShapeFn, typename Fill, typename Value>
-nb::tuple call(const Communicator& c, nb::handle x, ShapeFn&& result_shape, Fill&& fill, Value&& value) {
+/// The NumPy fast path: for a host NumPy input, a NumPy result of the shape `result_shape(array)` gives, filled in
+/// place by `fill(array, out)` (a buffer form) and complete on return, with fill's token; nothing for other inputs.
+template <typename ShapeFn, typename Fill>
+std::optional<std::pair<nb::object, Token>> numpy_call(const Communicator& c, nb::handle x, ShapeFn&& result_shape,
+                                                       Fill&& fill) {
   const bool owned = !completes_in_call(c);
   std::optional<Array> a = numpy_input(x, owned);
-  if (!a) return value_call(x, std::forward<Value>(value));
+  if (!a) return std::nullopt;
   nb::object result;
   Array out = numpy_empty(result_shape(*a), a->dtype(), &result, owned);
   Token t;
@@ -63,7 +66,15 @@ nb::tuple call(const Communicator& c, nb::handle x, ShapeFn&& result_shape, Fill
     t = fill(*a, out);
     t.wait();  // NumPy reads the memory right away
   }
-  return nb::make_tuple(result, token_object(t));
+  return std::make_pair(std::move(result), std::move(t));
+}
+
+/// (result, token): numpy_call for host NumPy inputs, `value` (value_call) for anything else.
+template <typename ShapeFn, typename Fill, typename Value>
+nb::tuple call(const Communicator& c, nb::handle x, ShapeFn&& result_shape, Fill&& fill, Value&& value) {
+  if (auto r = numpy_call(c, x, std::forward<ShapeFn>(result_shape), std::forward<Fill>(fill)))
+    return nb::make_tuple(r->first, token_object(r->second));
+  return value_call(x, std::forward<Value>(value));
 }
 
 /// Result shapes for call(): the input's own (reductions, scans, receives) ...
