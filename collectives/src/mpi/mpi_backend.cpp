@@ -62,11 +62,7 @@ class MpiBackend final : public Backend {
     const MPI_Datatype t = mpi_datatype(send.dtype());
     const MPI_Op o = mpi_op(op, send.dtype());
     const bool in_place = send.data() == recv.data();
-    if (!nb && send.numel() <= mpi_max_count() && !needs_staging(send) && !needs_staging(recv)) {
-      // The per-call hot path of small reductions (psum, mpi4jax's allreduce): one blocking call on the buffers
-      // themselves, with no pending-operation state to build.
-      send.wait_ready();
-      recv.wait_ready();
+    if (direct(ctx, send.numel(), send, recv)) {
       SHARDKIT_MPI_CHECK(MPI_Allreduce(in_place ? MPI_IN_PLACE : send.data(), recv.data(),
                                        static_cast<int>(send.numel()), t, o, c_));
       return Token();
@@ -105,11 +101,16 @@ class MpiBackend final : public Backend {
   }
 
   Token scan(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) override {
-    PendingOp p;
     const bool nb = nonblocking(ctx);
     const MPI_Datatype t = mpi_datatype(send.dtype());
     const MPI_Op o = mpi_op(op, send.dtype());
     const bool in_place = send.data() == recv.data();
+    if (direct(ctx, send.numel(), send, recv)) {
+      SHARDKIT_MPI_CHECK(MPI_Scan(in_place ? MPI_IN_PLACE : send.data(), recv.data(), static_cast<int>(send.numel()),
+                                  t, o, c_));
+      return Token();
+    }
+    PendingOp p;
     Buf s = in_place ? stage_inout(send, p, nb) : stage_in(send, p, nb);
     Buf r = in_place ? s : stage_out(recv, p, nb);
     for_chunks(send.numel(), [&](std::int64_t off, int n) {
@@ -442,43 +443,39 @@ class MpiBackend final : public Backend {
   // GPU memory for a library that cannot read it: a pinned host copy (filled now for inputs).
   bool needs_staging(const Array& a) const { return a.device().kind == DeviceKind::kCUDA && !cuda_aware_; }
 
-  // An input: its own memory (kept alive by the pending operation when nonblocking), or a pinned copy.
-  Buf stage_in(const Array& a, PendingOp& p, bool nb) {
+  // True when an operation can be one blocking MPI call on the buffers themselves: no timeout and not async, one
+  // chunk, and memory MPI reads (no staging); the buffers' ready events are then waited for. The per-call hot path
+  // of small reductions (psum, mpi4jax's allreduce): no pending-operation state to build.
+  bool direct(const OpContext& ctx, std::int64_t count, const Array& a, const Array& b) const {
+    if (nonblocking(ctx) || count > mpi_max_count() || needs_staging(a) || needs_staging(b)) return false;
     a.wait_ready();
-    if (!needs_staging(a)) {
-      if (nb) p.keep_alive.push_back(a);
-      return {static_cast<char*>(a.data()), static_cast<std::int64_t>(a.itemsize())};
-    }
-    Array host = pinned_like(a);
-    host.copy_from(a);
-    p.keep_alive.push_back(host);
-    return {static_cast<char*>(host.data()), static_cast<std::int64_t>(host.itemsize())};
+    b.wait_ready();
+    return true;
   }
 
-  // An output: its own memory, or a pinned buffer copied to it once the operation completes.
-  Buf stage_out(const Array& a, PendingOp& p, bool nb) {
+  // The memory an operation uses for `a`: its own (kept alive by the pending operation when nonblocking), or, for GPU
+  // memory MPI cannot read, a pinned host copy: filled now for inputs, copied back after completion for outputs.
+  // The first case, every host buffer's, stays inline: it is the per-call cost of every small operation.
+  enum class Use { kIn, kOut, kInOut };
+  [[gnu::always_inline]] Buf stage(const Array& a, PendingOp& p, bool nb, Use use) {
     a.wait_ready();
-    if (!needs_staging(a)) {
-      if (nb) p.keep_alive.push_back(a);
-      return {static_cast<char*>(a.data()), static_cast<std::int64_t>(a.itemsize())};
-    }
+    if (needs_staging(a)) [[unlikely]]
+      return stage_pinned(a, p, use);
+    if (nb) p.keep_alive.push_back(a);
+    return {static_cast<char*>(a.data()), static_cast<std::int64_t>(a.itemsize())};
+  }
+  [[gnu::noinline]] Buf stage_pinned(const Array& a, PendingOp& p, Use use) {
     Array host = pinned_like(a);
-    p.copy_back.emplace_back(host, a);
+    if (use != Use::kOut) host.copy_from(a);
+    if (use == Use::kIn)
+      p.keep_alive.push_back(host);
+    else
+      p.copy_back.emplace_back(host, a);
     return {static_cast<char*>(host.data()), static_cast<std::int64_t>(host.itemsize())};
   }
-
-  // Both (in-place operations): staged in, and copied back after completion.
-  Buf stage_inout(const Array& a, PendingOp& p, bool nb) {
-    a.wait_ready();
-    if (!needs_staging(a)) {
-      if (nb) p.keep_alive.push_back(a);
-      return {static_cast<char*>(a.data()), static_cast<std::int64_t>(a.itemsize())};
-    }
-    Array host = pinned_like(a);
-    host.copy_from(a);
-    p.copy_back.emplace_back(host, a);
-    return {static_cast<char*>(host.data()), static_cast<std::int64_t>(host.itemsize())};
-  }
+  Buf stage_in(const Array& a, PendingOp& p, bool nb) { return stage(a, p, nb, Use::kIn); }
+  Buf stage_out(const Array& a, PendingOp& p, bool nb) { return stage(a, p, nb, Use::kOut); }
+  Buf stage_inout(const Array& a, PendingOp& p, bool nb) { return stage(a, p, nb, Use::kInOut); }
 
   static int mpi_source(int s) { return s == kAnySource ? MPI_ANY_SOURCE : s; }
   static int mpi_tag(int t) { return t == kAnyTag ? MPI_ANY_TAG : t; }
