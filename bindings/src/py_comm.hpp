@@ -61,10 +61,21 @@ std::optional<std::pair<nb::object, Token>> numpy_call(const Communicator& c, nb
   nb::object result;
   Array out = numpy_empty(result_shape(*a), a->dtype(), &result, owned);
   Token t;
-  {
+  try {
     nb::gil_scoped_release release;
     t = fill(*a, out);
     t.wait();  // NumPy reads the memory right away
+  } catch (const InvalidArgument&) {
+    throw;  // raised before anything was sent (as MismatchError is)
+  } catch (const MismatchError&) {
+    throw;
+  } catch (...) {
+    // A failure after requests were posted: MPI may still use the memory, which the Arrays do not own here.
+    if (!owned) {
+      result.inc_ref();
+      nb::handle(x).inc_ref();
+    }
+    throw;
   }
   return std::make_pair(std::move(result), std::move(t));
 }

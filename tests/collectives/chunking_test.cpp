@@ -3,6 +3,7 @@
 
 #include "collective_test_util.hpp"
 #include "mpi/mpi_backend.hpp"
+#include "mpi/mpi_request.hpp"
 
 namespace shardkit::testing {
 namespace {
@@ -102,6 +103,36 @@ TEST_F(Chunked, StridedBuffersAreMadeContiguous) {
   Array inplace = m.permute({1, 0});  // strided in-place allreduce
   c.allreduce_inplace(inplace, ReduceOp::kMax).wait();
   EXPECT_EQ(m.to_vector<float>()[5], 5.0f);
+}
+
+// A pending operation dropped with requests still posted (an error between issuing and completing them) must not free
+// the memory MPI may still write: it keeps its arrays (staged copies and their destinations too) for good. One that
+// completed lets them go.
+TEST(PendingOperation, DroppedWithRequestsPostedKeepsItsArrays) {
+  Array in = Array::zeros({4}, DType::kFloat32), staged = Array::zeros({4}, DType::kFloat32);
+  Array dst = Array::zeros({4}, DType::kFloat32);
+  const std::weak_ptr<void> w_in = in.storage(), w_staged = staged.storage(), w_dst = dst.storage();
+  {
+    detail::PendingOp p;
+    p.keep_alive.push_back(in);
+    p.copy_back.emplace_back(staged, dst);
+    p.requests.push_back(MPI_REQUEST_NULL);  // stands for a request still posted
+    in = staged = dst = Array();             // the callers let go of their handles
+  }
+  EXPECT_FALSE(w_in.expired());
+  EXPECT_FALSE(w_staged.expired());
+  EXPECT_FALSE(w_dst.expired());
+
+  Array done = Array::zeros({4}, DType::kFloat32);
+  const std::weak_ptr<void> w_done = done.storage();
+  {
+    detail::PendingOp p;
+    p.keep_alive.push_back(done);
+    p.requests.push_back(MPI_REQUEST_NULL);
+    done = Array();
+    p.finish({});  // completed: nothing is posted any more
+  }
+  EXPECT_TRUE(w_done.expired());
 }
 
 }  // namespace

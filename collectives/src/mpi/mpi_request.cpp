@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <mutex>
 #include <thread>
 
 #include "shardkit/core/error.hpp"
@@ -50,6 +51,35 @@ void raise_timeout(const OpContext& ctx, AbortState& abort, const std::string& d
                             ". The communicator is aborted; the job will end at exit."));
 }
 
+void keep_forever(std::vector<Array> arrays) {
+  if (arrays.empty()) return;
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::vector<Array>>();  // never freed; reachable from here
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(std::move(arrays));
+}
+
+PendingOp::~PendingOp() {
+  if (!requests.empty()) abandon();
+}
+
+void PendingOp::abandon() noexcept {
+  try {
+    for (auto& [staged, dst] : copy_back) {
+      keep_alive.push_back(std::move(staged));
+      keep_alive.push_back(std::move(dst));
+    }
+    keep_forever(std::move(keep_alive));
+  } catch (...) {
+    // Out of memory: leaking without a trace still beats freeing memory MPI may write.
+    new std::vector<Array>(std::move(keep_alive));
+  }
+  copy_back.clear();
+  keep_alive.clear();
+  requests.clear();
+  on_complete = nullptr;
+}
+
 void PendingOp::finish(const std::vector<MPI_Status>& statuses) {
   requests.clear();
   for (auto& [staged, dst] : copy_back) dst.copy_from(staged);
@@ -64,9 +94,8 @@ void complete(PendingOp& op, const OpContext& ctx, AbortState& abort) {
   if (op.want_statuses) statuses.resize(op.requests.size());
   if (!wait_all(op.requests, op.want_statuses ? &statuses : nullptr, ctx.deadline)) {
     // The requests (collectives among them) stay in flight: MPI cannot cancel them. The communicator is marked
-    // aborted, the buffers stay alive (leaked on purpose), and the job ends at exit.
-    op.requests.clear();
-    new std::vector<Array>(std::move(op.keep_alive));
+    // aborted, the buffers are kept for good, and the job ends at exit.
+    op.abandon();
     raise_timeout(ctx, abort, "");
   }
   op.finish(statuses);

@@ -32,9 +32,22 @@ struct PendingOp {
   std::function<void(const std::vector<MPI_Status>&)> on_complete;
   bool want_statuses = false;
 
+  PendingOp() = default;
+  PendingOp(PendingOp&&) = default;
+  PendingOp& operator=(PendingOp&&) = default;
+  /// Destroyed with requests still posted (an error between issuing and completing them), it keeps the arrays for
+  /// good instead of freeing them: MPI may still read or write that memory.
+  ~PendingOp();
+
   /// Runs the completion steps once the requests are done.
   void finish(const std::vector<MPI_Status>& statuses);
+  /// Gives up on the posted requests (left to MPI, or to the job's end): their arrays are kept for good.
+  void abandon() noexcept;
 };
+
+/// Keeps `arrays` alive until the process ends (reachable, so leak checkers do not report them): the memory of
+/// operations left in flight.
+void keep_forever(std::vector<Array> arrays);
 
 /// Completes `op` now (blocking until done or the deadline) and runs its completion step.
 /// @throws TimeoutError (after marking `abort` and cancelling) when the deadline passes.
