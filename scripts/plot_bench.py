@@ -51,6 +51,14 @@ def import_pyplot():
     return plt
 
 
+def save(plt, fig, path):
+    """Lays out, writes and closes a figure; returns the path written."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def size_label(r):
     m, n, k = r["m"], r["n"], r["k"]
     return str(n) if m == n == k else f"{m}x{n}x{k}"
@@ -136,11 +144,7 @@ def matmul_plots(data, stem, plt, efficiency_target):
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = stem + "_gflops.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    written.append(path)
+    written.append(save(plt, fig, stem + "_gflops.png"))
 
     # Efficiency.
     if "blas" in series:
@@ -170,11 +174,7 @@ def matmul_plots(data, stem, plt, efficiency_target):
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = stem + "_efficiency.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written.append(save(plt, fig, stem + "_efficiency.png"))
 
     # Profile: per size, stacked parts of each collective algorithm.
     parts = {}
@@ -210,11 +210,7 @@ def matmul_plots(data, stem, plt, efficiency_target):
                          "no-overlap time", fontsize=8)
             ax.grid(alpha=0.3, axis="y")
         axes[0][0].legend(fontsize=7)
-        fig.tight_layout()
-        path = stem + "_profile.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written.append(save(plt, fig, stem + "_profile.png"))
     return written
 
 
@@ -247,11 +243,7 @@ def collectives_plots(data, stem, plt):
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(by_op):]:
         ax.axis("off")
-    fig.tight_layout()
-    path = stem + "_busbw.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    written.append(path)
+    written.append(save(plt, fig, stem + "_busbw.png"))
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for op, rs in by_op.items():
@@ -264,11 +256,7 @@ def collectives_plots(data, stem, plt):
     ax.set_title(f"shardkit overhead ({title})", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = stem + "_ratio.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    written.append(path)
+    written.append(save(plt, fig, stem + "_ratio.png"))
     return written
 
 
