@@ -1,5 +1,5 @@
-// Communicators, tokens and the operations behind shardkit.mpi (the mpi4jax API). Every blocking call releases
-// the GIL; arrays come in through DLPack and go back in the caller's framework.
+// Communicators and tokens in Python: the Communicator and Token classes, the default (world) communicator, mpi4py
+// communicators wrapped and cached, and communicators with their own settings. The operations are bound in py_ops.cpp.
 
 #include <mpi.h>
 #include <nanobind/nanobind.h>
@@ -77,20 +77,6 @@ nb::handle g_complete_token;
 nb::object token_object(const Token& t) {
   return t.waitable() ? nb::cast(t) : nb::borrow(g_complete_token);
 }
-
-namespace {
-
-Token tok(const std::optional<Token>& t) { return t ? *t : Token(); }
-
-// Reductions arrive as ints (ReduceOp values): converting a Python enum member costs more than the collective.
-ReduceOp reduce_op(int op) {
-  SHARDKIT_CHECK(op >= 0 && op <= static_cast<int>(ReduceOp::kBitXor), "unknown reduction ", op);
-  return static_cast<ReduceOp>(op);
-}
-
-nb::tuple status_tuple(const RecvStatus& s) { return nb::make_tuple(s.source, s.tag, s.count); }
-
-}  // namespace
 
 const Mpi4py* mpi4py_api() {
   static Mpi4py* api = nullptr;  // interpreter lifetime (never decref'd after finalisation)
@@ -190,71 +176,8 @@ void register_collectives(nb::module_& m) {
       .def("dup", &Communicator::dup, nb::arg("name") = "", nb::call_guard<nb::gil_scoped_release>())
       .def("__repr__", [](const Communicator& c) {
         return detail::concat("Communicator('", c.name(), "', rank=", c.rank(), ", size=", c.size(), ")");
-      })
-      // mpi4jax-style value operations: (result, token).
-      .def("allreduce", [](Communicator& c, nb::handle x, int op, std::optional<Token> t) {
-        const ReduceOp o = reduce_op(op);
-        const Token after = tok(t);
-        return call(c, x, same_shape, [&](const Array& a, Array& out) { return c.allreduce(a, out, o, after); },
-                    [&](const Array& a) { return c.allreduce(a, o, after); });
-      }, nb::arg("x"), nb::arg("op"), nb::arg("token") = nb::none())
-      .def("reduce", [](Communicator& c, nb::handle x, int op, int root, std::optional<Token> t) {
-        return value_call(x, [&](const Array& a) { return c.reduce(a, reduce_op(op), root, tok(t)); });
-      }, nb::arg("x"), nb::arg("op"), nb::arg("root"), nb::arg("token") = nb::none())
-      .def("bcast", [](Communicator& c, nb::handle x, int root, std::optional<Token> t) {
-        return value_call(x, [&](const Array& a) { return c.bcast(a, root, tok(t)); });
-      }, nb::arg("x"), nb::arg("root"), nb::arg("token") = nb::none())
-      .def("allgather", [](Communicator& c, nb::handle x, std::optional<Token> t) {
-        const Token after = tok(t);
-        return call(c, x, [&](const Array& a) { return stacked(c.size(), a.shape()); },
-                    [&](const Array& a, Array& out) { return c.allgather(a, out, after); },
-                    [&](const Array& a) { return c.allgather(a, after); });
-      }, nb::arg("x"), nb::arg("token") = nb::none())
-      .def("gather", [](Communicator& c, nb::handle x, int root, std::optional<Token> t) {
-        return value_call(x, [&](const Array& a) { return c.gather(a, root, tok(t)); });
-      }, nb::arg("x"), nb::arg("root"), nb::arg("token") = nb::none())
-      .def("scatter", [](Communicator& c, nb::handle x, int root, std::optional<Token> t) {
-        return value_call(x, [&](const Array& a) { return c.scatter(a, root, tok(t)); });
-      }, nb::arg("x"), nb::arg("root"), nb::arg("token") = nb::none())
-      .def("reduce_scatter", [](Communicator& c, nb::handle x, int op, std::optional<Token> t) {
-        return value_call(x, [&](const Array& a) { return c.reduce_scatter(a, reduce_op(op), tok(t)); });
-      }, nb::arg("x"), nb::arg("op"), nb::arg("token") = nb::none())
-      .def("alltoall", [](Communicator& c, nb::handle x, std::optional<Token> t) {
-        return value_call(x, [&](const Array& a) { return c.alltoall(a, tok(t)); });
-      }, nb::arg("x"), nb::arg("token") = nb::none())
-      .def("scan", [](Communicator& c, nb::handle x, int op, std::optional<Token> t) {
-        const ReduceOp o = reduce_op(op);
-        const Token after = tok(t);
-        return call(c, x, same_shape, [&](const Array& a, Array& out) { return c.scan(a, out, o, after); },
-                    [&](const Array& a) { return c.scan(a, o, after); });
-      }, nb::arg("x"), nb::arg("op"), nb::arg("token") = nb::none())
-      .def("allgatherv", [](Communicator& c, nb::handle x, std::optional<Token> t) {
-        return value_call(x, [&](const Array& a) { return c.allgatherv(a, tok(t)); });
-      }, nb::arg("x"), nb::arg("token") = nb::none())
-      .def("send", [](Communicator& c, nb::handle x, int dest, int tag, std::optional<Token> t) {
-        Array a = array_from_py(x);
-        nb::gil_scoped_release release;
-        return c.send(a, dest, tag, tok(t));
-      }, nb::arg("x"), nb::arg("dest"), nb::arg("tag") = 0, nb::arg("token") = nb::none())
-      .def("recv", [](Communicator& c, nb::handle like, int source, int tag, std::optional<Token> t) {
-        RecvStatus st;
-        nb::tuple r = value_call(like, [&](const Array& a) { return c.recv(a, source, tag, &st, tok(t)); });
-        return nb::make_tuple(r[0], r[1], status_tuple(st));
-      }, nb::arg("x"), nb::arg("source") = kAnySource, nb::arg("tag") = kAnyTag, nb::arg("token") = nb::none())
-      .def("sendrecv", [](Communicator& c, nb::handle send, nb::handle recv_like, int source, int dest, int send_tag,
-                          int recv_tag, std::optional<Token> t) {
-        Array s = array_from_py(send);
-        RecvStatus st;
-        nb::tuple r = value_call(recv_like, [&](const Array& like) {
-          return c.sendrecv(s, like, source, dest, send_tag, recv_tag, &st, tok(t));
-        });
-        return nb::make_tuple(r[0], r[1], status_tuple(st));
-      }, nb::arg("sendbuf"), nb::arg("recvbuf"), nb::arg("source"), nb::arg("dest"), nb::arg("sendtag") = 0,
-         nb::arg("recvtag") = kAnyTag, nb::arg("token") = nb::none())
-      .def("barrier", [](Communicator& c, std::optional<Token> t) {
-        nb::gil_scoped_release release;
-        return c.barrier(tok(t));
-      }, nb::arg("token") = nb::none());
+      });
+  // The operations (allreduce, ..., mpi4jax's signatures without comm) are bound by register_ops (py_ops.cpp).
 
   m.attr("_complete_token") = nb::cast(Token());
   g_complete_token = m.attr("_complete_token");

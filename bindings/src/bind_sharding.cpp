@@ -77,32 +77,25 @@ ShardContext& current_context() {
   return *g_context;
 }
 
-// psum/pmax/pmin on a host NumPy block: the result allocated by NumPy and reduced into in place (no DLPack round
-// trip); anything else through the value form.
+// psum/pmax/pmin: the value form of allreduce over the axes' communicator, ordered on the body's token.
 nb::object reduce_op(ShardContext& c, nb::handle x, nb::handle axes, ReduceOp op) {
-  const Axes a = axes_from(axes);
-  auto comm = c.mesh().axis_comm(a);
-  if (auto r = numpy_call(*comm, x, same_shape,
-                          [&](const Array& in, Array& out) { return comm->allreduce(in, out, op, c.token()); })) {
-    c.token() = r->second;
-    return r->first;
-  }
-  Framework fw;
-  Array in = array_from_py(x, &fw);
-  std::optional<Result> r;
-  {
-    nb::gil_scoped_release release;
-    r.emplace(comm->allreduce(in, op, c.token()));
-    c.token() = r->token;
-  }
-  return array_to_py(std::move(r->value), fw);
+  auto comm = c.mesh().axis_comm(axes_from(axes));
+  OpArgs args;
+  args.reduce = op;
+  return value_py(*comm, OpKind::kAllreduce, x, args, c.token());
 }
 
 // The axis reductions as module functions (the per-call hot path of shard_map bodies): they act on the context of the
 // running shard_map body.
-nb::object psum(const FastArgs& a) { return reduce_op(current_context(), a.get(0), a.get(1), ReduceOp::kSum); }
-nb::object pmax(const FastArgs& a) { return reduce_op(current_context(), a.get(0), a.get(1), ReduceOp::kMax); }
-nb::object pmin(const FastArgs& a) { return reduce_op(current_context(), a.get(0), a.get(1), ReduceOp::kMin); }
+nb::object psum(const FastArgs& a) {
+  return reduce_op(current_context(), a.get(Field::kX), a.get(Field::kAxisName), ReduceOp::kSum);
+}
+nb::object pmax(const FastArgs& a) {
+  return reduce_op(current_context(), a.get(Field::kX), a.get(Field::kAxisName), ReduceOp::kMax);
+}
+nb::object pmin(const FastArgs& a) {
+  return reduce_op(current_context(), a.get(Field::kX), a.get(Field::kAxisName), ReduceOp::kMin);
+}
 
 // ShardContext collectives on Python arrays: the result comes back in the input's framework.
 template <typename F>
@@ -281,9 +274,10 @@ void register_sharding(nb::module_& m) {
         return ctx_op(x, [&](const Array& v) { return c.pbroadcast(v, a, source); });
       }, nb::arg("x"), nb::arg("axis_name"), nb::arg("source"));
 
-  def_fast<psum>(m, "psum", "psum", "(x, axis_name)", "Sum over the ranks along the named mesh axis (or tuple of axes).");
-  def_fast<pmax>(m, "pmax", "pmax", "(x, axis_name)", "Maximum over the ranks along the named axes.");
-  def_fast<pmin>(m, "pmin", "pmin", "(x, axis_name)", "Minimum over the ranks along the named axes.");
+  const std::vector<Param> axis_params = {arg(Field::kX), arg(Field::kAxisName)};
+  def_fast<psum>(m, "psum", "psum", axis_params, "Sum over the ranks along the named mesh axis (or tuple of axes).");
+  def_fast<pmax>(m, "pmax", "pmax", axis_params, "Maximum over the ranks along the named axes.");
+  def_fast<pmin>(m, "pmin", "pmin", axis_params, "Minimum over the ranks along the named axes.");
   m.def("current_context", [] { return &current_context(); }, nb::rv_policy::reference);
 
   m.def("shard_map", [](nb::callable f, const Mesh& mesh, std::vector<PartitionSpec> in_specs,

@@ -4,7 +4,8 @@
 //   ├── MismatchError(Error)
 //   ├── TimeoutError(Error, builtins.TimeoutError)
 //   └── BackendError(Error)            .backend ("MPI", "NCCL", "CUDA", ...) and .native_code
-// No C++ exception crosses into Python untranslated.
+// One translation (set_python_error_from_exception) serves nanobind-bound and fast-call functions alike; no C++
+// exception crosses into Python untranslated.
 
 #include <nanobind/nanobind.h>
 
@@ -16,34 +17,52 @@ namespace shardkit::py {
 namespace nb = nanobind;
 
 namespace {
-PyObject* g_error = nullptr;
-PyObject* g_invalid = nullptr;
-PyObject* g_mismatch = nullptr;
-PyObject* g_timeout = nullptr;
-PyObject* g_backend = nullptr;
 
-// shardkit's errors as the Python exceptions of the hierarchy above (registered with nanobind).
+// The Python type of each shardkit error code (filled by register_errors).
+PyObject* g_types[static_cast<int>(ErrorCode::kInternal) + 1] = {};
+PyObject* g_error = nullptr;
+
+PyObject* type_of(ErrorCode code) {
+  PyObject* t = g_types[static_cast<int>(code)];
+  return t ? t : g_error;
+}
+
+void set_shardkit_error(const Error& e) {
+  PyObject* type = type_of(e.code());
+  const auto* backend = dynamic_cast<const BackendError*>(&e);
+  if (!backend) {
+    PyErr_SetString(type, e.what());
+    return;
+  }
+  PyObject* exc = PyObject_CallFunction(type, "s", e.what());
+  if (!exc) return;  // the error of the call is set instead
+  PyObject_SetAttrString(exc, "backend", nb::str(backend->backend().c_str()).ptr());
+  PyObject_SetAttrString(exc, "native_code", nb::int_(backend->native_code()).ptr());
+  PyErr_SetObject(type, exc);
+  Py_DECREF(exc);
+}
+
+PyObject* builtin_type(nb::exception_type t) {
+  switch (t) {
+    case nb::exception_type::stop_iteration: return PyExc_StopIteration;
+    case nb::exception_type::index_error: return PyExc_IndexError;
+    case nb::exception_type::key_error: return PyExc_KeyError;
+    case nb::exception_type::value_error: return PyExc_ValueError;
+    case nb::exception_type::type_error: return PyExc_TypeError;
+    case nb::exception_type::buffer_error: return PyExc_BufferError;
+    case nb::exception_type::import_error: return PyExc_ImportError;
+    case nb::exception_type::attribute_error: return PyExc_AttributeError;
+    default: break;
+  }
+  return PyExc_RuntimeError;
+}
+
+// nanobind's translator hook: every C++ exception from a nanobind-bound function comes here first.
 void translate(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
-  } catch (const InvalidArgument& e) {
-    PyErr_SetString(g_invalid, e.what());
-  } catch (const MismatchError& e) {
-    PyErr_SetString(g_mismatch, e.what());
-  } catch (const TimeoutError& e) {
-    PyErr_SetString(g_timeout, e.what());
-  } catch (const BackendError& e) {
-    PyObject* args = Py_BuildValue("(s)", e.what());
-    PyObject* exc = PyObject_Call(g_backend, args, nullptr);
-    Py_XDECREF(args);
-    if (exc) {
-      PyObject_SetAttrString(exc, "backend", nb::str(e.backend().c_str()).ptr());
-      PyObject_SetAttrString(exc, "native_code", nb::int_(e.native_code()).ptr());
-      PyErr_SetObject(g_backend, exc);
-      Py_DECREF(exc);
-    }
-  } catch (const Error& e) {
-    PyErr_SetString(g_error, e.what());
+  } catch (...) {
+    set_python_error_from_exception();
   }
 }
 
@@ -54,17 +73,22 @@ PyObject* make_type(nb::module_& m, const char* name, PyObject* bases, const cha
   m.attr(name) = nb::handle(t);
   return t;
 }
+
 }  // namespace
 
 void register_errors(nb::module_& m) {
   g_error = make_type(m, "Error", PyExc_RuntimeError, "Base of every shardkit error.");
-  g_invalid = make_type(m, "InvalidArgument", nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_ValueError)).release().ptr(),
-                        "A caller passed something the API does not accept; nothing was sent.");
-  g_mismatch = make_type(m, "MismatchError", g_error, "Ranks disagreed on a collective (checked mode).");
-  g_timeout = make_type(m, "TimeoutError", nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_TimeoutError)).release().ptr(),
-                        "An operation did not complete within SHARDKIT_TIMEOUT_S; its communicator is aborted.");
-  g_backend = make_type(m, "BackendError", g_error, "MPI, NCCL, CUDA or BLAS reported a failure (see .backend, .native_code).");
-
+  auto both = [](PyObject* a, PyObject* b) { return nb::make_tuple(nb::handle(a), nb::handle(b)).release().ptr(); };
+  g_types[static_cast<int>(ErrorCode::kInvalidArgument)] =
+      make_type(m, "InvalidArgument", both(g_error, PyExc_ValueError),
+                "A caller passed something the API does not accept; nothing was sent.");
+  g_types[static_cast<int>(ErrorCode::kMismatch)] =
+      make_type(m, "MismatchError", g_error, "Ranks disagreed on a collective (checked mode).");
+  g_types[static_cast<int>(ErrorCode::kTimeout)] =
+      make_type(m, "TimeoutError", both(g_error, PyExc_TimeoutError),
+                "An operation did not complete within SHARDKIT_TIMEOUT_S; its communicator is aborted.");
+  g_types[static_cast<int>(ErrorCode::kBackend)] = make_type(
+      m, "BackendError", g_error, "MPI, NCCL, CUDA or BLAS reported a failure (see .backend, .native_code).");
   nb::register_exception_translator(translate);
 }
 
@@ -74,21 +98,9 @@ void set_python_error_from_exception() noexcept {
   } catch (nb::python_error& e) {
     e.restore();
   } catch (const nb::builtin_exception& e) {
-    PyObject* type = PyExc_RuntimeError;
-    switch (e.type()) {
-      case nb::exception_type::stop_iteration: type = PyExc_StopIteration; break;
-      case nb::exception_type::index_error: type = PyExc_IndexError; break;
-      case nb::exception_type::key_error: type = PyExc_KeyError; break;
-      case nb::exception_type::value_error: type = PyExc_ValueError; break;
-      case nb::exception_type::type_error: type = PyExc_TypeError; break;
-      case nb::exception_type::buffer_error: type = PyExc_BufferError; break;
-      case nb::exception_type::import_error: type = PyExc_ImportError; break;
-      case nb::exception_type::attribute_error: type = PyExc_AttributeError; break;
-      default: break;
-    }
-    PyErr_SetString(type, e.what());
-  } catch (const Error&) {
-    translate(std::current_exception(), nullptr);
+    PyErr_SetString(builtin_type(e.type()), e.what());
+  } catch (const Error& e) {
+    set_shardkit_error(e);
   } catch (const nb::cast_error&) {
     PyErr_SetString(PyExc_TypeError, "an argument has the wrong type");
   } catch (const std::bad_alloc& e) {

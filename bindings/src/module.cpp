@@ -9,7 +9,7 @@ void register_arrays(nb::module_& m);
 void register_runtime(nb::module_& m);
 void register_collectives(nb::module_& m);
 void register_sharding(nb::module_& m);
-void register_mpi(nb::module_& m);
+void register_ops(nb::module_& m);
 }  // namespace shardkit::py
 
 NB_MODULE(_core, m) {
@@ -18,6 +18,6 @@ NB_MODULE(_core, m) {
   shardkit::py::register_arrays(m);
   shardkit::py::register_runtime(m);
   shardkit::py::register_collectives(m);
+  shardkit::py::register_ops(m);
   shardkit::py::register_sharding(m);
-  shardkit::py::register_mpi(m);
 }

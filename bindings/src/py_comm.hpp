@@ -5,8 +5,6 @@
 #include <nanobind/nanobind.h>
 
 #include <memory>
-#include <optional>
-#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -35,67 +33,19 @@ inline bool completes_in_call(const Communicator& c) {
   return !c.options().async && c.options().timeout.count() == 0;
 }
 
-// ---- calls: arrays in, collective without the GIL, results back in the caller's framework ----------------------------
+// ---- operations (py_ops.cpp) ----------------------------------------------------------------------------------------
 
-/// The value form `value(array)` on any framework's array; the result goes back to that framework.
-template <typename Value>
-nb::tuple value_call(nb::handle x, Value&& value) {
-  Framework fw;
-  Array a = array_from_py(x, &fw);
-  std::optional<Result> r;  // not default-constructed: an empty Array allocates
-  {
-    nb::gil_scoped_release release;
-    r.emplace(value(a));
-  }
-  return nb::make_tuple(array_to_py(std::move(r->value), fw), token_object(r->token));
-}
+/// A reduction from Python: an mpi4py operation (MPI.SUM, ...), a name ("sum", ...) or a ReduceOp (or its int value).
+/// @throws InvalidArgument for anything else.
+ReduceOp reduce_op_of(nb::handle op);
 
-/// The NumPy fast path: for a host NumPy input, a NumPy result of the shape `result_shape(array)` gives, filled in
-/// place by `fill(array, out)` (a buffer form) and complete on return, with fill's token; nothing for other inputs.
-template <typename ShapeFn, typename Fill>
-std::optional<std::pair<nb::object, Token>> numpy_call(const Communicator& c, nb::handle x, ShapeFn&& result_shape,
-                                                       Fill&& fill) {
-  const bool owned = !completes_in_call(c);
-  std::optional<Array> a = numpy_input(x, owned);
-  if (!a) return std::nullopt;
-  nb::object result;
-  Array out = numpy_empty(result_shape(*a), a->dtype(), &result, owned);
-  Token t;
-  try {
-    nb::gil_scoped_release release;
-    t = fill(*a, out);
-    t.wait();  // NumPy reads the memory right away
-  } catch (const InvalidArgument&) {
-    throw;  // raised before anything was sent (as MismatchError is)
-  } catch (const MismatchError&) {
-    throw;
-  } catch (...) {
-    // A failure after requests were posted: MPI may still use the memory, which the Arrays do not own here.
-    if (!owned) {
-      result.inc_ref();
-      nb::handle(x).inc_ref();
-    }
-    throw;
-  }
-  return std::make_pair(std::move(result), std::move(t));
-}
+/// A token from Python: a shardkit Token or None (complete). @throws TypeError for anything else.
+Token token_of(nb::handle t);
 
-/// (result, token): numpy_call for host NumPy inputs, `value` (value_call) for anything else.
-template <typename ShapeFn, typename Fill, typename Value>
-nb::tuple call(const Communicator& c, nb::handle x, ShapeFn&& result_shape, Fill&& fill, Value&& value) {
-  if (auto r = numpy_call(c, x, std::forward<ShapeFn>(result_shape), std::forward<Fill>(fill)))
-    return nb::make_tuple(r->first, token_object(r->second));
-  return value_call(x, std::forward<Value>(value));
-}
-
-/// Result shapes for call(): the input's own (reductions, scans, receives) ...
-inline Shape same_shape(const Array& a) { return a.shape(); }
-/// ... or `n` of them stacked (allgather).
-inline Shape stacked(int n, const Shape& s) {
-  Shape out{n};
-  out.insert(out.end(), s.begin(), s.end());
-  return out;
-}
+/// The value form of `op` on the Python array `x` (any framework): `args` gives everything but the buffers, `token` is
+/// the one to start after and becomes the operation's. A host NumPy input gets a NumPy result allocated here and filled
+/// in place, complete on return; other inputs go through Communicator::run_value and come back in their framework.
+nb::object value_py(Communicator& c, OpKind op, nb::handle x, OpArgs& args, Token& token);
 
 /// What shardkit recognises of mpi4py.MPI, looked up once the module is loaded. Looking it up per call (an import and
 /// a type's __module__) cost about 2 us, more than a small collective.

@@ -2,31 +2,78 @@
 
 #include <climits>
 #include <string>
-#include <string_view>
 
 #include "shardkit/core/error.hpp"
 
 namespace shardkit::py {
 
-int FastArgs::get_int(int i, int fallback) const {
-  if (!v_[i]) return fallback;
-  const long v = PyLong_AsLong(v_[i]);  // __index__ objects too; floats and strings raise TypeError
-  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
-  if (v < INT_MIN || v > INT_MAX) {
-    PyErr_Format(PyExc_OverflowError, "Python int %ld does not fit in a C int", v);
+const char* field_name(Field f) noexcept {
+  switch (f) {
+    case Field::kX: return "x";
+    case Field::kSendbuf: return "sendbuf";
+    case Field::kRecvbuf: return "recvbuf";
+    case Field::kOp: return "op";
+    case Field::kRoot: return "root";
+    case Field::kSource: return "source";
+    case Field::kDest: return "dest";
+    case Field::kTag: return "tag";
+    case Field::kSendtag: return "sendtag";
+    case Field::kRecvtag: return "recvtag";
+    case Field::kComm: return "comm";
+    case Field::kStatus: return "status";
+    case Field::kToken: return "token";
+    case Field::kAxisName: break;
+  }
+  return "axis_name";
+}
+
+FastSignature* make_fast_signature(const char* function, const std::vector<Param>& params) {
+  auto* sig = new FastSignature();  // interpreter lifetime, like the function object using it
+  sig->function = function;
+  bool keyword_only = false, optional_seen = false;
+  sig->text = "(";
+  for (const Param& p : params) {
+    SHARDKIT_CHECK(!(keyword_only && !p.keyword_only), function, ": a positional parameter after a keyword-only one");
+    SHARDKIT_CHECK(!(optional_seen && !p.default_text && !p.keyword_only), function,
+                   ": a required parameter after an optional one");
+    if (sig->text.size() > 1) sig->text += ", ";
+    if (p.keyword_only && !keyword_only) sig->text += "*, ";
+    keyword_only = keyword_only || p.keyword_only;
+    optional_seen = optional_seen || p.default_text;
+    sig->text += field_name(p.field);
+    if (p.default_text) sig->text += std::string("=") + p.default_text;
+    PyObject* interned = PyUnicode_InternFromString(field_name(p.field));
+    if (!interned) throw nb::python_error();
+    sig->fields.push_back(p.field);
+    sig->names.push_back(interned);
+    if (!p.keyword_only) ++sig->positional;
+    if (!p.default_text) ++sig->required;
+  }
+  sig->text += ")";
+  return sig;
+}
+
+int FastArgs::get_int(Field f, int fallback) const {
+  PyObject* v = v_[static_cast<int>(f)];
+  if (!v) return fallback;
+  const long n = PyLong_AsLong(v);  // __index__ objects too; floats and strings raise TypeError
+  if (n == -1 && PyErr_Occurred()) throw nb::python_error();
+  if (n < INT_MIN || n > INT_MAX) {
+    PyErr_Format(PyExc_OverflowError, "Python int %ld does not fit in a C int", n);
     throw nb::python_error();
   }
-  return static_cast<int>(v);
+  return static_cast<int>(n);
 }
 
 bool parse_fast_args(const FastSignature& sig, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
                      FastArgs& out) {
+  const char* fn = sig.function.c_str();
   if (nargs > sig.positional) {
-    PyErr_Format(PyExc_TypeError, "%s() takes at most %d positional argument%s (%zd given)", sig.function,
-                 sig.positional, sig.positional == 1 ? "" : "s", nargs);
+    PyErr_Format(PyExc_TypeError, "%s() takes at most %d positional argument%s (%zd given)", fn, sig.positional,
+                 sig.positional == 1 ? "" : "s", nargs);
     return false;
   }
-  for (Py_ssize_t i = 0; i < nargs; ++i) out.v_[i] = args[i];
+  for (Py_ssize_t i = 0; i < nargs; ++i) out.v_[static_cast<int>(sig.fields[i])] = args[i];
   const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
   const auto n = static_cast<int>(sig.names.size());
   for (Py_ssize_t k = 0; k < nkw; ++k) {
@@ -37,19 +84,19 @@ bool parse_fast_args(const FastSignature& sig, PyObject* const* args, Py_ssize_t
     for (int i = 0; i < n && found < 0; ++i)  // f(**kwargs) with keys made at run time
       if (PyUnicode_Check(key) && PyUnicode_Compare(key, sig.names[i]) == 0) found = i;
     if (found < 0) {
-      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%S'", sig.function, key);
+      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%S'", fn, key);
       return false;
     }
-    if (out.v_[found]) {
-      PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", sig.function,
-                   sig.name_chars[found]);
+    PyObject*& slot = out.v_[static_cast<int>(sig.fields[found])];
+    if (slot) {
+      PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", fn, field_name(sig.fields[found]));
       return false;
     }
-    out.v_[found] = args[nargs + k];
+    slot = args[nargs + k];
   }
   for (int i = 0; i < sig.required; ++i) {
-    if (!out.v_[i]) {
-      PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)", sig.function, sig.name_chars[i],
+    if (!out.v_[static_cast<int>(sig.fields[i])]) {
+      PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)", fn, field_name(sig.fields[i]),
                    i + 1);
       return false;
     }
@@ -59,49 +106,29 @@ bool parse_fast_args(const FastSignature& sig, PyObject* const* args, Py_ssize_t
 
 namespace detail {
 
-FastSignature* make_fast_signature(const char* function, const char* signature) {
-  auto* sig = new FastSignature();  // interpreter lifetime, like the function object using it
-  sig->function = function;
-  std::string_view s(signature);
-  SHARDKIT_CHECK(s.size() >= 2 && s.front() == '(' && s.back() == ')', "bad signature ", signature);
-  s = s.substr(1, s.size() - 2);
-  bool keyword_only = false, optional_seen = false;
-  while (!s.empty()) {
-    const std::size_t comma = s.find(',');
-    std::string_view p = s.substr(0, comma);
-    s = comma == std::string_view::npos ? std::string_view() : s.substr(comma + 1);
-    while (!p.empty() && p.front() == ' ') p.remove_prefix(1);
-    while (!p.empty() && p.back() == ' ') p.remove_suffix(1);
-    if (p == "*") {
-      keyword_only = true;
-      continue;
-    }
-    const std::size_t eq = p.find('=');
-    const bool has_default = eq != std::string_view::npos;
-    const std::string name(p.substr(0, eq));
-    SHARDKIT_CHECK(!(optional_seen && !has_default), "required parameter after an optional one in ", signature);
-    optional_seen = optional_seen || has_default;
-    PyObject* interned = PyUnicode_InternFromString(name.c_str());
-    if (!interned) throw nb::python_error();
-    sig->names.push_back(interned);
-    sig->name_chars.push_back(PyUnicode_AsUTF8(interned));
-    if (!keyword_only) ++sig->positional;
-    if (!has_default) ++sig->required;
-  }
-  SHARDKIT_CHECK_LE(static_cast<int>(sig->names.size()), FastArgs::kMax, "too many parameters in ", signature);
-  return sig;
+PyMethodDef* make_method_def(const FastSignature& sig, const char* doc, VectorcallImpl impl) {
+  // "name(sig)\n--\n\n" opening the docstring is how CPython's built-in functions carry __text_signature__; methods
+  // name their object "$self".
+  auto* text = new std::string(sig.function + sig.text + "\n--\n\n" + doc);
+  return new PyMethodDef{sig.function.c_str(), reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(impl)),
+                         METH_FASTCALL | METH_KEYWORDS, text->c_str()};
 }
 
-void add_fast_function(nb::module_& m, const char* attr, const char* function, const char* signature,
-                       const char* doc, PyObject* (*impl)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*)) {
-  // "name(sig)\n--\n\n" opening the docstring is how CPython's built-in functions carry __text_signature__.
-  auto* text = new std::string(std::string(function) + signature + "\n--\n\n" + doc);
-  auto* def = new PyMethodDef{function, reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(impl)),
-                              METH_FASTCALL | METH_KEYWORDS, text->c_str()};
-  nb::object module_name = nb::getattr(m, "__name__");
-  PyObject* f = PyCFunction_NewEx(def, m.ptr(), module_name.ptr());
+void add_function(nb::handle module, const char* attr, PyMethodDef* def) {
+  nb::object module_name = nb::getattr(module, "__name__");
+  PyObject* f = PyCFunction_NewEx(def, module.ptr(), module_name.ptr());
   if (!f) throw nb::python_error();
-  m.attr(attr) = nb::steal(f);
+  nb::setattr(module, attr, nb::steal(f));
+}
+
+void add_method(nb::handle type, PyMethodDef* def) {
+  std::string doc = def->ml_doc;
+  const std::size_t open = doc.find('(');
+  doc.insert(open + 1, doc[open + 1] == ')' ? "$self" : "$self, ");
+  def->ml_doc = (new std::string(std::move(doc)))->c_str();
+  PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(type.ptr()), def);
+  if (!descr) throw nb::python_error();
+  nb::setattr(type, def->ml_name, nb::steal(descr));
 }
 
 }  // namespace detail

@@ -19,26 +19,6 @@ namespace shardkit::detail {
 
 using Clock = std::chrono::steady_clock;
 
-/// Names of operations, for signatures and messages.
-enum class OpKind : std::uint32_t {
-  kAllreduce,
-  kReduce,
-  kBcast,
-  kAllgather,
-  kGather,
-  kScatter,
-  kReduceScatter,
-  kAlltoall,
-  kSend,
-  kRecv,
-  kSendrecv,
-  kBarrier,
-  kScan,
-  kAllgatherv,
-  kAlltoallv,
-};
-const char* op_name(OpKind op) noexcept;
-
 /// What a backend needs to know about the operation it runs, beyond its buffers.
 struct OpContext {
   OpKind op;
@@ -63,43 +43,47 @@ struct AbortState {
   std::string reason;
 };
 
-/// A communication engine over one group of ranks. All arrays are contiguous and on a device the backend handles;
-/// sizes have been validated. `send` and `recv` may be the same array (in-place operation).
+/// An operation as a backend runs it: arrays contiguous and on a device the backend handles, sizes validated.
+struct BackendCall {
+  OpKind op;
+  /// The array read on this rank (nullptr when the operation reads none here).
+  const Array* send = nullptr;
+  /// The array written on this rank (nullptr when none); the same object as `send` for an operation in place.
+  Array* recv = nullptr;
+  /// Scalars and counts (reduce, root, peers, tags, status, counts).
+  const OpArgs* args = nullptr;
+  /// Element displacements for the v-operations, one per rank.
+  std::span<const std::int64_t> send_displs;
+  std::span<const std::int64_t> recv_displs;
+
+  bool in_place() const noexcept { return send != nullptr && static_cast<const Array*>(recv) == send; }
+};
+
+/// A communication engine over one group of ranks. Which operations it implements it declares in a function the
+/// router reads (mpi_supports, nccl_supports below); run() is only called for those.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual BackendKind kind() const noexcept = 0;
-
-  virtual Token allreduce(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) = 0;
-  virtual Token reduce(const Array& send, Array& recv, ReduceOp op, int root, const OpContext& ctx) = 0;
-  virtual Token bcast(Array& buf, int root, const OpContext& ctx) = 0;
-  virtual Token allgather(const Array& send, Array& recv, const OpContext& ctx) = 0;
-  virtual Token gather(const Array& send, Array& recv, int root, const OpContext& ctx) = 0;
-  virtual Token scatter(const Array& send, Array& recv, int root, const OpContext& ctx) = 0;
-  virtual Token reduce_scatter(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) = 0;
-  virtual Token alltoall(const Array& send, Array& recv, const OpContext& ctx) = 0;
-  virtual Token send(const Array& buf, int dest, int tag, const OpContext& ctx) = 0;
-  virtual Token recv(Array& buf, int source, int tag, RecvStatus* status, const OpContext& ctx) = 0;
-  virtual Token sendrecv(const Array& send, int dest, int send_tag, Array& recv, int source, int recv_tag,
-                         RecvStatus* status, const OpContext& ctx) = 0;
-  virtual Token barrier(const OpContext& ctx) = 0;
-  virtual Token scan(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) = 0;
-  /// counts and displacements in elements, one per rank.
-  virtual Token allgatherv(const Array& send, Array& recv, std::span<const std::int64_t> counts,
-                           std::span<const std::int64_t> displs, const OpContext& ctx) = 0;
-  virtual Token alltoallv(const Array& send, std::span<const std::int64_t> send_counts,
-                          std::span<const std::int64_t> send_displs, Array& recv,
-                          std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs,
-                          const OpContext& ctx) = 0;
-
+  /// Starts (or runs) the operation; the token completes with it.
+  virtual Token run(const BackendCall& call, const OpContext& ctx) = 0;
   /// Stops every pending operation; called after a timeout. Never throws.
   virtual void abort() noexcept = 0;
 };
 
+/// What the MPI backend implements: every operation on every dtype and defined reduction (host memory, or device
+/// memory staged through pinned buffers).
+bool mpi_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
+/// What the NCCL backend implements (declared in every build, NCCL or not): no scan or barrier; reductions on the
+/// dtypes NCCL has (complex as pairs of reals for sum only; bool for logical/bitwise and/or only); data movement on
+/// every dtype.
+bool nccl_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
+
 /// The MPI backend over `comm` (borrowed: it must outlive the backend). `internal` gives the communicator the
 /// backend uses for its own point-to-point traffic (large-count fallbacks), created on first use (collective).
+/// `max_count` is the largest element count of one MPI call (CommOptions::max_message_elements).
 std::unique_ptr<Backend> make_mpi_backend(MpiCommHandle comm, std::function<MpiCommHandle()> internal,
-                                          std::shared_ptr<AbortState> abort_state);
+                                          std::shared_ptr<AbortState> abort_state, std::int64_t max_count);
 
 /// True when this build has NCCL.
 bool nccl_built() noexcept;

@@ -34,27 +34,6 @@ bool reduce_op_supports(ReduceOp op, DType dtype) noexcept {
 
 namespace detail {
 
-const char* op_name(OpKind op) noexcept {
-  switch (op) {
-    case OpKind::kAllreduce: return "allreduce";
-    case OpKind::kReduce: return "reduce";
-    case OpKind::kBcast: return "bcast";
-    case OpKind::kAllgather: return "allgather";
-    case OpKind::kGather: return "gather";
-    case OpKind::kScatter: return "scatter";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kAlltoall: return "alltoall";
-    case OpKind::kSend: return "send";
-    case OpKind::kRecv: return "recv";
-    case OpKind::kSendrecv: return "sendrecv";
-    case OpKind::kBarrier: return "barrier";
-    case OpKind::kScan: return "scan";
-    case OpKind::kAllgatherv: return "allgatherv";
-    case OpKind::kAlltoallv: break;
-  }
-  return "alltoallv";
-}
-
 std::string OpContext::describe() const {
   return concat(op_name(op), " #", seq, " on communicator '", comm_name ? *comm_name : std::string("?"), "'");
 }

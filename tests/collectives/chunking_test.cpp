@@ -2,28 +2,28 @@
 // limit so they run on small buffers at every world size. The `large` test moves real > 2^31-element buffers.
 
 #include "collective_test_util.hpp"
-#include "mpi/mpi_backend.hpp"
 #include "mpi/mpi_request.hpp"
 
 namespace shardkit::testing {
 namespace {
 
+// A communicator whose MPI calls carry at most 1000 elements.
 class Chunked : public ::testing::Test {
  protected:
   void SetUp() override {
     if (on_gpu()) GTEST_SKIP() << "the MPI limit only concerns the MPI backend";
-    saved_ = detail::mpi_max_count();
-    detail::set_mpi_max_count(1000);
+    CommOptions o;
+    o.name = "chunked";
+    o.max_message_elements = 1000;
+    comm_ = Communicator::world(o);
   }
-  void TearDown() override {
-    if (saved_) detail::set_mpi_max_count(saved_);
-  }
-  std::int64_t saved_ = 0;
+  Communicator& comm() { return *comm_; }
+  std::shared_ptr<Communicator> comm_;
   static constexpr std::int64_t kN = 2503;  // three chunks
 };
 
 TEST_F(Chunked, ElementwiseOperations) {
-  Communicator& c = *world();
+  Communicator& c = comm();
   const int r = c.rank(), n = c.size();
   const DType d = DType::kInt32;
   const Array x = input(d, {kN}, r, Pattern::kArithmetic);
@@ -37,7 +37,7 @@ TEST_F(Chunked, ElementwiseOperations) {
 }
 
 TEST_F(Chunked, DataMovement) {
-  Communicator& c = *world();
+  Communicator& c = comm();
   const int r = c.rank(), n = c.size();
   const DType d = DType::kFloat64;
   Array all = Array::empty({n, kN}, d);
@@ -63,7 +63,7 @@ TEST_F(Chunked, DataMovement) {
 }
 
 TEST_F(Chunked, VariableCounts) {
-  Communicator& c = *world();
+  Communicator& c = comm();
   const int r = c.rank(), n = c.size();
   const DType d = DType::kInt16;
   std::vector<std::int64_t> counts;
@@ -91,7 +91,7 @@ TEST_F(Chunked, VariableCounts) {
 
 TEST_F(Chunked, StridedBuffersAreMadeContiguous) {
   // A column of a matrix as the send buffer, a strided view as the receive buffer.
-  Communicator& c = *world();
+  Communicator& c = comm();
   Array m = Array::arange(3 * 4, DType::kFloat32).reshape({3, 4});
   Array col = m.select(1, 2);  // elements 2, 6, 10 with stride 4
   Array out = Array::zeros({3, 2}, DType::kFloat32);

@@ -312,3 +312,36 @@ def test_arguments_are_checked_as_python_checks_them(sk, mpi, rank, size):
     r, tok = mpi.bcast(x + rank, root=size - 1)  # an int-like root by keyword
     np.testing.assert_array_equal(r, x + size - 1)
     assert isinstance(mpi.barrier(token=tok), mpi.Token)
+
+
+def test_communicator_methods_are_the_mpi_functions_bound_to_the_communicator(sk, mpi, rank, size):
+    """Communicator methods and shardkit.mpi are two views of one binding: the same parameters (less comm), the same
+    op spellings, the same per-rank shape rules and results, and the same errors."""
+    import inspect
+
+    comm = sk.world()
+    x = np.arange(4.0) + rank
+    for name in ("allreduce", "reduce", "bcast", "allgather", "gather", "scatter", "alltoall", "send", "recv",
+                 "sendrecv", "barrier", "scan"):
+        params = [p for p in inspect.signature(getattr(mpi, name)).parameters if p != "comm"]
+        assert list(inspect.signature(getattr(comm, name)).parameters) == params, name
+    assert str(inspect.signature(comm.allreduce)) == "(x, op, *, token=None)"
+    for op in (MPI.SUM, "sum", "SUM", sk.ReduceOp.SUM, int(sk.ReduceOp.SUM)):
+        np.testing.assert_array_equal(comm.allreduce(x, op)[0], mpi.allreduce(x, op)[0])
+    np.testing.assert_array_equal(comm.scan(x, MPI.MAX)[0], mpi.scan(x, "max")[0])
+    np.testing.assert_array_equal(comm.allgather(x)[0], mpi.allgather(x, comm=comm)[0])
+    got, _ = comm.gather(x, size - 1)
+    assert got.shape == ((size, 4) if rank == size - 1 else (4,))
+    # Operations mpi4jax lacks are Communicator methods only.
+    blocks = np.stack([np.full(3, float(rank * size + q)) for q in range(size)])
+    rs, _ = comm.reduce_scatter(blocks, "sum")
+    np.testing.assert_array_equal(rs, np.full(3, float(sum(q * size + rank for q in range(size)))))
+    v, _ = comm.allgatherv(np.full(rank + 1, rank, np.int32))
+    np.testing.assert_array_equal(v, np.concatenate([np.full(q + 1, q, np.int32) for q in range(size)]))
+    assert not hasattr(mpi, "reduce_scatter")
+    with pytest.raises(sk.InvalidArgument, match="unknown reduction 'average'"):
+        comm.allreduce(x, "average")
+    with pytest.raises(sk.InvalidArgument, match=f"root {size} out of range"):
+        comm.bcast(x, size)
+    with pytest.raises(TypeError, match=r"allreduce\(\) missing required argument 'op'"):
+        comm.allreduce(x)

@@ -5,14 +5,11 @@
 // fast path: MPI's tuned blocking collectives, no allocation). With a timeout or async, the nonblocking form is
 // issued and either polled to completion against the deadline or returned as a pending token.
 //
-// Counts above mpi_max_count() (INT_MAX) are handled by splitting element-wise operations into chunks, and by
-// point-to-point pieces on the internal communicator for the data-movement collectives.
-
-#include "mpi/mpi_backend.hpp"
+// Counts above the communicator's max_message_elements (INT_MAX by default) are handled by splitting element-wise
+// operations into chunks, and by point-to-point pieces on the internal communicator for the data-movement collectives.
 
 #include <mpi.h>
 
-#include <atomic>
 #include <climits>
 #include <cstring>
 
@@ -24,8 +21,6 @@
 
 namespace shardkit::detail {
 namespace {
-
-std::atomic<std::int64_t> g_max_count{INT_MAX};
 
 // Tag of the backend's own point-to-point traffic on the internal communicator.
 constexpr int kExchangeTag = 7001;
@@ -44,10 +39,35 @@ struct Buf {
   void* data() const { return ptr; }
 };
 
+// Posts a nonblocking MPI call; its request joins the pending operation.
+template <auto Nonblocking, typename... A>
+void post(PendingOp& p, A... args) {
+  MPI_Request q = MPI_REQUEST_NULL;
+  SHARDKIT_MPI_CHECK(Nonblocking(args..., &q));
+  p.requests.push_back(q);
+}
+
+// One MPI call in its blocking or nonblocking form (the same arguments, plus a request for the latter): `nb` picks.
+template <auto Blocking, auto Nonblocking, typename... A>
+void call_mpi(PendingOp& p, bool nb, A... args) {
+  if (nb) {
+    post<Nonblocking>(p, args...);
+  } else {
+    SHARDKIT_MPI_CHECK(Blocking(args...));
+  }
+}
+
 class MpiBackend final : public Backend {
  public:
-  MpiBackend(MpiCommHandle comm, std::function<MpiCommHandle()> internal, std::shared_ptr<AbortState> abort)
-      : c_(to_mpi<MPI_Comm>(comm)), internal_(std::move(internal)), abort_(std::move(abort)), cuda_aware_(mpi_cuda_aware()) {
+  MpiBackend(MpiCommHandle comm, std::function<MpiCommHandle()> internal, std::shared_ptr<AbortState> abort,
+             std::int64_t max_count)
+      : c_(to_mpi<MPI_Comm>(comm)),
+        internal_(std::move(internal)),
+        abort_(std::move(abort)),
+        max_count_(max_count),
+        cuda_aware_(mpi_cuda_aware()) {
+    SHARDKIT_CHECK(max_count >= 1 && max_count <= INT_MAX, "max_message_elements must be in [1, INT_MAX], got ",
+                   max_count);
     SHARDKIT_MPI_CHECK(MPI_Comm_rank(c_, &rank_));
     SHARDKIT_MPI_CHECK(MPI_Comm_size(c_, &size_));
   }
@@ -55,113 +75,111 @@ class MpiBackend final : public Backend {
   BackendKind kind() const noexcept override { return BackendKind::kMpi; }
   void abort() noexcept override { abort_->aborted = true; }
 
+  Token run(const BackendCall& c, const OpContext& ctx) override {
+    const OpArgs& a = *c.args;
+    switch (c.op) {
+      case OpKind::kAllreduce: return allreduce(c, a.reduce, ctx);
+      case OpKind::kReduce: return reduce(c, a.reduce, a.root, ctx);
+      case OpKind::kBcast: return bcast(c.send ? const_cast<Array&>(*c.send) : *c.recv, a.root, ctx);
+      case OpKind::kAllgather: return allgather(*c.send, *c.recv, ctx);
+      case OpKind::kGather: return gather(*c.send, c.recv, a.root, ctx);
+      case OpKind::kScatter: return scatter(c.send, *c.recv, a.root, ctx);
+      case OpKind::kReduceScatter: return reduce_scatter(*c.send, *c.recv, a.reduce, ctx);
+      case OpKind::kAlltoall: return alltoall(*c.send, *c.recv, ctx);
+      case OpKind::kSend: return send(*c.send, a.dest, a.send_tag, ctx);
+      case OpKind::kRecv: return recv(*c.recv, a.source, a.recv_tag, a.status, ctx);
+      case OpKind::kSendrecv:
+        return sendrecv(*c.send, a.dest, a.send_tag, *c.recv, a.source, a.recv_tag, a.status, ctx);
+      case OpKind::kBarrier: return barrier(ctx);
+      case OpKind::kScan: return scan(c, a.reduce, ctx);
+      case OpKind::kAllgatherv: return allgatherv(*c.send, *c.recv, a.recv_counts, c.recv_displs, ctx);
+      case OpKind::kAlltoallv:
+        return alltoallv(*c.send, a.send_counts, c.send_displs, *c.recv, a.recv_counts, c.recv_displs, ctx);
+    }
+    SHARDKIT_ASSERT(false, "unknown operation");
+  }
+
+ private:
+
   // ---- element-wise reductions: chunked ------------------------------------------------------------------------
 
-  Token allreduce(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) override {
+  // allreduce and scan: the same shape of call (in place or not, every rank reads and writes).
+  template <auto Blocking, auto Nonblocking>
+  Token elementwise(const BackendCall& c, ReduceOp op, const OpContext& ctx) {
+    const Array& send = *c.send;
+    Array& recv = *c.recv;
     const bool nb = nonblocking(ctx);
     const MPI_Datatype t = mpi_datatype(send.dtype());
     const MPI_Op o = mpi_op(op, send.dtype());
-    const bool in_place = send.data() == recv.data();
+    const bool in_place = c.in_place();
     if (direct(ctx, send.numel(), send, recv)) {
-      SHARDKIT_MPI_CHECK(MPI_Allreduce(in_place ? MPI_IN_PLACE : send.data(), recv.data(),
-                                       static_cast<int>(send.numel()), t, o, c_));
-      return Token();
-    }
-    PendingOp p;
-    Buf s = in_place ? stage_inout(send, p, nb) : stage_in(send, p, nb);
-    Buf r = in_place ? s : stage_out(recv, p, nb);
-    for_chunks(send.numel(), [&](std::int64_t off, int n) {
-      const void* sp = in_place ? MPI_IN_PLACE : at(s, off);
-      if (nb)
-        issue(p, [&](MPI_Request* q) { return MPI_Iallreduce(sp, at(r, off), n, t, o, c_, q); });
-      else
-        SHARDKIT_MPI_CHECK(MPI_Allreduce(sp, at(r, off), n, t, o, c_));
-    });
-    return finish(std::move(p), ctx);
-  }
-
-  Token reduce(const Array& send, Array& recv, ReduceOp op, int root, const OpContext& ctx) override {
-    PendingOp p;
-    const bool nb = nonblocking(ctx);
-    const MPI_Datatype t = mpi_datatype(send.dtype());
-    const MPI_Op o = mpi_op(op, send.dtype());
-    const bool is_root = rank_ == root;
-    const bool in_place = is_root && send.data() == recv.data();
-    Buf s = in_place ? stage_inout(send, p, nb) : stage_in(send, p, nb);
-    Buf r = !is_root ? Buf{} : in_place ? s : stage_out(recv, p, nb);
-    for_chunks(send.numel(), [&](std::int64_t off, int n) {
-      const void* sp = in_place ? MPI_IN_PLACE : at(s, off);
-      void* rp = is_root ? at(r, off) : nullptr;
-      if (nb)
-        issue(p, [&](MPI_Request* q) { return MPI_Ireduce(sp, rp, n, t, o, root, c_, q); });
-      else
-        SHARDKIT_MPI_CHECK(MPI_Reduce(sp, rp, n, t, o, root, c_));
-    });
-    return finish(std::move(p), ctx);
-  }
-
-  Token scan(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) override {
-    const bool nb = nonblocking(ctx);
-    const MPI_Datatype t = mpi_datatype(send.dtype());
-    const MPI_Op o = mpi_op(op, send.dtype());
-    const bool in_place = send.data() == recv.data();
-    if (direct(ctx, send.numel(), send, recv)) {
-      SHARDKIT_MPI_CHECK(MPI_Scan(in_place ? MPI_IN_PLACE : send.data(), recv.data(), static_cast<int>(send.numel()),
+      SHARDKIT_MPI_CHECK(Blocking(in_place ? MPI_IN_PLACE : send.data(), recv.data(), static_cast<int>(send.numel()),
                                   t, o, c_));
       return Token();
     }
     PendingOp p;
-    Buf s = in_place ? stage_inout(send, p, nb) : stage_in(send, p, nb);
-    Buf r = in_place ? s : stage_out(recv, p, nb);
+    Buf s = stage(send, p, nb, in_place ? Use::kInOut : Use::kIn);
+    Buf r = in_place ? s : stage(recv, p, nb, Use::kOut);
     for_chunks(send.numel(), [&](std::int64_t off, int n) {
       const void* sp = in_place ? MPI_IN_PLACE : at(s, off);
-      if (nb)
-        issue(p, [&](MPI_Request* q) { return MPI_Iscan(sp, at(r, off), n, t, o, c_, q); });
-      else
-        SHARDKIT_MPI_CHECK(MPI_Scan(sp, at(r, off), n, t, o, c_));
+      call_mpi<Blocking, Nonblocking>(p, nb, sp, at(r, off), n, t, o, c_);
+    });
+    return finish(std::move(p), ctx);
+  }
+  Token allreduce(const BackendCall& c, ReduceOp op, const OpContext& ctx) {
+    return elementwise<MPI_Allreduce, MPI_Iallreduce>(c, op, ctx);
+  }
+  Token scan(const BackendCall& c, ReduceOp op, const OpContext& ctx) {
+    return elementwise<MPI_Scan, MPI_Iscan>(c, op, ctx);
+  }
+
+  // On the root `c.recv` is set (== c.send in place); elsewhere it is null.
+  Token reduce(const BackendCall& c, ReduceOp op, int root, const OpContext& ctx) {
+    PendingOp p;
+    const Array& send = *c.send;
+    const bool nb = nonblocking(ctx);
+    const MPI_Datatype t = mpi_datatype(send.dtype());
+    const MPI_Op o = mpi_op(op, send.dtype());
+    const bool in_place = c.in_place();
+    Buf s = stage(send, p, nb, in_place ? Use::kInOut : Use::kIn);
+    Buf r = !c.recv ? Buf{} : in_place ? s : stage(*c.recv, p, nb, Use::kOut);
+    for_chunks(send.numel(), [&](std::int64_t off, int n) {
+      const void* sp = in_place ? MPI_IN_PLACE : at(s, off);
+      void* rp = c.recv ? at(r, off) : nullptr;
+      call_mpi<MPI_Reduce, MPI_Ireduce>(p, nb, sp, rp, n, t, o, root, c_);
     });
     return finish(std::move(p), ctx);
   }
 
-  Token bcast(Array& buf, int root, const OpContext& ctx) override {
+  Token bcast(Array& buf, int root, const OpContext& ctx) {
     PendingOp p;
     const bool nb = nonblocking(ctx);
     const MPI_Datatype t = mpi_datatype(buf.dtype());
-    Buf b = rank_ == root ? stage_in(buf, p, nb) : stage_out(buf, p, nb);
+    Buf b = stage(buf, p, nb, rank_ == root ? Use::kIn : Use::kOut);
     for_chunks(buf.numel(), [&](std::int64_t off, int n) {
-      if (nb)
-        issue(p, [&](MPI_Request* q) { return MPI_Ibcast(at(b, off), n, t, root, c_, q); });
-      else
-        SHARDKIT_MPI_CHECK(MPI_Bcast(at(b, off), n, t, root, c_));
+      call_mpi<MPI_Bcast, MPI_Ibcast>(p, nb, at(b, off), n, t, root, c_);
     });
     return finish(std::move(p), ctx);
   }
 
-  Token reduce_scatter(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) override {
+  Token reduce_scatter(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) {
     PendingOp p;
     const bool nb = nonblocking(ctx);
     const MPI_Datatype t = mpi_datatype(send.dtype());
     const MPI_Op o = mpi_op(op, send.dtype());
-    Buf s = stage_in(send, p, nb);
-    Buf r = stage_out(recv, p, nb);
+    Buf s = stage(send, p, nb, Use::kIn);
+    Buf r = stage(recv, p, nb, Use::kOut);
     const std::int64_t n = recv.numel();
-    if (n <= mpi_max_count()) {
-      if (nb)
-        issue(p, [&](MPI_Request* q) {
-          return MPI_Ireduce_scatter_block(s.data(), r.data(), static_cast<int>(n), t, o, c_, q);
-        });
-      else
-        SHARDKIT_MPI_CHECK(MPI_Reduce_scatter_block(s.data(), r.data(), static_cast<int>(n), t, o, c_));
+    if (n <= max_count_) {
+      call_mpi<MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block>(p, nb, static_cast<const void*>(s.data()),
+                                                                    r.data(), static_cast<int>(n), t, o, c_);
     } else {
       // Block r of the result is a reduction rooted at rank r, chunked like any reduction.
       for (int root = 0; root < size_; ++root) {
         for_chunks(n, [&](std::int64_t off, int c) {
           const void* sp = at(s, root * n + off);
           void* rp = rank_ == root ? at(r, off) : nullptr;
-          if (nb)
-            issue(p, [&](MPI_Request* q) { return MPI_Ireduce(sp, rp, c, t, o, root, c_, q); });
-          else
-            SHARDKIT_MPI_CHECK(MPI_Reduce(sp, rp, c, t, o, root, c_));
+          call_mpi<MPI_Reduce, MPI_Ireduce>(p, nb, sp, rp, c, t, o, root, c_);
         });
       }
     }
@@ -170,19 +188,16 @@ class MpiBackend final : public Backend {
 
   // ---- data movement: native call, or point-to-point pieces when counts exceed the limit ---------------------
 
-  Token allgather(const Array& send, Array& recv, const OpContext& ctx) override {
+  Token allgather(const Array& send, Array& recv, const OpContext& ctx) {
     PendingOp p;
     const bool nb = nonblocking(ctx);
-    Buf s = stage_in(send, p, nb);
-    Buf r = stage_out(recv, p, nb);
+    Buf s = stage(send, p, nb, Use::kIn);
+    Buf r = stage(recv, p, nb, Use::kOut);
     const std::int64_t n = send.numel();
-    if (n <= mpi_max_count()) {
+    if (n <= max_count_) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
-      const int c = static_cast<int>(n);
-      if (nb)
-        issue(p, [&](MPI_Request* q) { return MPI_Iallgather(s.data(), c, t, r.data(), c, t, c_, q); });
-      else
-        SHARDKIT_MPI_CHECK(MPI_Allgather(s.data(), c, t, r.data(), c, t, c_));
+      const int k = static_cast<int>(n);
+      call_mpi<MPI_Allgather, MPI_Iallgather>(p, nb, static_cast<const void*>(s.data()), k, t, r.data(), k, t, c_);
       return finish(std::move(p), ctx);
     }
     std::vector<Piece> sends, recvs;
@@ -194,67 +209,56 @@ class MpiBackend final : public Backend {
     return finish(std::move(p), ctx);
   }
 
-  Token gather(const Array& send, Array& recv, int root, const OpContext& ctx) override {
+  // `recv` is set on the root only.
+  Token gather(const Array& send, Array* recv, int root, const OpContext& ctx) {
     PendingOp p;
     const bool nb = nonblocking(ctx);
-    const bool is_root = rank_ == root;
-    Buf s = stage_in(send, p, nb);
-    Buf r = is_root ? stage_out(recv, p, nb) : Buf{};
+    Buf s = stage(send, p, nb, Use::kIn);
+    Buf r = recv ? stage(*recv, p, nb, Use::kOut) : Buf{};
     const std::int64_t n = send.numel();
-    if (n <= mpi_max_count()) {
+    if (n <= max_count_) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
-      const int c = static_cast<int>(n);
-      void* rp = is_root ? r.data() : nullptr;
-      if (nb)
-        issue(p, [&](MPI_Request* q) { return MPI_Igather(s.data(), c, t, rp, c, t, root, c_, q); });
-      else
-        SHARDKIT_MPI_CHECK(MPI_Gather(s.data(), c, t, rp, c, t, root, c_));
+      const int k = static_cast<int>(n);
+      call_mpi<MPI_Gather, MPI_Igather>(p, nb, static_cast<const void*>(s.data()), k, t, r.data(), k, t, root, c_);
       return finish(std::move(p), ctx);
     }
     std::vector<Piece> sends{{root, at(s, 0), n}}, recvs;
-    if (is_root)
+    if (recv)
       for (int peer = 0; peer < size_; ++peer) recvs.push_back({peer, at(r, peer * n), n});
     exchange(sends, recvs, send.dtype(), p);
     return finish(std::move(p), ctx);
   }
 
-  Token scatter(const Array& send, Array& recv, int root, const OpContext& ctx) override {
+  // `send` is set on the root only.
+  Token scatter(const Array* send, Array& recv, int root, const OpContext& ctx) {
     PendingOp p;
     const bool nb = nonblocking(ctx);
-    const bool is_root = rank_ == root;
-    Buf s = is_root ? stage_in(send, p, nb) : Buf{};
-    Buf r = stage_out(recv, p, nb);
+    Buf s = send ? stage(*send, p, nb, Use::kIn) : Buf{};
+    Buf r = stage(recv, p, nb, Use::kOut);
     const std::int64_t n = recv.numel();
-    if (n <= mpi_max_count()) {
+    if (n <= max_count_) {
       const MPI_Datatype t = mpi_datatype(recv.dtype());
-      const int c = static_cast<int>(n);
-      const void* sp = is_root ? s.data() : nullptr;
-      if (nb)
-        issue(p, [&](MPI_Request* q) { return MPI_Iscatter(sp, c, t, r.data(), c, t, root, c_, q); });
-      else
-        SHARDKIT_MPI_CHECK(MPI_Scatter(sp, c, t, r.data(), c, t, root, c_));
+      const int k = static_cast<int>(n);
+      call_mpi<MPI_Scatter, MPI_Iscatter>(p, nb, static_cast<const void*>(s.data()), k, t, r.data(), k, t, root, c_);
       return finish(std::move(p), ctx);
     }
     std::vector<Piece> sends, recvs{{root, at(r, 0), n}};
-    if (is_root)
+    if (send)
       for (int peer = 0; peer < size_; ++peer) sends.push_back({peer, at(s, peer * n), n});
     exchange(sends, recvs, recv.dtype(), p);
     return finish(std::move(p), ctx);
   }
 
-  Token alltoall(const Array& send, Array& recv, const OpContext& ctx) override {
+  Token alltoall(const Array& send, Array& recv, const OpContext& ctx) {
     PendingOp p;
     const bool nb = nonblocking(ctx);
-    Buf s = stage_in(send, p, nb);
-    Buf r = stage_out(recv, p, nb);
+    Buf s = stage(send, p, nb, Use::kIn);
+    Buf r = stage(recv, p, nb, Use::kOut);
     const std::int64_t n = size_ == 0 ? 0 : send.numel() / size_;
-    if (n <= mpi_max_count()) {
+    if (n <= max_count_) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
-      const int c = static_cast<int>(n);
-      if (nb)
-        issue(p, [&](MPI_Request* q) { return MPI_Ialltoall(s.data(), c, t, r.data(), c, t, c_, q); });
-      else
-        SHARDKIT_MPI_CHECK(MPI_Alltoall(s.data(), c, t, r.data(), c, t, c_));
+      const int k = static_cast<int>(n);
+      call_mpi<MPI_Alltoall, MPI_Ialltoall>(p, nb, static_cast<const void*>(s.data()), k, t, r.data(), k, t, c_);
       return finish(std::move(p), ctx);
     }
     std::vector<Piece> sends, recvs;
@@ -267,25 +271,22 @@ class MpiBackend final : public Backend {
   }
 
   Token allgatherv(const Array& send, Array& recv, std::span<const std::int64_t> counts,
-                   std::span<const std::int64_t> displs, const OpContext& ctx) override {
+                   std::span<const std::int64_t> displs, const OpContext& ctx) {
     PendingOp p;
     const bool nb = nonblocking(ctx);
-    Buf s = stage_in(send, p, nb);
-    Buf r = stage_out(recv, p, nb);
+    Buf s = stage(send, p, nb, Use::kIn);
+    Buf r = stage(recv, p, nb, Use::kOut);
     if (fits_int(counts) && fits_int(displs)) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
-      std::vector<int> ic(counts.begin(), counts.end()), id(displs.begin(), displs.end());
-      const int c = ic[rank_];
-      if (nb) {
-        issue(p, [&](MPI_Request* q) {
-          return MPI_Iallgatherv(s.data(), c, t, r.data(), ic.data(), id.data(), t, c_, q);
-        });
-        // The count arrays must outlive the nonblocking call.
-        auto keep = std::make_shared<std::pair<std::vector<int>, std::vector<int>>>(std::move(ic), std::move(id));
-        chain(p, [keep](const std::vector<MPI_Status>&) {});
-      } else {
-        SHARDKIT_MPI_CHECK(MPI_Allgatherv(s.data(), c, t, r.data(), ic.data(), id.data(), t, c_));
-      }
+      // Owned by the pending operation: a nonblocking call reads the count arrays until it completes.
+      auto v = std::make_shared<std::array<std::vector<int>, 2>>();
+      (*v)[0].assign(counts.begin(), counts.end());
+      (*v)[1].assign(displs.begin(), displs.end());
+      auto& a = *v;
+      call_mpi<MPI_Allgatherv, MPI_Iallgatherv>(p, nb, static_cast<const void*>(s.data()), a[0][rank_], t, r.data(),
+                                                static_cast<const int*>(a[0].data()),
+                                                static_cast<const int*>(a[1].data()), t, c_);
+      if (nb) chain(p, [v](const std::vector<MPI_Status>&) {});
       return finish(std::move(p), ctx);
     }
     std::vector<Piece> sends, recvs;
@@ -299,11 +300,11 @@ class MpiBackend final : public Backend {
 
   Token alltoallv(const Array& send, std::span<const std::int64_t> send_counts,
                   std::span<const std::int64_t> send_displs, Array& recv, std::span<const std::int64_t> recv_counts,
-                  std::span<const std::int64_t> recv_displs, const OpContext& ctx) override {
+                  std::span<const std::int64_t> recv_displs, const OpContext& ctx) {
     PendingOp p;
     const bool nb = nonblocking(ctx);
-    Buf s = stage_in(send, p, nb);
-    Buf r = stage_out(recv, p, nb);
+    Buf s = stage(send, p, nb, Use::kIn);
+    Buf r = stage(recv, p, nb, Use::kOut);
     if (fits_int(send_counts) && fits_int(send_displs) && fits_int(recv_counts) && fits_int(recv_displs)) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
       auto v = std::make_shared<std::array<std::vector<int>, 4>>();
@@ -312,15 +313,10 @@ class MpiBackend final : public Backend {
       (*v)[2].assign(recv_counts.begin(), recv_counts.end());
       (*v)[3].assign(recv_displs.begin(), recv_displs.end());
       auto& a = *v;
-      if (nb) {
-        issue(p, [&](MPI_Request* q) {
-          return MPI_Ialltoallv(s.data(), a[0].data(), a[1].data(), t, r.data(), a[2].data(), a[3].data(), t, c_, q);
-        });
-        chain(p, [v](const std::vector<MPI_Status>&) {});
-      } else {
-        SHARDKIT_MPI_CHECK(
-            MPI_Alltoallv(s.data(), a[0].data(), a[1].data(), t, r.data(), a[2].data(), a[3].data(), t, c_));
-      }
+      auto ptr = [](const std::vector<int>& x) { return static_cast<const int*>(x.data()); };
+      call_mpi<MPI_Alltoallv, MPI_Ialltoallv>(p, nb, static_cast<const void*>(s.data()), ptr(a[0]), ptr(a[1]), t,
+                                              r.data(), ptr(a[2]), ptr(a[3]), t, c_);
+      if (nb) chain(p, [v](const std::vector<MPI_Status>&) {});
       return finish(std::move(p), ctx);
     }
     std::vector<Piece> sends, recvs;
@@ -334,36 +330,33 @@ class MpiBackend final : public Backend {
 
   // ---- point to point ----------------------------------------------------------------------------------------------
 
-  Token send(const Array& buf, int dest, int tag, const OpContext& ctx) override {
+  Token send(const Array& buf, int dest, int tag, const OpContext& ctx) {
     PendingOp p;
     const bool nb = nonblocking(ctx);
     const MPI_Datatype t = mpi_datatype(buf.dtype());
-    Buf b = stage_in(buf, p, nb);
+    Buf b = stage(buf, p, nb, Use::kIn);
     for_chunks(buf.numel(), [&](std::int64_t off, int n) {
-      if (nb)
-        issue(p, [&](MPI_Request* q) { return MPI_Isend(at(b, off), n, t, dest, tag, c_, q); });
-      else
-        SHARDKIT_MPI_CHECK(MPI_Send(at(b, off), n, t, dest, tag, c_));
+      call_mpi<MPI_Send, MPI_Isend>(p, nb, static_cast<const void*>(at(b, off)), n, t, dest, tag, c_);
     });
     return finish(std::move(p), ctx);
   }
 
-  Token recv(Array& buf, int source, int tag, RecvStatus* status, const OpContext& ctx) override {
+  Token recv(Array& buf, int source, int tag, RecvStatus* status, const OpContext& ctx) {
     PendingOp p;
     const bool nb = nonblocking(ctx);
-    Buf b = stage_out(buf, p, nb);
+    Buf b = stage(buf, p, nb, Use::kOut);
     return recv_into(b, buf.dtype(), buf.numel(), source, tag, status, ctx, std::move(p), nullptr);
   }
 
   Token sendrecv(const Array& send, int dest, int send_tag, Array& recv, int source, int recv_tag,
-                 RecvStatus* status, const OpContext& ctx) override {
+                 RecvStatus* status, const OpContext& ctx) {
     PendingOp p;
     const bool nb = nonblocking(ctx);
     const MPI_Datatype st = mpi_datatype(send.dtype());
-    Buf s = stage_in(send, p, nb);
-    Buf r = stage_out(recv, p, nb);
+    Buf s = stage(send, p, nb, Use::kIn);
+    Buf r = stage(recv, p, nb, Use::kOut);
     const std::int64_t sn = send.numel(), rn = recv.numel();
-    if (!nb && sn <= mpi_max_count() && rn <= mpi_max_count()) {
+    if (!nb && sn <= max_count_ && rn <= max_count_) {
       MPI_Status mst;
       SHARDKIT_MPI_CHECK(MPI_Sendrecv(s.data(), static_cast<int>(sn), st, dest, send_tag, r.data(),
                                       static_cast<int>(rn), mpi_datatype(recv.dtype()), mpi_source(source),
@@ -374,18 +367,14 @@ class MpiBackend final : public Backend {
     // Nonblocking or chunked: post the receive first, then the sends, then complete both together.
     return recv_into(r, recv.dtype(), rn, source, recv_tag, status, ctx, std::move(p), [&](PendingOp& op) {
       for_chunks(sn, [&](std::int64_t off, int n) {
-        issue(op, [&](MPI_Request* q) { return MPI_Isend(at(s, off), n, st, dest, send_tag, c_, q); });
+        post<MPI_Isend>(op, static_cast<const void*>(at(s, off)), n, st, dest, send_tag, c_);
       });
     });
   }
 
-  Token barrier(const OpContext& ctx) override {
+  Token barrier(const OpContext& ctx) {
     PendingOp p;
-    const bool nb = nonblocking(ctx);
-    if (nb)
-      issue(p, [&](MPI_Request* q) { return MPI_Ibarrier(c_, q); });
-    else
-      SHARDKIT_MPI_CHECK(MPI_Barrier(c_));
+    call_mpi<MPI_Barrier, MPI_Ibarrier>(p, nonblocking(ctx), c_);
     return finish(std::move(p), ctx);
   }
 
@@ -394,30 +383,23 @@ class MpiBackend final : public Backend {
 
   static char* at(const Buf& b, std::int64_t elem_offset) { return b.ptr + elem_offset * b.itemsize; }
 
-  static bool fits_int(std::span<const std::int64_t> v) {
+  bool fits_int(std::span<const std::int64_t> v) const {
     for (std::int64_t x : v)
-      if (x > mpi_max_count()) return false;
+      if (x > max_count_) return false;
     return true;
   }
 
-  // Calls f(offset, count) over [0, total) in pieces of at most mpi_max_count() elements (once for total == 0,
-  // so that empty operations still take part in the collective).
+  // Calls f(offset, count) over [0, total) in pieces of at most max_count_ elements (once for total == 0, so that
+  // empty operations still take part in the collective).
   template <typename F>
-  static void for_chunks(std::int64_t total, F&& f) {
-    const std::int64_t max = mpi_max_count();
+  void for_chunks(std::int64_t total, F&& f) const {
+    const std::int64_t max = max_count_;
     std::int64_t off = 0;
     do {
       const std::int64_t n = std::min(max, total - off);
       f(off, static_cast<int>(n));
       off += n;
     } while (off < total);
-  }
-
-  template <typename F>
-  static void issue(PendingOp& p, F&& f) {
-    MPI_Request q = MPI_REQUEST_NULL;
-    SHARDKIT_MPI_CHECK(f(&q));
-    p.requests.push_back(q);
   }
 
   static void chain(PendingOp& p, std::function<void(const std::vector<MPI_Status>&)> next) {
@@ -447,7 +429,7 @@ class MpiBackend final : public Backend {
   // chunk, and memory MPI reads (no staging); the buffers' ready events are then waited for. The per-call hot path
   // of small reductions (psum, mpi4jax's allreduce): no pending-operation state to build.
   bool direct(const OpContext& ctx, std::int64_t count, const Array& a, const Array& b) const {
-    if (nonblocking(ctx) || count > mpi_max_count() || needs_staging(a) || needs_staging(b)) return false;
+    if (nonblocking(ctx) || count > max_count_ || needs_staging(a) || needs_staging(b)) return false;
     a.wait_ready();
     b.wait_ready();
     return true;
@@ -473,9 +455,6 @@ class MpiBackend final : public Backend {
       p.copy_back.emplace_back(host, a);
     return {static_cast<char*>(host.data()), static_cast<std::int64_t>(host.itemsize())};
   }
-  Buf stage_in(const Array& a, PendingOp& p, bool nb) { return stage(a, p, nb, Use::kIn); }
-  Buf stage_out(const Array& a, PendingOp& p, bool nb) { return stage(a, p, nb, Use::kOut); }
-  Buf stage_inout(const Array& a, PendingOp& p, bool nb) { return stage(a, p, nb, Use::kInOut); }
 
   static int mpi_source(int s) { return s == kAnySource ? MPI_ANY_SOURCE : s; }
   static int mpi_tag(int t) { return t == kAnyTag ? MPI_ANY_TAG : t; }
@@ -510,22 +489,22 @@ class MpiBackend final : public Backend {
         }
       });
       fill_status(status, first, dtype);
-      if (status && total > mpi_max_count()) status->count = total;
+      if (status && total > max_count_) status->count = total;
       return finish(std::move(p), ctx);
     }
-    if (total > mpi_max_count() && (source == kAnySource || tag == kAnyTag))
-      throw InvalidArgument("recv of more than mpi_max_count() elements with a wildcard source or tag is only "
+    if (total > max_count_ && (source == kAnySource || tag == kAnyTag))
+      throw InvalidArgument("recv of more than max_message_elements elements with a wildcard source or tag is only "
                             "supported in blocking mode");
     const std::size_t first_request = p.requests.size();
     for_chunks(total, [&](std::int64_t off, int n) {
-      issue(p, [&](MPI_Request* q) { return MPI_Irecv(at(b, off), n, t, mpi_source(source), mpi_tag(tag), c_, q); });
+      post<MPI_Irecv>(p, static_cast<void*>(at(b, off)), n, t, mpi_source(source), mpi_tag(tag), c_);
     });
     if (also) also(p);
     if (status) {
       p.want_statuses = true;
-      chain(p, [status, first_request, total, dtype](const std::vector<MPI_Status>& st) {
+      chain(p, [status, first_request, total, dtype, max = max_count_](const std::vector<MPI_Status>& st) {
         if (st.size() > first_request) fill_status(status, st[first_request], dtype);
-        if (total > mpi_max_count()) status->count = total;
+        if (total > max) status->count = total;
       });
     }
     return finish(std::move(p), ctx);
@@ -542,9 +521,8 @@ class MpiBackend final : public Backend {
       if (r.peer == rank_) continue;
       for_chunks(r.count, [&](std::int64_t off, int n) {
         if (n > 0)
-          issue(p, [&](MPI_Request* q) {
-            return MPI_Irecv(r.ptr + off * static_cast<std::int64_t>(es), n, t, r.peer, kExchangeTag, internal, q);
-          });
+          post<MPI_Irecv>(p, static_cast<void*>(r.ptr + off * static_cast<std::int64_t>(es)), n, t,
+                                        r.peer, kExchangeTag, internal);
       });
     }
     for (const Piece& s : sends) {
@@ -554,9 +532,8 @@ class MpiBackend final : public Backend {
       }
       for_chunks(s.count, [&](std::int64_t off, int n) {
         if (n > 0)
-          issue(p, [&](MPI_Request* q) {
-            return MPI_Isend(s.ptr + off * static_cast<std::int64_t>(es), n, t, s.peer, kExchangeTag, internal, q);
-          });
+          post<MPI_Isend>(p, static_cast<const void*>(s.ptr + off * static_cast<std::int64_t>(es)),
+                                        n, t, s.peer, kExchangeTag, internal);
       });
     }
     for (const Piece& r : recvs)
@@ -567,21 +544,18 @@ class MpiBackend final : public Backend {
   MPI_Comm c_;
   std::function<MpiCommHandle()> internal_;
   std::shared_ptr<AbortState> abort_;
+  std::int64_t max_count_;
   int rank_ = 0, size_ = 1;
   bool cuda_aware_;
 };
 
 }  // namespace
 
-std::int64_t mpi_max_count() noexcept { return g_max_count.load(std::memory_order_relaxed); }
-void set_mpi_max_count(std::int64_t count) {
-  SHARDKIT_CHECK(count >= 1 && count <= INT_MAX, "mpi max count must be in [1, INT_MAX], got ", count);
-  g_max_count.store(count);
-}
+bool mpi_supports(OpKind, DType, ReduceOp) noexcept { return true; }
 
 std::unique_ptr<Backend> make_mpi_backend(MpiCommHandle comm, std::function<MpiCommHandle()> internal,
-                                          std::shared_ptr<AbortState> abort_state) {
-  return std::make_unique<MpiBackend>(comm, internal, std::move(abort_state));
+                                          std::shared_ptr<AbortState> abort_state, std::int64_t max_count) {
+  return std::make_unique<MpiBackend>(comm, std::move(internal), std::move(abort_state), max_count);
 }
 
 }  // namespace shardkit::detail

@@ -172,36 +172,65 @@ class NcclBackend final : public Backend {
   }
   const std::shared_ptr<NcclState>& state() const { return state_; }
 
-  Token allreduce(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) override {
+  // Only the operations nccl_supports() declares reach here (the router sends the others to MPI).
+  Token run(const BackendCall& c, const OpContext& ctx) override {
+    const OpArgs& a = *c.args;
+    static const Array kNone;
+    const Array& send = c.send ? *c.send : kNone;
+    Array& recv = c.recv ? *c.recv : const_cast<Array&>(kNone);
+    switch (c.op) {
+      case OpKind::kAllreduce: return allreduce(send, recv, a.reduce, ctx);
+      case OpKind::kReduce: return reduce(send, recv, a.reduce, a.root, ctx);
+      case OpKind::kBcast: return bcast(c.send ? const_cast<Array&>(*c.send) : recv, a.root, ctx);
+      case OpKind::kAllgather: return allgather(send, recv, ctx);
+      case OpKind::kGather: return gather(send, recv, a.root, ctx);
+      case OpKind::kScatter: return scatter(send, recv, a.root, ctx);
+      case OpKind::kReduceScatter: return reduce_scatter(send, recv, a.reduce, ctx);
+      case OpKind::kAlltoall: return alltoall(send, recv, ctx);
+      case OpKind::kSend: return this->send(send, a.dest, ctx);
+      case OpKind::kRecv: return this->recv(recv, a.source, a.status, ctx);
+      case OpKind::kSendrecv: return sendrecv(send, a.dest, recv, a.source, a.status, ctx);
+      case OpKind::kAllgatherv: return allgatherv(send, recv, a.recv_counts, c.recv_displs, ctx);
+      case OpKind::kAlltoallv:
+        return alltoallv(send, a.send_counts, c.send_displs, recv, a.recv_counts, c.recv_displs, ctx);
+      case OpKind::kScan:
+      case OpKind::kBarrier: break;
+    }
+    throw Error(ErrorCode::kInternal, concat(op_name(c.op), " is not an NCCL operation (nccl_supports)"));
+  }
+
+ private:
+
+  Token allreduce(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) {
     begin(ctx, {send, recv});
     SHARDKIT_NCCL_CHECK(ncclAllReduce(send.data(), recv.data(), nccl_count(send.dtype(), send.numel()),
                                       nccl_type(send.dtype()), nccl_op(op, send.dtype()), comm(), s()));
     return end(ctx, {send, recv});
   }
-  Token reduce(const Array& send, Array& recv, ReduceOp op, int root, const OpContext& ctx) override {
+  Token reduce(const Array& send, Array& recv, ReduceOp op, int root, const OpContext& ctx) {
     begin(ctx, {send, recv});
     void* rp = rank_ == root ? recv.data() : nullptr;
     SHARDKIT_NCCL_CHECK(ncclReduce(send.data(), rp, nccl_count(send.dtype(), send.numel()), nccl_type(send.dtype()),
                                    nccl_op(op, send.dtype()), root, comm(), s()));
     return end(ctx, {send, recv});
   }
-  Token bcast(Array& buf, int root, const OpContext& ctx) override {
+  Token bcast(Array& buf, int root, const OpContext& ctx) {
     begin(ctx, {buf});
     SHARDKIT_NCCL_CHECK(ncclBroadcast(buf.data(), buf.data(), buf.nbytes(), ncclInt8, root, comm(), s()));
     return end(ctx, {buf});
   }
-  Token allgather(const Array& send, Array& recv, const OpContext& ctx) override {
+  Token allgather(const Array& send, Array& recv, const OpContext& ctx) {
     begin(ctx, {send, recv});
     SHARDKIT_NCCL_CHECK(ncclAllGather(send.data(), recv.data(), send.nbytes(), ncclInt8, comm(), s()));
     return end(ctx, {send, recv});
   }
-  Token reduce_scatter(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) override {
+  Token reduce_scatter(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) {
     begin(ctx, {send, recv});
     SHARDKIT_NCCL_CHECK(ncclReduceScatter(send.data(), recv.data(), nccl_count(recv.dtype(), recv.numel()),
                                           nccl_type(recv.dtype()), nccl_op(op, recv.dtype()), comm(), s()));
     return end(ctx, {send, recv});
   }
-  Token gather(const Array& send, Array& recv, int root, const OpContext& ctx) override {
+  Token gather(const Array& send, Array& recv, int root, const OpContext& ctx) {
     begin(ctx, {send, recv});
     const std::size_t bytes = send.nbytes();
     group([&] {
@@ -212,7 +241,7 @@ class NcclBackend final : public Backend {
     });
     return end(ctx, {send, recv});
   }
-  Token scatter(const Array& send, Array& recv, int root, const OpContext& ctx) override {
+  Token scatter(const Array& send, Array& recv, int root, const OpContext& ctx) {
     begin(ctx, {send, recv});
     const std::size_t bytes = recv.nbytes();
     group([&] {
@@ -223,7 +252,7 @@ class NcclBackend final : public Backend {
     });
     return end(ctx, {send, recv});
   }
-  Token alltoall(const Array& send, Array& recv, const OpContext& ctx) override {
+  Token alltoall(const Array& send, Array& recv, const OpContext& ctx) {
     begin(ctx, {send, recv});
     const std::size_t bytes = size_ ? send.nbytes() / static_cast<std::size_t>(size_) : 0;
     group([&] {
@@ -235,7 +264,7 @@ class NcclBackend final : public Backend {
     return end(ctx, {send, recv});
   }
   Token allgatherv(const Array& send, Array& recv, std::span<const std::int64_t> counts,
-                   std::span<const std::int64_t> displs, const OpContext& ctx) override {
+                   std::span<const std::int64_t> displs, const OpContext& ctx) {
     begin(ctx, {send, recv});
     const std::size_t es = send.itemsize();
     group([&] {
@@ -248,7 +277,7 @@ class NcclBackend final : public Backend {
   }
   Token alltoallv(const Array& send, std::span<const std::int64_t> send_counts,
                   std::span<const std::int64_t> send_displs, Array& recv, std::span<const std::int64_t> recv_counts,
-                  std::span<const std::int64_t> recv_displs, const OpContext& ctx) override {
+                  std::span<const std::int64_t> recv_displs, const OpContext& ctx) {
     begin(ctx, {send, recv});
     const std::size_t es = send.itemsize();
     group([&] {
@@ -259,20 +288,19 @@ class NcclBackend final : public Backend {
     });
     return end(ctx, {send, recv});
   }
-  Token send(const Array& buf, int dest, int /*tag*/, const OpContext& ctx) override {
+  Token send(const Array& buf, int dest, const OpContext& ctx) {
     begin(ctx, {buf});
     SHARDKIT_NCCL_CHECK(ncclSend(buf.data(), buf.nbytes(), ncclInt8, dest, comm(), s()));
     return end(ctx, {buf});
   }
-  Token recv(Array& buf, int source, int /*tag*/, RecvStatus* status, const OpContext& ctx) override {
+  Token recv(Array& buf, int source, RecvStatus* status, const OpContext& ctx) {
     check_source(source);
     begin(ctx, {buf});
     SHARDKIT_NCCL_CHECK(ncclRecv(buf.data(), buf.nbytes(), ncclInt8, source, comm(), s()));
     fill(status, source, buf.numel());
     return end(ctx, {buf});
   }
-  Token sendrecv(const Array& send, int dest, int /*send_tag*/, Array& recv, int source, int /*recv_tag*/,
-                 RecvStatus* status, const OpContext& ctx) override {
+  Token sendrecv(const Array& send, int dest, Array& recv, int source, RecvStatus* status, const OpContext& ctx) {
     check_source(source);
     begin(ctx, {send, recv});
     group([&] {
@@ -282,14 +310,6 @@ class NcclBackend final : public Backend {
     fill(status, source, recv.numel());
     return end(ctx, {send, recv});
   }
-  Token barrier(const OpContext&) override {
-    throw Error(ErrorCode::kInternal, "barrier is routed to MPI, never to NCCL");
-  }
-  Token scan(const Array&, Array&, ReduceOp, const OpContext&) override {
-    throw Error(ErrorCode::kInternal, "scan is routed to MPI (staged), never to NCCL");
-  }
-
- private:
   ncclComm_t comm() const { return state_->comm; }
   cudaStream_t s() const { return stream_.handle(); }
   static void* byte_at(const Array& a, std::size_t bytes) { return static_cast<char*>(a.data()) + bytes; }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/collectives/ops.hpp"
 #include "shardkit/collectives/token.hpp"
 #include "shardkit/core/array.hpp"
 #include "shardkit/launch/config.hpp"
@@ -17,29 +18,10 @@ namespace shardkit {
 
 class Runtime;
 
-/// Reductions. Sum, prod, min and max apply to every numeric dtype (min/max not to complex, and NCCL reduces
-/// complex only with sum); the logical and bitwise ones to integers and bool.
-enum class ReduceOp { kSum, kProd, kMin, kMax, kLogicalAnd, kLogicalOr, kLogicalXor, kBitAnd, kBitOr, kBitXor };
-/// "sum", "prod", ..., "bxor".
-const char* reduce_op_name(ReduceOp op) noexcept;
-/// True when `op` is defined for `dtype` (on the MPI backend; NCCL supports a subset, see README).
-bool reduce_op_supports(ReduceOp op, DType dtype) noexcept;
-
-/// Wildcards for recv / sendrecv.
-inline constexpr int kAnySource = -1;
-inline constexpr int kAnyTag = -1;
-
 /// An operation's value and the token that orders what comes after it.
 struct Result {
   Array value;
   Token token;
-};
-
-/// What a receive matched.
-struct RecvStatus {
-  int source = -1;
-  int tag = -1;
-  std::int64_t count = 0;  ///< elements received
 };
 
 /// How a communicator behaves; defaults come from Config (the environment).
@@ -51,6 +33,9 @@ struct CommOptions {
   bool async = false;
   /// A name for messages ("world", "mesh axis x", ...).
   std::string name = "world";
+  /// The largest element count passed to one MPI call (MPI counts are int). Larger messages are split into chunks or
+  /// point-to-point pieces. Lowered by tests to exercise those paths on small buffers.
+  std::int64_t max_message_elements = 2147483647;
 };
 
 namespace detail {
@@ -102,8 +87,6 @@ class Communicator {
   const CommOptions& options() const noexcept;
   /// True when an NCCL communicator exists for GPU buffers.
   bool has_nccl() const noexcept;
-  /// The backend an operation on buffers in `device` memory would use.
-  BackendKind backend_for(Device device) const;
   /// The MPI communicator operations run on (for interop; valid while this object lives, or the caller's own for
   /// wrap_mpi).
   MpiCommHandle mpi_handle() const noexcept;
@@ -112,72 +95,137 @@ class Communicator {
   /// Number of collective operations issued so far (the sequence number of the next one).
   std::uint64_t sequence() const noexcept;
 
-  // ---- buffer form ---------------------------------------------------------------------------------------------
-  // Sizes are element counts and must agree across ranks as MPI requires; receive arrays must not be read-only.
+  /// The backend `op` would run on for buffers in `device` memory (CPU when the operation has no buffers).
+  /// @throws InvalidArgument when the configured backend cannot run it (SHARDKIT_BACKEND=nccl on host buffers).
+  BackendKind backend_for(OpKind op, Device device) const;
+
+  // ---- every operation --------------------------------------------------------------------------------------------
+
+  /// Runs `op` on the arrays in `args` (buffer form). Sizes are element counts and must agree across ranks as MPI
+  /// requires; receive arrays must not be read-only.
+  Token run(OpKind op, const OpArgs& args, const Token& after = {});
+  /// Runs `op` on input `x` with a result allocated by its value rule (mpi4jax's shape rules); `args.send` and
+  /// `args.recv` are set from x and the result. @throws InvalidArgument for operations without a value form.
+  Result run_value(OpKind op, const Array& x, OpArgs args = {}, const Token& after = {});
+
+  // ---- buffer form: typed views of run() --------------------------------------------------------------------------
 
   /// recv = op over ranks of send (same shape).
-  Token allreduce(const Array& send, Array& recv, ReduceOp op, const Token& after = {});
+  Token allreduce(const Array& send, Array& recv, ReduceOp op, const Token& after = {}) {
+    return run(OpKind::kAllreduce, {.send = &send, .recv = &recv, .reduce = op}, after);
+  }
   /// In place: buf = op over ranks of buf.
-  Token allreduce_inplace(Array& buf, ReduceOp op, const Token& after = {});
+  Token allreduce_inplace(Array& buf, ReduceOp op, const Token& after = {}) { return allreduce(buf, buf, op, after); }
   /// On root, recv = op over ranks of send; elsewhere recv is not touched (and may be empty).
-  Token reduce(const Array& send, Array& recv, ReduceOp op, int root, const Token& after = {});
+  Token reduce(const Array& send, Array& recv, ReduceOp op, int root, const Token& after = {}) {
+    return run(OpKind::kReduce, {.send = &send, .recv = &recv, .reduce = op, .root = root}, after);
+  }
   /// In place: buf on every rank = buf on root.
-  Token bcast_inplace(Array& buf, int root, const Token& after = {});
+  Token bcast_inplace(Array& buf, int root, const Token& after = {}) {
+    return run(OpKind::kBcast, {.send = &buf, .recv = &buf, .root = root}, after);
+  }
   /// recv (size * send.numel elements) = the ranks' sends, in rank order.
-  Token allgather(const Array& send, Array& recv, const Token& after = {});
+  Token allgather(const Array& send, Array& recv, const Token& after = {}) {
+    return run(OpKind::kAllgather, {.send = &send, .recv = &recv}, after);
+  }
   /// On root, recv (size * send.numel elements) = the ranks' sends; elsewhere recv is not touched.
-  Token gather(const Array& send, Array& recv, int root, const Token& after = {});
+  Token gather(const Array& send, Array& recv, int root, const Token& after = {}) {
+    return run(OpKind::kGather, {.send = &send, .recv = &recv, .root = root}, after);
+  }
   /// recv = block `rank` of root's send (size * recv.numel elements; read on root only).
-  Token scatter(const Array& send, Array& recv, int root, const Token& after = {});
+  Token scatter(const Array& send, Array& recv, int root, const Token& after = {}) {
+    return run(OpKind::kScatter, {.send = &send, .recv = &recv, .root = root}, after);
+  }
   /// recv = block `rank` of op over ranks of send (send has size * recv.numel elements).
-  Token reduce_scatter(const Array& send, Array& recv, ReduceOp op, const Token& after = {});
+  Token reduce_scatter(const Array& send, Array& recv, ReduceOp op, const Token& after = {}) {
+    return run(OpKind::kReduceScatter, {.send = &send, .recv = &recv, .reduce = op}, after);
+  }
   /// Block j of send goes to rank j; block i of recv comes from rank i (equal blocks).
-  Token alltoall(const Array& send, Array& recv, const Token& after = {});
+  Token alltoall(const Array& send, Array& recv, const Token& after = {}) {
+    return run(OpKind::kAlltoall, {.send = &send, .recv = &recv}, after);
+  }
   /// Sends buf to dest.
-  Token send(const Array& buf, int dest, int tag = 0, const Token& after = {});
+  Token send(const Array& buf, int dest, int tag = 0, const Token& after = {}) {
+    return run(OpKind::kSend, {.send = &buf, .dest = dest, .send_tag = tag}, after);
+  }
   /// Receives into buf from source (kAnySource allowed on MPI) with tag (kAnyTag allowed on MPI).
-  Token recv_into(Array& buf, int source, int tag = kAnyTag, RecvStatus* status = nullptr, const Token& after = {});
+  Token recv_into(Array& buf, int source, int tag = kAnyTag, RecvStatus* status = nullptr, const Token& after = {}) {
+    return run(OpKind::kRecv, {.recv = &buf, .source = source, .recv_tag = tag, .status = status}, after);
+  }
   /// Sends `send` to dest and receives into `recv` from source at once (deadlock-free exchange).
   Token sendrecv_into(const Array& send, int dest, Array& recv, int source, int send_tag = 0, int recv_tag = kAnyTag,
-                      RecvStatus* status = nullptr, const Token& after = {});
+                      RecvStatus* status = nullptr, const Token& after = {}) {
+    return run(OpKind::kSendrecv,
+               {.send = &send, .recv = &recv, .dest = dest, .source = source, .send_tag = send_tag,
+                .recv_tag = recv_tag, .status = status},
+               after);
+  }
   /// Waits until every rank has arrived.
-  Token barrier(const Token& after = {});
+  Token barrier(const Token& after = {}) { return run(OpKind::kBarrier, {}, after); }
   /// Inclusive prefix: recv on rank r = op over ranks 0..r of send.
-  Token scan(const Array& send, Array& recv, ReduceOp op, const Token& after = {});
+  Token scan(const Array& send, Array& recv, ReduceOp op, const Token& after = {}) {
+    return run(OpKind::kScan, {.send = &send, .recv = &recv, .reduce = op}, after);
+  }
   /// recv = the ranks' sends concatenated; counts[i] is rank i's element count (the same array on every rank).
-  Token allgatherv(const Array& send, Array& recv, std::span<const std::int64_t> counts, const Token& after = {});
+  Token allgatherv(const Array& send, Array& recv, std::span<const std::int64_t> counts, const Token& after = {}) {
+    return run(OpKind::kAllgatherv, {.send = &send, .recv = &recv, .recv_counts = counts}, after);
+  }
   /// send_counts[j] elements go to rank j (in rank order in send); recv_counts[i] come from rank i.
   Token alltoallv(const Array& send, std::span<const std::int64_t> send_counts, Array& recv,
-                  std::span<const std::int64_t> recv_counts, const Token& after = {});
+                  std::span<const std::int64_t> recv_counts, const Token& after = {}) {
+    return run(OpKind::kAlltoallv,
+               {.send = &send, .recv = &recv, .send_counts = send_counts, .recv_counts = recv_counts}, after);
+  }
 
-  // ---- value form (mpi4jax shape rules) --------------------------------------------------------------------------
+  // ---- value form: typed views of run_value() (mpi4jax shape rules) ------------------------------------------------
 
   /// Same shape and dtype as x.
-  Result allreduce(const Array& x, ReduceOp op, const Token& after = {});
+  Result allreduce(const Array& x, ReduceOp op, const Token& after = {}) {
+    return run_value(OpKind::kAllreduce, x, {.reduce = op}, after);
+  }
   /// On root the reduction; elsewhere x unchanged.
-  Result reduce(const Array& x, ReduceOp op, int root, const Token& after = {});
+  Result reduce(const Array& x, ReduceOp op, int root, const Token& after = {}) {
+    return run_value(OpKind::kReduce, x, {.reduce = op, .root = root}, after);
+  }
   /// Root's x, on every rank (x gives shape and dtype elsewhere).
-  Result bcast(const Array& x, int root, const Token& after = {});
+  Result bcast(const Array& x, int root, const Token& after = {}) {
+    return run_value(OpKind::kBcast, x, {.root = root}, after);
+  }
   /// Shape (size, *x.shape).
-  Result allgather(const Array& x, const Token& after = {});
+  Result allgather(const Array& x, const Token& after = {}) { return run_value(OpKind::kAllgather, x, {}, after); }
   /// On root shape (size, *x.shape); elsewhere x unchanged.
-  Result gather(const Array& x, int root, const Token& after = {});
+  Result gather(const Array& x, int root, const Token& after = {}) {
+    return run_value(OpKind::kGather, x, {.root = root}, after);
+  }
   /// On root x has shape (size, *s) and the result shape s; elsewhere x gives s and dtype.
-  Result scatter(const Array& x, int root, const Token& after = {});
+  Result scatter(const Array& x, int root, const Token& after = {}) {
+    return run_value(OpKind::kScatter, x, {.root = root}, after);
+  }
   /// x has shape (size, *s); result shape s: block `rank` of the reduction.
-  Result reduce_scatter(const Array& x, ReduceOp op, const Token& after = {});
+  Result reduce_scatter(const Array& x, ReduceOp op, const Token& after = {}) {
+    return run_value(OpKind::kReduceScatter, x, {.reduce = op}, after);
+  }
   /// x has shape (size, ...); result block i comes from rank i.
-  Result alltoall(const Array& x, const Token& after = {});
+  Result alltoall(const Array& x, const Token& after = {}) { return run_value(OpKind::kAlltoall, x, {}, after); }
   /// A new array shaped like x, received from source.
   Result recv(const Array& like, int source, int tag = kAnyTag, RecvStatus* status = nullptr,
-              const Token& after = {});
+              const Token& after = {}) {
+    return run_value(OpKind::kRecv, like, {.source = source, .recv_tag = tag, .status = status}, after);
+  }
   /// A new array shaped like recv_like, received from source while send goes to dest.
   Result sendrecv(const Array& send, const Array& recv_like, int source, int dest, int send_tag = 0,
-                  int recv_tag = kAnyTag, RecvStatus* status = nullptr, const Token& after = {});
+                  int recv_tag = kAnyTag, RecvStatus* status = nullptr, const Token& after = {}) {
+    return run_value(OpKind::kSendrecv, recv_like,
+                     {.send = &send, .dest = dest, .source = source, .send_tag = send_tag, .recv_tag = recv_tag,
+                      .status = status},
+                     after);
+  }
   /// Inclusive prefix reduction, same shape as x.
-  Result scan(const Array& x, ReduceOp op, const Token& after = {});
+  Result scan(const Array& x, ReduceOp op, const Token& after = {}) {
+    return run_value(OpKind::kScan, x, {.reduce = op}, after);
+  }
   /// 1-d concatenation of every rank's x (flattened); x may differ in length between ranks.
-  Result allgatherv(const Array& x, const Token& after = {});
+  Result allgatherv(const Array& x, const Token& after = {}) { return run_value(OpKind::kAllgatherv, x, {}, after); }
 
  private:
   explicit Communicator(std::unique_ptr<detail::CommunicatorImpl> impl);

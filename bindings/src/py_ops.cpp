@@ -1,0 +1,264 @@
+// The collectives in Python, bound once: one entry per operation (its Python parameters and docstring) from which both
+// views are made, the shardkit.mpi function (mpi4jax's API: `comm=` names the communicator) and the Communicator
+// method (the communicator is the object). Both run one body, call_op(), over the operation table of the C++ layer:
+// the result shape comes from its value rule, the buffers from bind_value(), the run from Communicator::run().
+// NumPy inputs get their results allocated by NumPy and filled in place; other frameworks go through the value form
+// and come back through DLPack.
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "py_array.hpp"
+#include "py_comm.hpp"
+#include "py_fastcall.hpp"
+#include "shardkit/collectives/communicator.hpp"
+
+namespace shardkit::py {
+
+ReduceOp reduce_op_of(nb::handle op) {
+  if (PyLong_Check(op.ptr())) {  // ReduceOp members are ints too
+    const long v = PyLong_AsLong(op.ptr());
+    SHARDKIT_CHECK(v >= 0 && v <= static_cast<long>(ReduceOp::kBitXor), "unknown reduction ", v);
+    return static_cast<ReduceOp>(v);
+  }
+  if (const Mpi4py* api = mpi4py_api())
+    if (auto it = api->ops.find(op.ptr()); it != api->ops.end()) return it->second;
+  if (nb::isinstance<nb::str>(op)) {
+    static const std::unordered_map<std::string, ReduceOp> by_name = {
+        {"sum", ReduceOp::kSum},         {"prod", ReduceOp::kProd},       {"min", ReduceOp::kMin},
+        {"max", ReduceOp::kMax},         {"land", ReduceOp::kLogicalAnd}, {"lor", ReduceOp::kLogicalOr},
+        {"lxor", ReduceOp::kLogicalXor}, {"band", ReduceOp::kBitAnd},     {"bor", ReduceOp::kBitOr},
+        {"bxor", ReduceOp::kBitXor}};
+    std::string name = nb::cast<std::string>(op);
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (auto it = by_name.find(name); it != by_name.end()) return it->second;
+    throw InvalidArgument("unknown reduction '" + name + "' (sum, prod, min, max, land, lor, lxor, band, bor, bxor)");
+  }
+  nb::object mod = nb::getattr(op.type(), "__module__", nb::none());
+  if (nb::isinstance<nb::str>(mod) && nb::cast<std::string>(mod) == "mpi4py.MPI")
+    throw InvalidArgument(std::string("mpi4py operation ") + nb::cast<std::string>(nb::repr(op)) +
+                          " has no shardkit equivalent (SUM, PROD, MIN, MAX, LAND, LOR, LXOR, BAND, BOR, BXOR)");
+  throw InvalidArgument(std::string("op must be an mpi4py operation, a name or a shardkit ReduceOp, not ") +
+                        nb::type_name(op.type()).c_str());
+}
+
+Token token_of(nb::handle t) {
+  if (t.is_none()) return Token();
+  if (!nb::isinstance<Token>(t))
+    throw nb::type_error(
+        ("token must be a shardkit Token or None, not " + std::string(nb::type_name(t.type()).c_str())).c_str());
+  return nb::cast<Token>(t);
+}
+
+nb::object value_py(Communicator& c, OpKind op, nb::handle x, OpArgs& args, Token& token) {
+  const int rank = c.rank();
+  if (value_rule(op) != ValueRule::kConcat) {
+    const bool owned = !completes_in_call(c);
+    if (std::optional<Array> a = numpy_input(x, owned)) {
+      const bool same = value_is_input(op, rank, args.root);
+      nb::object result = nb::borrow(x);
+      std::optional<Array> out;
+      if (!same) out.emplace(numpy_empty(value_shape(op, a->shape(), rank, c.size(), args.root), a->dtype(), &result,
+                                         owned));
+      try {
+        nb::gil_scoped_release release;
+        if (same)
+          args.send = &*a;
+        else
+          bind_value(op, *a, *out, args, rank);
+        token = c.run(op, args, token);
+        token.wait();  // NumPy reads the memory right away
+      } catch (const InvalidArgument&) {
+        throw;  // raised before anything was sent (as MismatchError is)
+      } catch (const MismatchError&) {
+        throw;
+      } catch (...) {
+        // A failure after requests were posted: MPI may still use the memory, which the Arrays do not own here.
+        if (!owned) {
+          result.inc_ref();
+          nb::handle(x).inc_ref();
+        }
+        throw;
+      }
+      return result;
+    }
+  }
+  Framework fw;
+  Array a = array_from_py(x, &fw);
+  std::optional<Result> r;  // not default-constructed: an empty Array allocates
+  {
+    nb::gil_scoped_release release;
+    r.emplace(c.run_value(op, a, args, token));
+  }
+  token = r->token;
+  return array_to_py(std::move(r->value), fw);
+}
+
+namespace {
+
+// mpi4py's ANY_SOURCE / ANY_TAG (-1 in Open MPI and MPICH alike, but taken from mpi4py) as shardkit's.
+int source_of(int s) {
+  const Mpi4py* api = mpi4py_api();
+  return api && s == api->any_source ? kAnySource : s;
+}
+int tag_of(int t) {
+  const Mpi4py* api = mpi4py_api();
+  return api && t == api->any_tag ? kAnyTag : t;
+}
+
+// Writes what a receive matched into an mpi4py Status.
+void fill_status(nb::handle status, const RecvStatus& st, DType dtype) {
+  if (status.is_none()) return;
+  status.attr("Set_source")(st.source);
+  status.attr("Set_tag")(st.tag);
+  try {
+    nb::object dtlib = nb::module_::import_("mpi4py.util.dtlib");
+    nb::object npdtype = nb::module_::import_("numpy").attr("dtype")(std::string(dtype_name(dtype)));
+    status.attr("Set_elements")(dtlib.attr("from_numpy_dtype")(npdtype), st.count);
+  } catch (nb::python_error&) {
+    // dtypes without an MPI equivalent (bfloat16): source and tag are set
+  }
+}
+
+// One operation in Python: its parameters (the communicator aside) and docstring.
+struct PyOp {
+  OpKind op;
+  std::vector<Param> params;
+  bool mpi4jax;  // also a shardkit.mpi function (mpi4jax has no reduce_scatter or allgatherv)
+  const char* doc;
+};
+
+using F = Field;
+const std::vector<PyOp>& py_ops() {
+  static const std::vector<PyOp> ops = {
+      {OpKind::kAllreduce, {arg(F::kX), arg(F::kOp), kw(F::kToken, "None")}, true,
+       "Returns (result, token). Reduces x over all ranks with op (mpi4py.MPI.SUM, ..., a name, or a shardkit "
+       "ReduceOp); every rank gets the result."},
+      {OpKind::kReduce, {arg(F::kX), arg(F::kOp), arg(F::kRoot), kw(F::kToken, "None")}, true,
+       "Returns (result, token). On root, x reduced over all ranks with op; elsewhere x, unchanged."},
+      {OpKind::kBcast, {arg(F::kX), arg(F::kRoot), kw(F::kToken, "None")}, true,
+       "Returns (result, token). Root's x on every rank, as a new array (x gives shape and dtype elsewhere and is "
+       "never written)."},
+      {OpKind::kAllgather, {arg(F::kX), kw(F::kToken, "None")}, true,
+       "Returns (result, token). Every rank's x, stacked: shape (nproc, *x.shape). x must have the same shape and "
+       "dtype on all ranks."},
+      {OpKind::kGather, {arg(F::kX), arg(F::kRoot), kw(F::kToken, "None")}, true,
+       "Returns (result, token). On root, every rank's x stacked: shape (nproc, *x.shape); elsewhere x, unchanged."},
+      {OpKind::kScatter, {arg(F::kX), arg(F::kRoot), kw(F::kToken, "None")}, true,
+       "Returns (result, token). Block r of root's x (shape (nproc, *s)) to rank r; elsewhere x gives the shape s "
+       "(and is not read)."},
+      {OpKind::kReduceScatter, {arg(F::kX), arg(F::kOp), kw(F::kToken, "None")}, false,
+       "Returns (result, token). x has shape (nproc, *s); rank r gets block r of the reduction, shape s."},
+      {OpKind::kAlltoall, {arg(F::kX), kw(F::kToken, "None")}, true,
+       "Returns (result, token). Block i of x (first axis, of size nproc) goes to rank i; block j of the result came "
+       "from rank j."},
+      {OpKind::kSend, {arg(F::kX), arg(F::kDest), kw(F::kTag, "0"), kw(F::kToken, "None")}, true,
+       "Returns a token. Sends x to rank dest."},
+      {OpKind::kRecv,
+       {arg(F::kX), opt(F::kSource, "shardkit.mpi.ANY_SOURCE"), kw(F::kTag, "shardkit.mpi.ANY_TAG"), kw(F::kStatus, "None"),
+        kw(F::kToken, "None")},
+       true,
+       "Returns (result, token). Receives a new array shaped like x (which is never written). status: an mpi4py "
+       "Status to fill."},
+      {OpKind::kSendrecv,
+       {arg(F::kSendbuf), arg(F::kRecvbuf), arg(F::kSource), arg(F::kDest), kw(F::kSendtag, "0"),
+        kw(F::kRecvtag, "shardkit.mpi.ANY_TAG"), kw(F::kStatus, "None"), kw(F::kToken, "None")},
+       true,
+       "Returns (result, token). Sends sendbuf to dest while receiving a new array shaped like recvbuf from source."},
+      {OpKind::kBarrier, {kw(F::kToken, "None")}, true, "Returns a token. Waits for every rank."},
+      {OpKind::kScan, {arg(F::kX), arg(F::kOp), kw(F::kToken, "None")}, true,
+       "Returns (result, token). Inclusive prefix: rank r gets op over ranks 0..r."},
+      {OpKind::kAllgatherv, {arg(F::kX), kw(F::kToken, "None")}, false,
+       "Returns (result, token). Every rank's x flattened and concatenated in rank order; lengths may differ."},
+  };
+  return ops;
+}
+
+// The parameters of the shardkit.mpi function: the method's, with comm=None before status and token (mpi4jax's order).
+std::vector<Param> with_comm(const std::vector<Param>& params) {
+  std::vector<Param> out;
+  bool placed = false;
+  for (const Param& p : params) {
+    if (!placed && (p.field == F::kStatus || p.field == F::kToken)) {
+      out.push_back(kw(F::kComm, "None"));
+      placed = true;
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+// The body of every operation, for either view.
+nb::object call_op(OpKind op, const FastArgs& a, Communicator& c) {
+  OpArgs args;
+  if (a.get(F::kOp).ptr() != Py_None) args.reduce = reduce_op_of(a.get(F::kOp));
+  args.root = a.get_int(F::kRoot, 0);
+  args.dest = a.get_int(F::kDest, 0);
+  args.source = source_of(a.get_int(F::kSource, kAnySource));
+  args.send_tag = a.get_int(F::kSendtag, a.get_int(F::kTag, 0));
+  args.recv_tag = tag_of(a.get_int(F::kRecvtag, a.get_int(F::kTag, kAnyTag)));
+  Token token = token_of(a.get(F::kToken));
+  RecvStatus status;
+  nb::handle status_obj = a.get(F::kStatus);
+  if (!status_obj.is_none()) args.status = &status;
+
+  if (op == OpKind::kBarrier || op == OpKind::kSend) {
+    std::optional<Array> x;
+    if (op == OpKind::kSend) args.send = &x.emplace(array_from_py(a.get(F::kX)));
+    {
+      nb::gil_scoped_release release;
+      token = c.run(op, args, token);
+    }
+    return token_object(token);
+  }
+  std::optional<Array> send;
+  nb::handle x = a.get(F::kX);
+  if (op == OpKind::kSendrecv) {
+    args.send = &send.emplace(array_from_py(a.get(F::kSendbuf)));
+    x = a.get(F::kRecvbuf);
+  }
+  nb::object result = value_py(c, op, x, args, token);
+  if (args.status) fill_status(status_obj, status, array_from_py(x).dtype());
+  return nb::make_tuple(result, token_object(token));
+}
+
+template <int I>
+nb::object module_function(const FastArgs& a) {
+  CommPtr c = comm_from(a.get(F::kComm));
+  return call_op(py_ops()[I].op, a, *c);
+}
+
+template <int I>
+nb::object method(const FastArgs& a) {
+  return call_op(py_ops()[I].op, a, *nb::inst_ptr<Communicator>(nb::handle(a.self)));
+}
+
+template <int I>
+void register_op(nb::module_& m, nb::handle comm_type) {
+  const PyOp& d = py_ops()[I];
+  const char* name = op_name(d.op);
+  def_fast_method<method<I>>(comm_type, name, d.params, d.doc);
+  if (d.mpi4jax) {
+    static const std::string attr = std::string("mpi_") + name;
+    def_fast<module_function<I>>(m, attr.c_str(), name, with_comm(d.params),
+                                 (std::string(d.doc) + " comm defaults to a clone of COMM_WORLD.").c_str());
+  }
+}
+
+template <int... I>
+void register_all(nb::module_& m, nb::handle comm_type, std::integer_sequence<int, I...>) {
+  (register_op<I>(m, comm_type), ...);
+}
+
+}  // namespace
+
+void register_ops(nb::module_& m) {
+  SHARDKIT_ASSERT(static_cast<int>(py_ops().size()) == kOpCount - 1, "a Python entry for every operation but alltoallv");
+  register_all(m, m.attr("Communicator"), std::make_integer_sequence<int, kOpCount - 1>{});
+}
+
+}  // namespace shardkit::py

@@ -1,0 +1,197 @@
+// The one pipeline every operation runs through: validate (before anything is sent) → route to a backend → checked
+// mode → order after the caller's token → make strided buffers contiguous → run on the backend → token bookkeeping.
+// What differs between operations comes from the operation table (op_table.cpp); the value forms allocate their
+// results by the table's value rule and run the same pipeline.
+
+#include <mpi.h>
+
+#include <numeric>
+#include <optional>
+
+#include "checked.hpp"
+#include "communicator_impl.hpp"
+#include "op_table.hpp"
+#include "routing.hpp"
+#include "shardkit/core/error.hpp"
+
+namespace shardkit {
+namespace detail {
+namespace {
+
+// A receive buffer as the backend wants it: the caller's array if contiguous, else a contiguous temporary copied
+// back once the operation completes. Holds a reference on the fast path (copying an Array allocates).
+class Out {
+ public:
+  explicit Out(Array& user) : user_(user) {
+    if (!user.is_contiguous()) temp_.emplace(Array::empty(user.shape(), user.dtype(), user.device()));
+  }
+  // For operations in place: the temporary starts with the caller's data.
+  void with_contents() {
+    if (temp_) temp_->copy_from(user_);
+  }
+  Array& buf() { return temp_ ? *temp_ : user_; }
+  Token finish(Token t) {
+    if (temp_) {
+      Array src = *temp_, dst = user_;
+      t = then(std::move(t), [src, dst]() mutable { dst.copy_from(src); });
+    }
+    if (t.waitable()) user_.set_ready(t.waitable());
+    return t;
+  }
+
+ private:
+  Array& user_;
+  std::optional<Array> temp_;
+};
+
+// The contiguous form a backend needs of an input: the input itself, or a packed copy that lives as long as this.
+class In {
+ public:
+  explicit In(const Array& a) {
+    if (!a.is_contiguous()) temp_.emplace(a.contiguous());
+    ref_ = temp_ ? &*temp_ : &a;
+  }
+  const Array& get() const { return *ref_; }
+
+ private:
+  const Array* ref_;
+  std::optional<Array> temp_;
+};
+
+// One rule for "in place": the caller passed the same elements as input and output.
+bool same_buffer(const Array& a, const Array& b) {
+  return a.data() == b.data() && a.shape() == b.shape() && a.strides() == b.strides();
+}
+
+Placement placement_of(const Array* send, const Array* recv) {
+  int host = 0, device = 0;
+  for (const Array* a : {send, recv}) {
+    if (!a) continue;
+    (a->device().is_device_memory() ? device : host)++;
+  }
+  if (device && host) return Placement::kMixed;
+  return device ? Placement::kDevice : host ? Placement::kHost : Placement::kNone;
+}
+
+std::vector<std::int64_t> displacements(std::span<const std::int64_t> counts) {
+  std::vector<std::int64_t> d(counts.size(), 0);
+  for (std::size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
+  return d;
+}
+
+Result make_result(Array value, Token token) {
+  if (token.waitable()) value.set_ready(token.waitable());
+  return {std::move(value), std::move(token)};
+}
+
+}  // namespace
+
+Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
+  const OpSpec& spec = op_spec(op);
+  ensure_usable();
+  validate(spec, a, {rank, size, tag_ub, &options.name});
+  const Array* send = active(spec.send, rank, a.root) ? a.send : nullptr;
+  Array* recv = active(spec.recv, rank, a.root) ? a.recv : nullptr;
+
+  // Route: from the backends' declarations, the setting and where this rank's buffers live.
+  RouteRequest req{op, options.backend, placement_of(send, recv)};
+  if (const Array* first = send ? send : recv) req.dtype = first->dtype();
+  req.reduce = a.reduce;
+  if (needs_nccl(req) && !nccl_decided) decide_nccl();
+  req.nccl_available = nccl != nullptr;
+  Backend& b = route(req) == BackendKind::kNccl ? *nccl : *mpi;
+  // Operations on one communicator run in call order, also across backends.
+  Token& other = &b == mpi.get() ? last_nccl : last_mpi;
+  if (other.waitable()) {
+    other.wait();
+    other = Token();
+  }
+
+  OpContext ctx;
+  ctx.op = op;
+  ctx.seq = spec.collective ? seq++ : seq;
+  ctx.comm_name = &options.name;
+  ctx.after = &after;
+  ctx.timeout = options.timeout;
+  ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
+  ctx.async = options.async;
+
+  if (spec.collective && options.check) {
+    Signature s = spec.signature(a);
+    s.seq = ctx.seq;
+    s.op = static_cast<std::uint32_t>(op);
+    s.root = spec.rooted ? a.root : -1;
+    s.reduce = spec.reduces ? static_cast<std::int32_t>(a.reduce) : -1;
+    s.backend = static_cast<std::int32_t>(b.kind());
+    check_signatures(control(), s, ctx, *abort);
+    if (op == OpKind::kAlltoallv) check_alltoallv_counts(control(), a.send_counts, a.recv_counts, ctx, *abort);
+  }
+  // The caller's token: a host wait for MPI; NCCL orders its stream on it itself.
+  if (b.kind() == BackendKind::kMpi) after.wait();
+
+  // Contiguous buffers; in place when the caller passed one array as both.
+  const bool in_place = send && recv && same_buffer(*send, *recv);
+  std::optional<Out> out;
+  std::optional<In> in;
+  if (recv) {
+    out.emplace(*recv);
+    if (in_place) out->with_contents();
+  }
+  if (send && !in_place) in.emplace(*send);
+  BackendCall call{op, in_place ? &out->buf() : in ? &in->get() : nullptr, out ? &out->buf() : nullptr, &a};
+  std::vector<std::int64_t> sd, rd;
+  if (op == OpKind::kAllgatherv || op == OpKind::kAlltoallv) {
+    sd = displacements(a.send_counts);
+    rd = displacements(a.recv_counts);
+    call.send_displs = sd;
+    call.recv_displs = rd;
+  }
+  Token t = b.run(call, ctx);
+  if (out) t = out->finish(std::move(t));
+  Token& last = b.kind() == BackendKind::kNccl ? last_nccl : last_mpi;
+  if (t.waitable() || last.waitable()) last = t;  // a complete token replacing a complete one: nothing to do
+  return t;
+}
+
+}  // namespace detail
+
+Token Communicator::run(OpKind op, const OpArgs& args, const Token& after) { return impl_->run(op, args, after); }
+
+Result Communicator::run_value(OpKind op, const Array& x, OpArgs a, const Token& after) {
+  const ValueRule rule = value_rule(op);
+  const int r = rank(), n = size();
+  if (rule == ValueRule::kConcat) {
+    // Every rank's length first, then the data.
+    Array len = Array::from_values<std::int64_t>({x.numel()});
+    Array all = Array::empty({n}, DType::kInt64);
+    Token t = allgather(len, all, after);
+    const std::vector<std::int64_t> counts = all.to_vector<std::int64_t>();
+    Array out = Array::empty({std::accumulate(counts.begin(), counts.end(), std::int64_t{0})}, x.dtype(), x.device());
+    Array flat = (x.is_contiguous() ? x : x.contiguous()).reshape({x.numel()});
+    t = run(OpKind::kAllgatherv, {.send = &flat, .recv = &out, .recv_counts = counts}, t);
+    return detail::make_result(out, t);
+  }
+  SHARDKIT_CHECK(rule != ValueRule::kNone, op_name(op), " has no value form; use the buffer form");
+  if (detail::op_spec(op).rooted)
+    SHARDKIT_CHECK(a.root >= 0 && a.root < n, op_name(op), ": root ", a.root, " out of range for communicator '",
+                   name(), "' of size ", n);
+  if (value_is_input(op, r, a.root)) {
+    a.send = &x;
+    return detail::make_result(x, run(op, a, after));
+  }
+  Array out = Array::empty(value_shape(op, x.shape(), r, n, a.root), x.dtype(), x.device());
+  bind_value(op, x, out, a, r);
+  return detail::make_result(out, run(op, a, after));
+}
+
+BackendKind Communicator::backend_for(OpKind op, Device device) const {
+  const auto& m = *impl_;
+  const detail::OpSpec& spec = detail::op_spec(op);
+  detail::Placement where = device.is_device_memory() ? detail::Placement::kDevice : detail::Placement::kHost;
+  if (spec.send == detail::Role::kNone && spec.recv == detail::Role::kNone) where = detail::Placement::kNone;
+  detail::RouteRequest req{op, m.options.backend, where};
+  req.nccl_available = m.nccl != nullptr;
+  return detail::route(req);
+}
+
+}  // namespace shardkit

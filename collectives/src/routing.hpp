@@ -1,0 +1,38 @@
+#pragma once
+
+// Backend choice for one operation, from the backends' declarations (mpi_supports, nccl_supports), the configured
+// backend and where the operation's buffers live. A pure function, so every operation × setting × placement can be
+// tested without a GPU.
+
+#include "shardkit/collectives/communicator.hpp"
+
+namespace shardkit::detail {
+
+/// Where the arrays an operation uses on this rank live.
+enum class Placement {
+  kNone,    ///< no arrays (barrier)
+  kHost,    ///< all in host memory
+  kDevice,  ///< all in GPU memory (device or managed), whatever their size
+  kMixed,   ///< some of each
+};
+
+struct RouteRequest {
+  OpKind op;
+  BackendKind setting;  ///< CommOptions::backend
+  Placement placement;
+  DType dtype = DType::kFloat32;
+  ReduceOp reduce = ReduceOp::kSum;
+  /// Whether the ranks agreed on an NCCL communicator (asked only when the answer matters: see needs_nccl()).
+  bool nccl_available = false;
+};
+
+/// True when route() depends on whether NCCL is available (the caller then sets it up, collectively, first).
+bool needs_nccl(const RouteRequest& r) noexcept;
+
+/// The backend that runs `r`: NCCL for GPU buffers when NCCL is available and declares the operation (always, for a
+/// setting of nccl), MPI otherwise, including operations NCCL does not implement (they fall back to MPI, staging GPU
+/// buffers through host memory).
+/// @throws InvalidArgument naming the operation and backend when SHARDKIT_BACKEND=nccl meets host buffers.
+BackendKind route(const RouteRequest& r);
+
+}  // namespace shardkit::detail

@@ -1,0 +1,144 @@
+// Backend choice: every operation × backend setting × buffer placement, against rules written out here (not read from
+// the code under test), and every operation run on a communicator forced to each setting.
+
+#include <set>
+
+#include "collective_test_util.hpp"
+#include "routing.hpp"
+
+namespace shardkit::testing {
+namespace {
+
+using detail::Placement;
+using detail::RouteRequest;
+
+constexpr OpKind kAllOps[] = {OpKind::kAllreduce, OpKind::kReduce,   OpKind::kBcast,         OpKind::kAllgather,
+                              OpKind::kGather,    OpKind::kScatter,  OpKind::kReduceScatter, OpKind::kAlltoall,
+                              OpKind::kSend,      OpKind::kRecv,     OpKind::kSendrecv,      OpKind::kBarrier,
+                              OpKind::kScan,      OpKind::kAllgatherv, OpKind::kAlltoallv};
+static_assert(std::size(kAllOps) == kOpCount, "every operation is listed");
+
+// What NCCL lacks, as its documentation has it: no prefix scan, no barrier.
+const std::set<OpKind> kNotInNccl = {OpKind::kScan, OpKind::kBarrier};
+const std::set<OpKind> kReducing = {OpKind::kAllreduce, OpKind::kReduce, OpKind::kReduceScatter, OpKind::kScan};
+
+bool has_buffers(OpKind op) { return op != OpKind::kBarrier; }
+
+TEST(Routing, EveryOperationSettingAndPlacement) {
+  for (OpKind op : kAllOps) {
+    for (BackendKind setting : {BackendKind::kAuto, BackendKind::kMpi, BackendKind::kNccl}) {
+      for (Placement where : {Placement::kHost, Placement::kDevice, Placement::kMixed}) {
+        for (bool nccl : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << op_name(op) << " setting=" << backend_name(setting)
+                                            << " placement=" << static_cast<int>(where) << " nccl=" << nccl);
+          RouteRequest r{op, setting, has_buffers(op) ? where : Placement::kNone};
+          r.nccl_available = nccl;
+          const bool host_involved = where != Placement::kDevice;
+          if (setting == BackendKind::kNccl && has_buffers(op) && host_involved) {
+            try {
+              detail::route(r);
+              ADD_FAILURE() << "no InvalidArgument";
+            } catch (const InvalidArgument& e) {
+              const std::string msg = e.what();
+              EXPECT_NE(msg.find(op_name(op)), std::string::npos) << msg;
+              EXPECT_NE(msg.find("SHARDKIT_BACKEND=nccl"), std::string::npos) << msg;
+            }
+            continue;
+          }
+          const bool want_nccl = setting != BackendKind::kMpi && has_buffers(op) && !host_involved &&
+                                 !kNotInNccl.count(op) && nccl;
+          EXPECT_EQ(detail::route(r), want_nccl ? BackendKind::kNccl : BackendKind::kMpi);
+          // NCCL is set up (collectively) exactly when the answer could be NCCL.
+          EXPECT_EQ(detail::needs_nccl(r),
+                    setting != BackendKind::kMpi && has_buffers(op) && !host_involved && !kNotInNccl.count(op));
+        }
+      }
+    }
+  }
+}
+
+TEST(Routing, ReductionsNcclLacksFallBackToMpi) {
+  struct Case {
+    DType dtype;
+    ReduceOp op;
+    bool nccl;
+  };
+  const Case cases[] = {
+      {DType::kFloat32, ReduceOp::kSum, true},      {DType::kFloat64, ReduceOp::kMax, true},
+      {DType::kBFloat16, ReduceOp::kProd, true},    {DType::kInt64, ReduceOp::kMin, true},
+      {DType::kComplex64, ReduceOp::kSum, true},    {DType::kComplex128, ReduceOp::kProd, false},
+      {DType::kInt16, ReduceOp::kSum, false},       {DType::kUInt16, ReduceOp::kMax, false},
+      {DType::kBool, ReduceOp::kLogicalAnd, true},  {DType::kBool, ReduceOp::kLogicalXor, false},
+      {DType::kInt32, ReduceOp::kBitXor, false},    {DType::kUInt8, ReduceOp::kLogicalOr, false},
+  };
+  for (OpKind op : kReducing) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << op_name(op) << " " << c.dtype << " " << reduce_op_name(c.op));
+      RouteRequest r{op, BackendKind::kAuto, Placement::kDevice, c.dtype, c.op, true};
+      const bool nccl = c.nccl && op != OpKind::kScan;
+      EXPECT_EQ(detail::route(r), nccl ? BackendKind::kNccl : BackendKind::kMpi);
+      r.setting = BackendKind::kNccl;  // forced: still falls back rather than failing
+      EXPECT_EQ(detail::route(r), nccl ? BackendKind::kNccl : BackendKind::kMpi);
+    }
+  }
+  // Data movement works on every dtype.
+  RouteRequest r{OpKind::kAllgather, BackendKind::kAuto, Placement::kDevice, DType::kComplex128, ReduceOp::kProd, true};
+  EXPECT_EQ(detail::route(r), BackendKind::kNccl);
+}
+
+// Every operation on host buffers, on communicators forced to each backend setting: auto and mpi run it, nccl refuses
+// it naming the operation (barrier, which has no buffers, runs on MPI).
+TEST(Routing, EveryOperationOnEverySetting) {
+  if (on_gpu()) GTEST_SKIP() << "host buffers only";
+  const int n = world()->size(), r = world()->rank();
+  for (BackendKind setting : {BackendKind::kAuto, BackendKind::kMpi, BackendKind::kNccl}) {
+    CommOptions o;
+    o.backend = setting;
+    o.name = std::string("forced ") + backend_name(setting);
+    auto comm = Communicator::world(o);
+    Communicator& c = *comm;
+    for (OpKind op : kAllOps) {
+      SCOPED_TRACE(::testing::Message() << op_name(op) << " on " << o.name);
+      Array send = Array::arange(2 * n, DType::kInt32), recv = Array::zeros({2 * n}, DType::kInt32);
+      Array one = Array::arange(2, DType::kInt32), two = Array::zeros({2}, DType::kInt32);
+      std::vector<std::int64_t> counts(n, 2), gcounts(n, 2);
+      OpArgs a{.send = &send, .recv = &recv};
+      if (op == OpKind::kAllgather || op == OpKind::kGather || op == OpKind::kAllgatherv) a.send = &one;
+      if (op == OpKind::kScatter || op == OpKind::kReduceScatter) a.recv = &two;
+      if (op == OpKind::kAllgatherv) a.recv_counts = gcounts;
+      if (op == OpKind::kAlltoallv) a.send_counts = a.recv_counts = counts;
+      // Point to point: a ring.
+      a.dest = (r + 1) % n;
+      a.source = (r + n - 1) % n;
+      a.recv_tag = a.send_tag = 3;
+      const bool p2p_alone = op == OpKind::kSend || op == OpKind::kRecv;
+      if (setting == BackendKind::kNccl && has_buffers(op)) {
+        try {
+          c.run(op, a);
+          ADD_FAILURE() << "no InvalidArgument";
+        } catch (const InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find(op_name(op)), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("nccl"), std::string::npos) << e.what();
+        }
+        continue;
+      }
+      if (p2p_alone) {
+        // A send is matched by the receive of the next operation in the list (kRecv follows kSend).
+        if (op == OpKind::kSend) {
+          a.send = &one;
+          c.run(op, a).wait();
+        } else {
+          a.recv = &two;
+          c.run(op, a).wait();
+          EXPECT_EQ(two.to_vector<std::int32_t>(), (std::vector<std::int32_t>{0, 1}));
+        }
+        continue;
+      }
+      if (op == OpKind::kSendrecv) a.recv = &two, a.send = &one;
+      EXPECT_NO_THROW(c.run(op, a).wait());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardkit::testing
