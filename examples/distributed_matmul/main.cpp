@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "array_compare.hpp"
 #include "matmul_inputs.hpp"
 #include "shardkit/core/gemm.hpp"
 #include "shardkit/launch/runtime.hpp"

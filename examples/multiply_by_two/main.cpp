@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "array_compare.hpp"
 #include "shardkit/core/kernels.hpp"
 #include "shardkit/launch/runtime.hpp"
 #include "shardkit/sharding/sharding.hpp"

@@ -64,16 +64,6 @@ T from_double(double v) {
 }
 
 template <typename T>
-double to_double(T v) {
-  if constexpr (std::is_same_v<T, Half>)
-    return half_to_float(v);
-  else if constexpr (std::is_same_v<T, BFloat16>)
-    return bfloat16_to_float(v);
-  else
-    return static_cast<double>(v);
-}
-
-template <typename T>
 inline constexpr bool kIsComplex = std::is_same_v<T, std::complex<float>> || std::is_same_v<T, std::complex<double>>;
 
 /// Element i of rank r's input for a pattern. Values are small enough that sums and products over 4 ranks are

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "array_compare.hpp"
 #include "shardkit/core/array.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "shardkit/core/dlpack.hpp"

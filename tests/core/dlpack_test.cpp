@@ -5,6 +5,8 @@
 
 #include <vector>
 
+#include "array_compare.hpp"
+
 namespace shardkit {
 namespace {
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "array_compare.hpp"
+
 namespace shardkit {
 namespace {
 

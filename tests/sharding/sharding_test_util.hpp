@@ -3,6 +3,7 @@
 // Helpers of the sharding tests: the meshes each world size is tested on, deterministic global arrays, and host
 // references (concatenate, stack, group members).
 
+#include "array_compare.hpp"
 #include "mpi_test.hpp"
 #include "shardkit/sharding/sharding.hpp"
 

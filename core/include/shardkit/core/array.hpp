@@ -12,24 +12,11 @@
 #include "shardkit/core/device.hpp"
 #include "shardkit/core/dtype.hpp"
 #include "shardkit/core/error.hpp"
+#include "shardkit/core/shape.hpp"
 
 namespace shardkit {
 
 class Waitable;
-
-/// Array dimensions.
-using Shape = std::vector<std::int64_t>;
-/// Array strides, in elements (as DLPack counts them).
-using Strides = std::vector<std::int64_t>;
-
-/// Row-major (C-contiguous) strides for `shape`. Strides past 64 bits, possible only for an empty shape such as
-/// (0, 2^40, 2^40), saturate at INT64_MAX.
-Strides contiguous_strides(const Shape& shape);
-/// Product of the dimensions (1 for a 0-d shape, 0 when any dimension is 0).
-/// @throws InvalidArgument on negative dimensions or when a non-empty shape has more elements than fit in 64 bits.
-std::int64_t shape_numel(const Shape& shape);
-/// "(2, 3)".
-std::string shape_to_string(const Shape& shape);
 
 /// An n-dimensional array in host or CUDA memory: shape, strides (in elements), dtype, device, a data pointer, and
 /// shared ownership of its storage. Copying an Array makes another handle to the same storage (like a NumPy view);
@@ -141,11 +128,6 @@ class Array {
 /// Copies elements between arrays of equal shape and dtype on any devices (host strided copy, CUDA copy or kernel).
 /// Waits for both arrays' ready events first.
 void copy(const Array& src, Array& dst);
-/// True when both arrays have the same shape and dtype and every element is within atol + rtol * |b| (exact
-/// comparison for integer and bool types). Waits for both.
-bool allclose(const Array& a, const Array& b, double rtol = 1e-5, double atol = 1e-8);
-/// Largest |a - b| / max(|b|, tiny) over all elements (float types; waits for both). Used by checks and examples.
-double max_relative_error(const Array& a, const Array& b);
 
 // ---- template definitions ----------------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string_view>
+#include <type_traits>
 
 namespace shardkit {
 
@@ -72,6 +73,18 @@ float half_to_float(Half h) noexcept;
 Half float_to_half(float f) noexcept;
 float bfloat16_to_float(BFloat16 b) noexcept;
 BFloat16 float_to_bfloat16(float f) noexcept;
+
+/// The value of a real element as a double: Half and BFloat16 through their float conversions, other types by
+/// static_cast.
+template <typename T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, Half>)
+    return half_to_float(v);
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return bfloat16_to_float(v);
+  else
+    return static_cast<double>(v);
+}
 
 /// Maps a C++ element type to its dtype (bool, the fixed-width integers, Half, BFloat16, float, double,
 /// std::complex<float>, std::complex<double>).
