@@ -1,0 +1,11 @@
+# Runs COMMAND and passes only if it exits 0 and its output matches EXPECT_OUTPUT (a regex).
+execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(all "${out}\n${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "expected exit 0, got ${rc}. Output:\n${all}")
+endif()
+string(REGEX MATCH "${EXPECT_OUTPUT}" found "${all}")
+if(NOT found)
+  message(FATAL_ERROR "exit 0, but the output does not match '${EXPECT_OUTPUT}':\n${all}")
+endif()
+message(STATUS "exit 0 and the output matches: ${found}")
