@@ -44,8 +44,9 @@ MatmulLayout matmul_layout(MatmulAlgorithm algorithm, const Mesh& mesh) {
       detail::matmul_entry(algorithm == MatmulAlgorithm::kAuto ? detail::kFallbackMatmul : algorithm);
   const detail::Layout& l = e.layouts.front();
   const Axes all(mesh.axis_names());
-  return {detail::layout_spec(l.a, mesh, all), detail::layout_spec(l.b, mesh, all),
-          detail::layout_spec(l.c, mesh, all)};
+  const std::string where = detail::concat("matmul_layout (", e.name, ", ", detail::layout_text(l), ")");
+  return {detail::layout_spec(l.a, mesh, all, where), detail::layout_spec(l.b, mesh, all, where),
+          detail::layout_spec(l.c, mesh, all, where)};
 }
 
 bool host_overlap_pays(int cores, int ranks_sharing, int blas_threads) noexcept {

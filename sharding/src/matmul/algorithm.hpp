@@ -56,8 +56,9 @@ inline constexpr MatmulAlgorithm kFallbackMatmul = MatmulAlgorithm::kLocal;
 
 /// What Cut::kAxes stands for when `a` and `b` are in `layout` as they are; nullopt when they are not.
 std::optional<Axes> match_layout(const Layout& layout, const ShardedArray& a, const ShardedArray& b);
-/// The spec of one operand of a layout on `mesh`. @throws InvalidArgument for a 2-d layout on another mesh.
-PartitionSpec layout_spec(const std::array<Cut, 2>& cuts, const Mesh& mesh, const Axes& axes);
+/// The spec of one operand of a layout on `mesh`.
+/// @throws InvalidArgument, prefixed by `where`, for a 2-d layout on another mesh.
+PartitionSpec layout_spec(const std::array<Cut, 2>& cuts, const Mesh& mesh, const Axes& axes, std::string_view where);
 /// A layout as text, with `axes` for Cut::kAxes and 'x', 'y' for a 2-d mesh's axes.
 std::string layout_text(const Layout& layout);
 

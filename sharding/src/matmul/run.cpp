@@ -13,13 +13,6 @@ bool divides(std::int64_t n, std::int64_t by) { return by > 0 && n % by == 0; }
 
 bool on_mesh_axes(Cut cut) { return cut == Cut::kMeshX || cut == Cut::kMeshY; }
 
-bool uses_mesh_axes(const Layout& layout) {
-  for (const auto* cuts : {&layout.a, &layout.b, &layout.c})
-    for (Cut cut : *cuts)
-      if (on_mesh_axes(cut)) return true;
-  return false;
-}
-
 // The axes a cut stands for on `mesh` (the mesh is 2-d where the cut names its axes).
 Axes axes_for(Cut cut, const Mesh& mesh, const Axes& axes) {
   switch (cut) {
@@ -75,9 +68,9 @@ std::optional<Axes> match_layout(const Layout& layout, const ShardedArray& a, co
   return bound.value_or(Axes());
 }
 
-PartitionSpec layout_spec(const std::array<Cut, 2>& cuts, const Mesh& mesh, const Axes& axes) {
+PartitionSpec layout_spec(const std::array<Cut, 2>& cuts, const Mesh& mesh, const Axes& axes, std::string_view where) {
   if ((on_mesh_axes(cuts[0]) || on_mesh_axes(cuts[1])) && mesh.ndim() != 2)
-    throw InvalidArgument(concat("layout ", spec_text(cuts), " needs a 2-d mesh (x, y), got ", mesh.to_string()));
+    throw InvalidArgument(concat(where, ": needs a 2-d mesh (x, y), got ", mesh.to_string()));
   return PartitionSpec({axes_for(cuts[0], mesh, axes), axes_for(cuts[1], mesh, axes)}).normalized();
 }
 
@@ -103,8 +96,9 @@ ShardedArray run_matmul(const MatmulEntry& entry, const ShardedArray& a, const S
   for (const MatmulEntry& e : matmul_table())
     if (e.takes_uneven) uneven_ones += concat(uneven_ones.empty() ? "" : ", ", e.name);
   const std::string hint = concat(" (use algorithm ", uneven_ones, ", which takes uneven shards)");
-  if (uses_mesh_axes(*layout) && mesh.ndim() != 2)
-    throw InvalidArgument(concat(where, ": needs a 2-d mesh (x, y), got ", mesh.to_string()));
+  const PartitionSpec spec_a = layout_spec(layout->a, mesh, *axes, where);
+  const PartitionSpec spec_b = layout_spec(layout->b, mesh, *axes, where);
+  const PartitionSpec spec_c = layout_spec(layout->c, mesh, *axes, where);
   if (!entry.takes_uneven)
     for (const ShardedArray* x : {&a, &b})
       if (x->sharding().uneven() && !x->sharding().fully_replicated())
@@ -136,13 +130,13 @@ ShardedArray run_matmul(const MatmulEntry& entry, const ShardedArray& a, const S
     throw InvalidArgument(concat(where, ": ", why, hint));
   }
 
-  const ShardedArray al = to_spec(a, layout_spec(layout->a, mesh, *axes), uneven[0]);
-  const ShardedArray bl = to_spec(b, layout_spec(layout->b, mesh, *axes), uneven[1]);
+  const ShardedArray al = to_spec(a, spec_a, uneven[0]);
+  const ShardedArray bl = to_spec(b, spec_b, uneven[1]);
   Array c = entry.run(Blocks{al, bl, *axes, overlap});
   // C is uneven where its cut dimensions do not divide, and, for an algorithm that takes uneven shards, where an
   // operand kept as it is was uneven.
   const bool c_uneven = uneven[2] || (entry.takes_uneven && (al.sharding().uneven() || bl.sharding().uneven()));
-  return ShardedArray({m, n}, NamedSharding(mesh, layout_spec(layout->c, mesh, *axes), c_uneven), c);
+  return ShardedArray({m, n}, NamedSharding(mesh, spec_c, c_uneven), c);
 }
 
 }  // namespace shardkit::detail
