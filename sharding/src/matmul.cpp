@@ -74,10 +74,10 @@ MatmulAlgorithm choose_matmul_algorithm(const ShardedArray& a, const ShardedArra
 }
 
 ShardedArray matmul(const ShardedArray& a, const ShardedArray& b, MatmulOptions options) {
-  SHARDKIT_CHECK(a.ndim() == 2 && b.ndim() == 2, "matmul takes 2-d operands, got shapes ",
-                 shape_to_string(a.shape()), " and ", shape_to_string(b.shape()));
-  SHARDKIT_CHECK_EQ(a.shape()[1], b.shape()[0], "matmul: inner dimensions differ: ", shape_to_string(a.shape()),
-                    " @ ", shape_to_string(b.shape()));
+  SHARDKIT_CHECK(a.ndim() == 2 && b.ndim() == 2, "matmul takes 2-d operands, got shapes ", shape_to_string(a.shape()),
+                 " and ", shape_to_string(b.shape()));
+  SHARDKIT_CHECK_EQ(a.shape()[1], b.shape()[0], "matmul: inner dimensions differ: ", shape_to_string(a.shape()), " @ ",
+                    shape_to_string(b.shape()));
   SHARDKIT_CHECK(a.mesh() == b.mesh(), "matmul: operands on different meshes: ", a.mesh().to_string(), ", ",
                  b.mesh().to_string());
   SHARDKIT_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ: ", a.dtype(), " and ", b.dtype());

@@ -43,8 +43,8 @@ struct MatmulEntry {
   std::string_view name;
   std::vector<std::string_view> aliases;  ///< other spellings parse_matmul_algorithm accepts
   std::vector<Layout> layouts;
-  bool takes_uneven;                      ///< cut dimensions need not divide by their axes' sizes
-  Array (*run)(const Blocks&);            ///< this rank's block of C
+  bool takes_uneven;            ///< cut dimensions need not divide by their axes' sizes
+  Array (*run)(const Blocks&);  ///< this rank's block of C
 };
 
 /// Every algorithm, in the order the chooser tries their layouts.

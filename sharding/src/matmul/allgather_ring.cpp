@@ -4,8 +4,8 @@
 #include <optional>
 
 #include "algorithm.hpp"
-#include "transfer.hpp"
 #include "shardkit/core/gemm.hpp"
+#include "transfer.hpp"
 
 namespace shardkit::detail {
 
@@ -30,8 +30,8 @@ Array allgather_ring(const Blocks& blocks) {
     std::optional<Transfer> t;
     if (s + 1 < k) {
       // Pass the block on to the left while the right neighbour's arrives; the GEMM below runs meanwhile.
-      const Token after = device ? Token::from_stream(cuda::library_stream(own.device().index), own.device().index)
-                                 : Token();
+      const Token after =
+          device ? Token::from_stream(cuda::library_stream(own.device().index), own.device().index) : Token();
       t.emplace(
           [&, cur, next, after] {
             return comm->sendrecv_into(*cur, left, *next, right, kAllGatherRingTag, kAllGatherRingTag, nullptr, after);

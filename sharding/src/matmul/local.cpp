@@ -1,8 +1,8 @@
 // The local product: one operand cut (A by rows or B by columns), the other replicated; no communication.
 
 #include "algorithm.hpp"
-#include "transfer.hpp"
 #include "shardkit/core/gemm.hpp"
+#include "transfer.hpp"
 
 namespace shardkit::detail {
 

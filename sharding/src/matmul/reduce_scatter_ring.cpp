@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "algorithm.hpp"
-#include "transfer.hpp"
 #include "shardkit/core/gemm.hpp"
 #include "shardkit/core/kernels.hpp"
+#include "transfer.hpp"
 
 namespace shardkit::detail {
 

@@ -9,17 +9,25 @@
 namespace shardkit::detail {
 namespace {
 
-bool divides(std::int64_t n, std::int64_t by) { return by > 0 && n % by == 0; }
+bool divides(std::int64_t n, std::int64_t by) {
+  return by > 0 && n % by == 0;
+}
 
-bool on_mesh_axes(Cut cut) { return cut == Cut::kMeshX || cut == Cut::kMeshY; }
+bool on_mesh_axes(Cut cut) {
+  return cut == Cut::kMeshX || cut == Cut::kMeshY;
+}
 
 // The axes a cut stands for on `mesh` (the mesh is 2-d where the cut names its axes).
 Axes axes_for(Cut cut, const Mesh& mesh, const Axes& axes) {
   switch (cut) {
-    case Cut::kNone: return {};
-    case Cut::kAxes: return axes;
-    case Cut::kMeshX: return Axes(mesh.axis_names()[0]);
-    case Cut::kMeshY: return Axes(mesh.axis_names()[1]);
+    case Cut::kNone:
+      return {};
+    case Cut::kAxes:
+      return axes;
+    case Cut::kMeshX:
+      return Axes(mesh.axis_names()[0]);
+    case Cut::kMeshY:
+      return Axes(mesh.axis_names()[1]);
   }
   return {};
 }

@@ -13,7 +13,9 @@
 
 namespace shardkit::detail {
 
-inline bool on_gpu(const Array& a) { return a.device().kind == DeviceKind::kCUDA; }
+inline bool on_gpu(const Array& a) {
+  return a.device().kind == DeviceKind::kCUDA;
+}
 
 /// Waits for the GPU GEMMs on `a`'s library stream, before host code reuses their buffers.
 inline void settle(const Array& a) {
