@@ -55,17 +55,10 @@ inline ShardedArray matrix_sharded(int which, const Shape& shape, const NamedSha
 }
 
 /// The input layouts each algorithm works on directly, for a mesh (the tuple of all axes cuts rows; SUMMA uses the
-/// mesh's two axes).
+/// mesh's two axes). @throws InvalidArgument for SUMMA on a mesh that is not 2-d.
 inline std::pair<PartitionSpec, PartitionSpec> natural_layout(MatmulAlgorithm alg, const Mesh& mesh) {
-  const Axes all(mesh.axis_names());
-  switch (alg) {
-    case MatmulAlgorithm::kAllGather: return {P(all, kNone), P(all, kNone)};
-    case MatmulAlgorithm::kReduceScatter: return {P(kNone, all), P(all, kNone)};
-    case MatmulAlgorithm::kSumma: return {P(mesh.axis_names()[0], mesh.axis_names()[1]),
-                                          P(mesh.axis_names()[0], mesh.axis_names()[1])};
-    default: break;
-  }
-  return {P(all, kNone), P()};
+  const MatmulLayout layout = matmul_layout(alg, mesh);
+  return {layout.a, layout.b};
 }
 
 }  // namespace shardkit::examples

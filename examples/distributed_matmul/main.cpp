@@ -3,15 +3,7 @@
 //
 //   mpirun -np 4 build/examples/distributed_matmul/distributed_matmul --m 2048 --n 2048 --k 2048 --algo all --check
 //
-// Flags:
-//   --m M --n N --k K      the product (M x K) @ (K x N); --size S sets all three (default 1024)
-//   --dtype T              float64 (default), float32, float16, bfloat16 (the last two: fast on a GPU only)
-//   --algo A               auto, local, allgather, reduce_scatter, summa, or all (every one that fits the mesh)
-//   --mesh SPEC            e.g. 4, 2x2, x=2,y=2 (default: all ranks on one axis; SUMMA: the squarest 2-d mesh)
-//   --repeat R             timed runs per algorithm (default 3), after one warm-up
-//   --check / --no-check   compare with a one-rank BLAS product on rank 0 (default on)
-//   --json PATH            write the results as JSON ('-': standard output)
-//   --threads T            BLAS threads per rank (default: cores / ranks on this node, at least 1)
+// The flags are in kUsage below (--help prints them).
 //
 // Each algorithm gets its inputs in the layout it works on (filled locally from a formula: nothing is sent), so the
 // time is that of the multiplication and its communication alone.
@@ -48,12 +40,36 @@ struct Options {
   bool check = true;
   std::string json;
   int threads = 0;
+  bool help = false;
 };
 
+// The flags, printed by --help and after a mistake on the command line.
+constexpr const char* kUsage = R"(usage: distributed_matmul [flags]
+  --m M --n N --k K      the product (M x K) @ (K x N); --size S sets all three (default 1024)
+  --dtype T              float64 (default), float32, float16, bfloat16, or f64, f32, f16, bf16 (the last two: fast
+                         on a GPU only)
+  --algo A[,A...]        auto, local, allgather, reduce_scatter, summa (a named algorithm that cannot run fails the
+                         run), or all (default: every one, skipping those the sizes or the mesh do not fit)
+  --mesh SPEC            e.g. 4, 2x2, x=2,y=2 (default: all ranks on one axis; SUMMA: the squarest 2-d mesh)
+  --repeat R             timed runs per algorithm (default 3), after one warm-up
+  --check / --no-check   compare with a one-rank BLAS product on rank 0 (default on)
+  --json PATH            write the results as JSON ('-': standard output)
+  --threads T            BLAS threads per rank (default: cores / ranks on this node, at least 1)
+  --help                 print these flags and exit
+)";
+
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr, "distributed_matmul: %s\n(see the comment at the top of examples/distributed_matmul/main.cpp)\n",
-               why.c_str());
+  std::fprintf(stderr, "distributed_matmul: %s\n%s", why.c_str(), kUsage);
   std::exit(2);
+}
+
+// A dtype by its name or its short spelling.
+DType parse_dtype(const std::string& name) {
+  static const std::pair<const char*, DType> kShort[] = {
+      {"f64", DType::kFloat64}, {"f32", DType::kFloat32}, {"f16", DType::kFloat16}, {"bf16", DType::kBFloat16}};
+  for (const auto& [spelling, dtype] : kShort)
+    if (name == spelling) return dtype;
+  return dtype_from_name(name);
 }
 
 Options parse(int argc, char** argv) {
@@ -68,7 +84,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--n") o.n = std::stoll(value());
     else if (a == "--k") o.k = std::stoll(value());
     else if (a == "--size") o.m = o.n = o.k = std::stoll(value());
-    else if (a == "--dtype") o.dtype = dtype_from_name(value());
+    else if (a == "--dtype") o.dtype = parse_dtype(value());
     else if (a == "--algo") o.algo = value();
     else if (a == "--mesh") o.mesh = value();
     else if (a == "--repeat") o.repeat = std::max(1, std::stoi(value()));
@@ -76,6 +92,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--no-check") o.check = false;
     else if (a == "--json") o.json = value();
     else if (a == "--threads") o.threads = std::stoi(value());
+    else if (a == "--help" || a == "-h") o.help = true;
     else usage("unknown flag " + a);
   }
   if (o.m <= 0 || o.n <= 0 || o.k <= 0) usage("sizes must be positive");
@@ -123,6 +140,10 @@ int main(int argc, char** argv) {
     Runtime rt(&argc, &argv);
     const Options o = parse(argc, argv);
     const bool root = rt.rank() == 0;
+    if (o.help) {
+      if (root) std::fputs(kUsage, stdout);
+      return 0;
+    }
     const int p = rt.size();
     const int threads = o.threads > 0 ? o.threads
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
@@ -133,7 +154,8 @@ int main(int argc, char** argv) {
 
     // Algorithms to run, each with the mesh it runs on.
     std::vector<MatmulAlgorithm> algos;
-    if (o.algo == "all") {
+    const bool every = o.algo == "all";
+    if (every) {
       algos = {MatmulAlgorithm::kLocal, MatmulAlgorithm::kAllGather, MatmulAlgorithm::kReduceScatter,
                MatmulAlgorithm::kSumma};
     } else {
@@ -169,6 +191,7 @@ int main(int argc, char** argv) {
 
     std::vector<Row> rows;
     bool all_ok = true;
+    int skipped = 0;
     for (MatmulAlgorithm alg : algos) {
       Row row;
       row.algo = matmul_algorithm_name(alg);
@@ -206,8 +229,14 @@ int main(int argc, char** argv) {
           row.ok = ok != 0;
         }
       } catch (const InvalidArgument& e) {
-        // An algorithm the sizes or the mesh do not fit: say why and go on with the others.
-        if (root) std::printf("  %-15s skipped: %s\n", row.algo.c_str(), e.what());
+        // An algorithm the sizes or the mesh do not fit: with --algo all, say why and go on with the others; one
+        // named on the command line was asked to run, so it failing to is a failure.
+        if (root) std::printf("  %-15s %s: %s\n", row.algo.c_str(), every ? "skipped" : "FAILED, not run", e.what());
+        if (every) {
+          ++skipped;
+        } else {
+          all_ok = false;
+        }
         continue;
       }
       all_ok = all_ok && row.ok;
@@ -223,9 +252,9 @@ int main(int argc, char** argv) {
     if (root && !rows.empty()) {
       const auto best = std::max_element(rows.begin(), rows.end(),
                                          [](const Row& x, const Row& y) { return x.gflops_median < y.gflops_median; });
-      std::printf("summary: best %s at %.2f GFLOP/s (median of %d) on %d rank(s); results %s\n", best->algo.c_str(),
-                  best->gflops_median, o.repeat, p,
-                  !o.check ? "not checked" : all_ok ? "match the one-rank BLAS reference" : "DO NOT MATCH");
+      std::printf("summary: best %s at %.2f GFLOP/s (median of %d) on %d rank(s), %d skipped; results %s\n",
+                  best->algo.c_str(), best->gflops_median, o.repeat, p, skipped,
+                  !all_ok ? "FAILED" : !o.check ? "not checked" : "match the one-rank BLAS reference");
     }
     if (root && !o.json.empty()) {
       std::ostringstream js;

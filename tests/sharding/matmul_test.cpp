@@ -1,6 +1,9 @@
 // Distributed matmul: every algorithm at every world size and test mesh, non-square and odd sizes, float32 and
 // float64, against a one-rank BLAS reference; uneven shards where the algorithm takes them, a clear error where not.
 
+#include <sched.h>
+
+#include <algorithm>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -116,11 +119,28 @@ TEST(Matmul, OverlapByDefaultOnlyWhereACoreIsFree) {
   EXPECT_FALSE(host_overlap_pays(63, 8, 7));
   EXPECT_TRUE(host_overlap_pays(2, 0, 0));  // nonsense counts read as one rank, one thread
   EXPECT_TRUE(matmul_overlap_default(Device::cuda()));  // NCCL's stream overlaps without taking a core
-  // The host decision is the same on every rank of one machine with the same settings, and it is that formula.
-  const bool host = matmul_overlap_default(Device::cpu());
-  EXPECT_EQ(host, matmul_overlap_default(Device::cpu()));
-  if (Runtime::current()->local_size() > static_cast<int>(std::thread::hardware_concurrency())) {
-    EXPECT_FALSE(host) << "more ranks than cores on this machine, yet matmul would overlap";
+  // On the host it is that formula over the cores this process may use (its affinity mask when bound to fewer than
+  // the machine has, else the machine's, shared by the ranks on it) and the BLAS threads per rank.
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const int mine = std::max(1, CPU_COUNT(&set));
+  const int sharing = mine < machine ? 1 : Runtime::current()->local_size();
+  const int saved = blas_num_threads();
+  for (int threads : {1, 2, mine, mine + 1}) {
+    set_blas_num_threads(threads);
+    const int got = blas_num_threads();  // BLAS may cap the count
+    SCOPED_TRACE("BLAS threads " + std::to_string(got) + ", cores " + std::to_string(mine) + ", ranks sharing them " +
+                 std::to_string(sharing));
+    EXPECT_EQ(matmul_overlap_default(Device::cpu()), host_overlap_pays(mine, sharing, got));
+    if (got >= mine) {
+      EXPECT_FALSE(matmul_overlap_default(Device::cpu())) << "BLAS takes every core, yet matmul overlaps";
+    }
+  }
+  set_blas_num_threads(saved);
+  if (Runtime::current()->local_size() > machine) {
+    EXPECT_FALSE(matmul_overlap_default(Device::cpu())) << "more ranks than cores on this machine, yet matmul overlaps";
   }
 }
 
@@ -144,6 +164,47 @@ TEST(Matmul, AutoPicksFromTheShardings) {
       const auto& n = mesh.axis_names();
       // SUMMA needs K = 6p to divide by lcm(px, py), which it does for every test mesh.
       run(P(n[0], n[1]), P(n[0], n[1]), MatmulAlgorithm::kSumma);
+    }
+  }
+}
+
+TEST(Matmul, EachLayoutIsTakenAsItIsChosenAndNamedWhenItDoesNotFit) {
+  // matmul_layout, the chooser, the result's sharding and the error messages all read one table: operands in an
+  // algorithm's layout are chosen for it, give C in its layout, and sizes it cannot cut are refused with a message
+  // that names the algorithm, its layout and the dimension.
+  const std::vector<MatmulAlgorithm> algs = {MatmulAlgorithm::kLocal, MatmulAlgorithm::kAllGather,
+                                             MatmulAlgorithm::kReduceScatter, MatmulAlgorithm::kSumma};
+  for (const Mesh& mesh : test_meshes()) {
+    const std::int64_t p = mesh.size();
+    const Array a = ints({4 * p, 6 * p}, 3, DType::kFloat64), b = ints({6 * p, 4 * p}, 4, DType::kFloat64);
+    const Array want = reference(a, b);
+    for (MatmulAlgorithm alg : algs) {
+      SCOPED_TRACE(mesh.to_string() + " " + matmul_algorithm_name(alg));
+      EXPECT_EQ(parse_matmul_algorithm(matmul_algorithm_name(alg)), alg);
+      if (alg == MatmulAlgorithm::kSumma && mesh.ndim() != 2) {
+        EXPECT_THROW(matmul_layout(alg, mesh), InvalidArgument);
+        continue;
+      }
+      const MatmulLayout layout = matmul_layout(alg, mesh);
+      ShardedArray xa = distribute(a, NamedSharding(mesh, layout.a)), xb = distribute(b, NamedSharding(mesh, layout.b));
+      EXPECT_EQ(choose_matmul_algorithm(xa, xb), alg) << layout.a << " @ " << layout.b;
+      ShardedArray c = matmul(xa, xb);
+      EXPECT_EQ(c.spec(), layout.c);
+      EXPECT_TRUE(equal(process_allgather(c), want));
+      if (p == 1 || alg == MatmulAlgorithm::kLocal) continue;
+      // 13 divides by no axis size of 2 to 4.
+      const Array odd = ints({13, 13}, 5, DType::kFloat64);
+      try {
+        matmul(distribute(odd, NamedSharding(mesh, P())), distribute(odd, NamedSharding(mesh, P())),
+               MatmulOptions{alg});
+        ADD_FAILURE() << "no error";
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(std::string("matmul (") + matmul_algorithm_name(alg) + ", " + matmul_layout_text(alg)),
+                  std::string::npos)
+            << what;
+        EXPECT_NE(what.find("=13 must divide by"), std::string::npos) << what;
+      }
     }
   }
 }

@@ -1,0 +1,16 @@
+# Runs COMMAND and passes only if it exits as EXIT says (0, or nonzero: any other code) and its output matches
+# EXPECT_OUTPUT (a regex).
+execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(all "${out}\n${err}")
+if(EXIT STREQUAL "0" AND NOT rc EQUAL 0)
+  message(FATAL_ERROR "expected exit 0, got ${rc}. Output:\n${all}")
+elseif(EXIT STREQUAL "nonzero" AND rc EQUAL 0)
+  message(FATAL_ERROR "expected a non-zero exit, got 0. Output:\n${all}")
+elseif(NOT EXIT MATCHES "^(0|nonzero)$")
+  message(FATAL_ERROR "EXIT must be 0 or nonzero, got '${EXIT}'")
+endif()
+string(REGEX MATCH "${EXPECT_OUTPUT}" found "${all}")
+if(NOT found)
+  message(FATAL_ERROR "exit code ${rc}, but the output does not match '${EXPECT_OUTPUT}':\n${all}")
+endif()
+message(STATUS "exit ${rc} as expected, and the output matches: ${found}")
