@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <complex>
 #include <type_traits>
+#include <utility>
 
 #include "bench.hpp"
 
@@ -25,48 +26,22 @@ Layout layout_for(const CollectiveTest& t, std::int64_t bytes, std::size_t items
 
 // A native MPI type: shardkit's MPI backend maps these dtypes to the same ones.
 std::optional<MPI_Datatype> raw_datatype(DType d) {
-  switch (d) {
-    case DType::kInt8:
-      return MPI_INT8_T;
-    case DType::kInt16:
-      return MPI_INT16_T;
-    case DType::kInt32:
-      return MPI_INT32_T;
-    case DType::kInt64:
-      return MPI_INT64_T;
-    case DType::kUInt8:
-      return MPI_UINT8_T;
-    case DType::kUInt16:
-      return MPI_UINT16_T;
-    case DType::kUInt32:
-      return MPI_UINT32_T;
-    case DType::kUInt64:
-      return MPI_UINT64_T;
-    case DType::kFloat32:
-      return MPI_FLOAT;
-    case DType::kFloat64:
-      return MPI_DOUBLE;
-    case DType::kComplex64:
-      return MPI_C_FLOAT_COMPLEX;
-    case DType::kComplex128:
-      return MPI_C_DOUBLE_COMPLEX;
-    default:
-      break;
-  }
+  const std::pair<DType, MPI_Datatype> kTypes[] = {
+      {DType::kInt8, MPI_INT8_T},       {DType::kInt16, MPI_INT16_T},   {DType::kInt32, MPI_INT32_T},
+      {DType::kInt64, MPI_INT64_T},     {DType::kUInt8, MPI_UINT8_T},   {DType::kUInt16, MPI_UINT16_T},
+      {DType::kUInt32, MPI_UINT32_T},   {DType::kUInt64, MPI_UINT64_T}, {DType::kFloat32, MPI_FLOAT},
+      {DType::kFloat64, MPI_DOUBLE},    {DType::kComplex64, MPI_C_FLOAT_COMPLEX},
+      {DType::kComplex128, MPI_C_DOUBLE_COMPLEX}};
+  for (const auto& [dtype, type] : kTypes)
+    if (dtype == d) return type;
   return std::nullopt;
 }
 
 MPI_Op raw_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kProd:
-      return MPI_PROD;
-    case ReduceOp::kMin:
-      return MPI_MIN;
-    case ReduceOp::kMax:
-      return MPI_MAX;
-    default:
-      break;
-  }
+  const std::pair<ReduceOp, MPI_Op> kOps[] = {
+      {ReduceOp::kSum, MPI_SUM}, {ReduceOp::kProd, MPI_PROD}, {ReduceOp::kMin, MPI_MIN}, {ReduceOp::kMax, MPI_MAX}};
+  for (const auto& [r, mpi] : kOps)
+    if (r == op) return mpi;
   return MPI_SUM;
 }
 
