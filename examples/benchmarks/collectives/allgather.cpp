@@ -5,6 +5,11 @@
 namespace shardkit::bench {
 namespace {
 
+// One block sent, one received from every rank.
+Layout counts(std::int64_t, std::int64_t block, int ranks) {
+  return {block, block * ranks, block, 0};
+}
+
 Row run(const Bench& b, const Layout& l) {
   const int n = mpi_count(l.send_count);
   return measure_out_of_place(
@@ -16,8 +21,6 @@ Row run(const Bench& b, const Layout& l) {
 
 }  // namespace
 
-const CollectiveTest kAllgatherTest = {
-    "allgather", /*reduces=*/false, /*root=*/-1, [](int n) { return static_cast<double>(n - 1) / n; },
-    [](std::int64_t, std::int64_t block, int n) { return Layout{block, block * n, block, 0}; }, run};
+const CollectiveTest kAllgatherTest = {"allgather", /*reduces=*/false, /*root=*/-1, share_factor, counts, run};
 
 }  // namespace shardkit::bench

@@ -17,7 +17,6 @@ Row run(const Bench& b, const Layout& l) {
 }  // namespace
 
 const CollectiveTest kAllreduceTest = {
-    "allreduce", /*reduces=*/true, /*root=*/-1, [](int n) { return 2.0 * (n - 1) / n; },
-    [](std::int64_t count, std::int64_t, int) { return Layout{count, count, count, 0}; }, run};
+    "allreduce", /*reduces=*/true, /*root=*/-1, [](int n) { return 2.0 * (n - 1) / n; }, whole_message, run};
 
 }  // namespace shardkit::bench

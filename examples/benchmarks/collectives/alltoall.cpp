@@ -5,6 +5,11 @@
 namespace shardkit::bench {
 namespace {
 
+// A block for every rank sent, one from every rank received.
+Layout counts(std::int64_t, std::int64_t block, int ranks) {
+  return {block * ranks, block * ranks, block, 0};
+}
+
 Row run(const Bench& b, const Layout& l) {
   const int block = mpi_count(l.count);
   return measure_out_of_place(
@@ -16,8 +21,6 @@ Row run(const Bench& b, const Layout& l) {
 
 }  // namespace
 
-const CollectiveTest kAlltoallTest = {
-    "alltoall", /*reduces=*/false, /*root=*/-1, [](int n) { return static_cast<double>(n - 1) / n; },
-    [](std::int64_t, std::int64_t block, int n) { return Layout{block * n, block * n, block, 0}; }, run};
+const CollectiveTest kAlltoallTest = {"alltoall", /*reduces=*/false, /*root=*/-1, share_factor, counts, run};
 
 }  // namespace shardkit::bench

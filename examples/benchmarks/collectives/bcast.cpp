@@ -24,8 +24,6 @@ Row run(const Bench& b, const Layout& l) {
 
 }  // namespace
 
-const CollectiveTest kBcastTest = {
-    "bcast", /*reduces=*/false, kRoot, [](int) { return 1.0; },
-    [](std::int64_t count, std::int64_t, int) { return Layout{count, count, count, 0}; }, run};
+const CollectiveTest kBcastTest = {"bcast", /*reduces=*/false, kRoot, unit_factor, whole_message, run};
 
 }  // namespace shardkit::bench

@@ -93,6 +93,15 @@ struct CollectiveTest {
   Row (*run)(const Bench& b, const Layout& l);
 };
 
+/// Counts of the operations that send and receive the whole message (allreduce, bcast, sendrecv).
+Layout whole_message(std::int64_t count, std::int64_t block, int ranks);
+
+/// Bus factor (n - 1) / n: each rank's link carries every share but its own (allgather, reduce_scatter, alltoall).
+double share_factor(int ranks);
+
+/// Bus factor 1: the whole message crosses each link once (bcast, sendrecv).
+double unit_factor(int ranks);
+
 /// Every collective, in the order --op all runs them.
 std::span<const CollectiveTest* const> all_collectives();
 
@@ -119,9 +128,10 @@ std::int64_t count_wrong(const Bench& b, const std::vector<unsigned char>& got, 
 /// Per-call time of `iters` back-to-back calls after a barrier: the slowest rank's, as nccl-tests reports it.
 template <typename Call>
 double time_calls(const Bench& b, Call& call) {
-  return time_slowest(b.control, [&] {
-           for (int i = 0; i < b.opt.iters; ++i) call();
-         }) /
+  return time_slowest(b.control,
+                      [&] {
+                        for (int i = 0; i < b.opt.iters; ++i) call();
+                      }) /
          b.opt.iters;
 }
 

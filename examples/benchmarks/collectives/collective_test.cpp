@@ -16,6 +16,18 @@ std::span<const CollectiveTest* const> all_collectives() {
   return kAll;
 }
 
+Layout whole_message(std::int64_t count, std::int64_t, int) {
+  return {count, count, count, 0};
+}
+
+double share_factor(int ranks) {
+  return static_cast<double>(ranks - 1) / ranks;
+}
+
+double unit_factor(int) {
+  return 1.0;
+}
+
 Layout layout_for(const CollectiveTest& t, std::int64_t bytes, std::size_t itemsize, int ranks) {
   const std::int64_t count = std::max<std::int64_t>(1, bytes / static_cast<std::int64_t>(itemsize));
   const std::int64_t block = std::max<std::int64_t>(1, count / ranks);
@@ -26,12 +38,18 @@ Layout layout_for(const CollectiveTest& t, std::int64_t bytes, std::size_t items
 
 // A native MPI type: shardkit's MPI backend maps these dtypes to the same ones.
 std::optional<MPI_Datatype> raw_datatype(DType d) {
-  const std::pair<DType, MPI_Datatype> kTypes[] = {
-      {DType::kInt8, MPI_INT8_T},       {DType::kInt16, MPI_INT16_T},   {DType::kInt32, MPI_INT32_T},
-      {DType::kInt64, MPI_INT64_T},     {DType::kUInt8, MPI_UINT8_T},   {DType::kUInt16, MPI_UINT16_T},
-      {DType::kUInt32, MPI_UINT32_T},   {DType::kUInt64, MPI_UINT64_T}, {DType::kFloat32, MPI_FLOAT},
-      {DType::kFloat64, MPI_DOUBLE},    {DType::kComplex64, MPI_C_FLOAT_COMPLEX},
-      {DType::kComplex128, MPI_C_DOUBLE_COMPLEX}};
+  const std::pair<DType, MPI_Datatype> kTypes[] = {{DType::kInt8, MPI_INT8_T},
+                                                   {DType::kInt16, MPI_INT16_T},
+                                                   {DType::kInt32, MPI_INT32_T},
+                                                   {DType::kInt64, MPI_INT64_T},
+                                                   {DType::kUInt8, MPI_UINT8_T},
+                                                   {DType::kUInt16, MPI_UINT16_T},
+                                                   {DType::kUInt32, MPI_UINT32_T},
+                                                   {DType::kUInt64, MPI_UINT64_T},
+                                                   {DType::kFloat32, MPI_FLOAT},
+                                                   {DType::kFloat64, MPI_DOUBLE},
+                                                   {DType::kComplex64, MPI_C_FLOAT_COMPLEX},
+                                                   {DType::kComplex128, MPI_C_DOUBLE_COMPLEX}};
   for (const auto& [dtype, type] : kTypes)
     if (dtype == d) return type;
   return std::nullopt;

@@ -118,8 +118,7 @@ Options parse_args(int argc, char** argv) {
   if (o.max_bytes < o.min_bytes) throw UsageError("-e must not be smaller than -b");
   for (const CollectiveTest* c : o.collectives)
     if (c->reduces && !reduce_op_supports(o.redop, o.dtype))
-      throw UsageError(
-          concat("-o ", reduce_op_name(o.redop), " is not defined for ", dtype_name(o.dtype)));
+      throw UsageError(concat("-o ", reduce_op_name(o.redop), " is not defined for ", dtype_name(o.dtype)));
   if (!raw_datatype(o.dtype))
     throw UsageError(
         concat("-d ", dtype_name(o.dtype), ": MPI has no native datatype for it, so there is no raw baseline"));

@@ -6,6 +6,11 @@
 namespace shardkit::bench {
 namespace {
 
+// A block for every rank sent, one received.
+Layout counts(std::int64_t, std::int64_t block, int ranks) {
+  return {block * ranks, block, block, 0};
+}
+
 Row run(const Bench& b, const Layout& l) {
   const int n = mpi_count(l.recv_count);
   return measure_out_of_place(
@@ -17,8 +22,6 @@ Row run(const Bench& b, const Layout& l) {
 
 }  // namespace
 
-const CollectiveTest kReduceScatterTest = {
-    "reduce_scatter", /*reduces=*/true, /*root=*/-1, [](int n) { return static_cast<double>(n - 1) / n; },
-    [](std::int64_t, std::int64_t block, int n) { return Layout{block * n, block, block, 0}; }, run};
+const CollectiveTest kReduceScatterTest = {"reduce_scatter", /*reduces=*/true, /*root=*/-1, share_factor, counts, run};
 
 }  // namespace shardkit::bench

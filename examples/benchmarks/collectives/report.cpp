@@ -40,8 +40,8 @@ void print_run_header(std::FILE* f, const Options& o, const Runtime& rt, const C
   for (const char* name : {"SHARDKIT_BACKEND", "SHARDKIT_CHECK", "SHARDKIT_TIMEOUT_S"})
     if (const char* v = std::getenv(name)) overridden += concat(" ", name, "=", v);
   if (!overridden.empty()) overridden = " (overriding the environment's" + overridden + ")";
-  std::fprintf(f, "# shardkit options: backend=%s check=%s timeout=%lld ms%s async=%s%s\n",
-               backend_name(used.backend), used.check ? "on" : "off", static_cast<long long>(used.timeout.count()),
+  std::fprintf(f, "# shardkit options: backend=%s check=%s timeout=%lld ms%s async=%s%s\n", backend_name(used.backend),
+               used.check ? "on" : "off", static_cast<long long>(used.timeout.count()),
                used.timeout.count() == 0 ? " (none)" : "", used.async ? "on" : "off", overridden.c_str());
   std::fprintf(f,
                "# sizes %s to %s, factor %lld; %d iters per measurement, %d warm-up, %d repeats alternating "
@@ -68,10 +68,9 @@ void print_row(std::FILE* f, const Row& r, const Options& o, int ranks) {
   const double sk_bw = r.algbw(r.shardkit), mpi_bw = r.algbw(r.mpi);
   const std::string wrong = r.wrong < 0 ? "N/A" : std::to_string(r.wrong);
   std::fprintf(f, "%13lld %13lld %6s %5d %8.2f %8.2f %7.2f %7.2f %8.2f %8.2f %7.2f %7.2f %8.3f %8.3f %8.2f %7s\n",
-               static_cast<long long>(r.layout.bytes), static_cast<long long>(r.layout.count),
-               redop_label(*r.test, o), r.test->root, r.shardkit.min, r.shardkit.median, sk_bw, sk_bw * bf,
-               r.mpi.min, r.mpi.median, mpi_bw, mpi_bw * bf, r.ratio_median(), r.ratio_min(), r.extra_us(),
-               wrong.c_str());
+               static_cast<long long>(r.layout.bytes), static_cast<long long>(r.layout.count), redop_label(*r.test, o),
+               r.test->root, r.shardkit.min, r.shardkit.median, sk_bw, sk_bw * bf, r.mpi.min, r.mpi.median, mpi_bw,
+               mpi_bw * bf, r.ratio_median(), r.ratio_min(), r.extra_us(), wrong.c_str());
   std::fflush(f);
 }
 
@@ -99,9 +98,10 @@ void print_summary(std::FILE* f, const CollectiveTest& c, const std::vector<Row>
 
 std::string json_report(const Options& o, const Runtime& rt, const CommOptions& copts, const std::vector<Row>& rows) {
   std::string j = "{\"benchmark\":\"collectives\"";
-  j += concat(",\"ranks\":", rt.size(), ",\"dtype\":", json_string(dtype_name(o.dtype)), ",\"host\":",
-              json_string(rt.host()), ",\"redop\":", json_string(reduce_op_name(o.redop)), ",\"iters\":", o.iters,
-              ",\"warmup\":", o.warmup, ",\"repeats\":", o.repeats, ",\"mpi\":", json_string(mpi_library_version()),
+  j += concat(",\"ranks\":", rt.size(), ",\"dtype\":", json_string(dtype_name(o.dtype)),
+              ",\"host\":", json_string(rt.host()), ",\"redop\":", json_string(reduce_op_name(o.redop)),
+              ",\"iters\":", o.iters, ",\"warmup\":", o.warmup, ",\"repeats\":", o.repeats,
+              ",\"mpi\":", json_string(mpi_library_version()),
               ",\"shardkit_options\":{\"backend\":", json_string(backend_name(copts.backend)),
               ",\"check\":", copts.check ? "true" : "false", ",\"timeout_ms\":", copts.timeout.count(),
               ",\"async\":", copts.async ? "true" : "false", "}");
@@ -110,15 +110,15 @@ std::string json_report(const Options& o, const Runtime& rt, const CommOptions& 
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     const double bf = r.test->bus_factor(n);
-    j += concat(i ? "," : "", "\n  {\"op\":", json_string(r.test->name), ",\"bytes\":", r.layout.bytes,
-                ",\"count\":", r.layout.count, ",\"shardkit_us_min\":", json_number(r.shardkit.min),
-                ",\"shardkit_us_median\":", json_number(r.shardkit.median), ",\"mpi_us_min\":", json_number(r.mpi.min),
-                ",\"mpi_us_median\":", json_number(r.mpi.median), ",\"algbw_gbs\":", json_number(r.algbw(r.shardkit)),
-                ",\"busbw_gbs\":", json_number(r.algbw(r.shardkit) * bf),
-                ",\"mpi_algbw_gbs\":", json_number(r.algbw(r.mpi)), ",\"mpi_busbw_gbs\":", json_number(r.algbw(r.mpi) * bf),
-                ",\"ratio_median\":", json_number(r.ratio_median()), ",\"ratio_min\":", json_number(r.ratio_min()),
-                ",\"extra_us\":", json_number(r.extra_us()),
-                ",\"wrong\":", r.wrong < 0 ? std::string("null") : std::to_string(r.wrong), "}");
+    j += concat(
+        i ? "," : "", "\n  {\"op\":", json_string(r.test->name), ",\"bytes\":", r.layout.bytes,
+        ",\"count\":", r.layout.count, ",\"shardkit_us_min\":", json_number(r.shardkit.min),
+        ",\"shardkit_us_median\":", json_number(r.shardkit.median), ",\"mpi_us_min\":", json_number(r.mpi.min),
+        ",\"mpi_us_median\":", json_number(r.mpi.median), ",\"algbw_gbs\":", json_number(r.algbw(r.shardkit)),
+        ",\"busbw_gbs\":", json_number(r.algbw(r.shardkit) * bf), ",\"mpi_algbw_gbs\":", json_number(r.algbw(r.mpi)),
+        ",\"mpi_busbw_gbs\":", json_number(r.algbw(r.mpi) * bf), ",\"ratio_median\":", json_number(r.ratio_median()),
+        ",\"ratio_min\":", json_number(r.ratio_min()), ",\"extra_us\":", json_number(r.extra_us()),
+        ",\"wrong\":", r.wrong < 0 ? std::string("null") : std::to_string(r.wrong), "}");
   }
   j += "\n]}\n";
   return j;

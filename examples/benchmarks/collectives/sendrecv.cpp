@@ -22,8 +22,6 @@ Row run(const Bench& b, const Layout& l) {
 
 }  // namespace
 
-const CollectiveTest kSendrecvTest = {
-    "sendrecv", /*reduces=*/false, /*root=*/-1, [](int) { return 1.0; },
-    [](std::int64_t count, std::int64_t, int) { return Layout{count, count, count, 0}; }, run};
+const CollectiveTest kSendrecvTest = {"sendrecv", /*reduces=*/false, /*root=*/-1, unit_factor, whole_message, run};
 
 }  // namespace shardkit::bench

@@ -9,7 +9,8 @@ namespace shardkit::bench {
 
 using shardkit::detail::concat;
 
-ArgReader::ArgReader(int argc, char** argv, bool short_values) : argc_(argc), argv_(argv), short_values_(short_values) {}
+ArgReader::ArgReader(int argc, char** argv, bool short_values)
+    : argc_(argc), argv_(argv), short_values_(short_values) {}
 
 bool ArgReader::next() {
   if (++i_ >= argc_) return false;

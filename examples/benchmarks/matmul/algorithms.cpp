@@ -106,8 +106,8 @@ std::vector<Method> profile_methods(const Bench& b, const Dims& d, MatmulAlgorit
   } catch (const InvalidArgument&) {
     return {};  // the algorithm's own row says why
   }
-  const PartContext c{d, mesh_for(b, alg), in->a.local(), in->b.local(), b.opt.dtype, b.rt.device(),
-                      matmul_algorithm_name(alg)};
+  const PartContext c{
+      d, mesh_for(b, alg), in->a.local(), in->b.local(), b.opt.dtype, b.rt.device(), matmul_algorithm_name(alg)};
   switch (alg) {
     case MatmulAlgorithm::kLocal:
       return local_parts(c);
@@ -140,6 +140,5 @@ Method fresh_memory_part(Method m, std::vector<Shape> shapes, DType dt, Device d
   };
   return m;
 }
-
 
 }  // namespace shardkit::bench

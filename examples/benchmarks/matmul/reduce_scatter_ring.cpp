@@ -13,9 +13,9 @@ std::vector<Method> reduce_scatter_parts(const PartContext& c, const Ring& ring)
   std::vector<Method> out;
   const std::int64_t p = ring.p, mb = c.d.m / p, i = ring.i;
   // The partial sum in hand, the incoming one and this rank's share.
-  auto bufs = std::make_shared<std::array<Array, 3>>(
-      std::array<Array, 3>{Array::empty({mb, c.d.n}, c.dt, c.dev), Array::empty({mb, c.d.n}, c.dt, c.dev),
-                           Array::empty({mb, c.d.n}, c.dt, c.dev)});
+  auto bufs = std::make_shared<std::array<Array, 3>>(std::array<Array, 3>{Array::empty({mb, c.d.n}, c.dt, c.dev),
+                                                                          Array::empty({mb, c.d.n}, c.dt, c.dev),
+                                                                          Array::empty({mb, c.d.n}, c.dt, c.dev)});
   Method g = c.part("gemm");
   g.run = [a = c.a, bl = c.bl, bufs, p, mb, i] {
     for (std::int64_t s = 0; s < p; ++s) {
@@ -25,7 +25,8 @@ std::vector<Method> reduce_scatter_parts(const PartContext& c, const Ring& ring)
   };
   Method t = c.part("comm");
   t.run = [r = ring, bufs] {
-    for (std::int64_t s = 1; s < r.p; ++s) r.comm->sendrecv_into((*bufs)[0], r.left, (*bufs)[1], r.right, 29, 29).wait();
+    for (std::int64_t s = 1; s < r.p; ++s)
+      r.comm->sendrecv_into((*bufs)[0], r.left, (*bufs)[1], r.right, 29, 29).wait();
   };
   Method add = c.part("adds");
   add.run = [bufs, p] {

@@ -57,7 +57,6 @@ std::optional<double> vs_pgemm(const SizeResult& r, const Method& m) {
   return r.best_pgemm->t_median() / m.t_median();
 }
 
-
 const Method* find(const SizeResult& r, const std::string& name, const std::string& part) {
   for (const Method& m : r.methods)
     if (m.name == name && m.part == part && m.measured() && (m.kind == Kind::kShardkit) == part.empty()) return &m;

@@ -25,12 +25,10 @@ std::vector<Method> summa_parts(const PartContext& c) {
   const std::int64_t my_x = mesh.axis_index(x), my_y = mesh.axis_index(y);
   const std::int64_t kp = d.k / panels, a_per = panels / py, b_per = panels / px, mloc = d.m / px, nloc = d.n / py;
   auto a_panel = [a = c.a, a_per, kp](std::int64_t s) { return a.slice(1, (s % a_per) * kp, (s % a_per + 1) * kp); };
-  auto b_panel = [bl = c.bl, b_per, kp](std::int64_t s) {
-    return bl.slice(0, (s % b_per) * kp, (s % b_per + 1) * kp);
-  };
-  auto pan = std::make_shared<std::array<Array, 3>>(std::array<Array, 3>{
-      Array::empty({mloc, kp}, c.dt, c.dev), Array::empty({kp, nloc}, c.dt, c.dev),
-      Array::empty({mloc, nloc}, c.dt, c.dev)});
+  auto b_panel = [bl = c.bl, b_per, kp](std::int64_t s) { return bl.slice(0, (s % b_per) * kp, (s % b_per + 1) * kp); };
+  auto pan = std::make_shared<std::array<Array, 3>>(std::array<Array, 3>{Array::empty({mloc, kp}, c.dt, c.dev),
+                                                                         Array::empty({kp, nloc}, c.dt, c.dev),
+                                                                         Array::empty({mloc, nloc}, c.dt, c.dev)});
   Method g = c.part("gemm");
   g.run = [pan, panels] {
     for (std::int64_t t = 0; t < panels; ++t) gemm((*pan)[0], (*pan)[1], (*pan)[2], 1.0, t == 0 ? 0.0 : 1.0);
