@@ -22,7 +22,6 @@
 // Run:  mpirun -np 2 bench_matmul --sizes 1024,2048,4096 --json out.json [--profile]
 //       mpirun -np 2 bench_matmul --nb 64,256 --grid all --pblas-kb 0,256,512   (pdgemm at its best)
 //       bench_matmul -h   lists every flag.
-
 //
 // Layout (a shared harness and one file per method, as nccl-tests): ../common/ holds the harness; bench.hpp the Method
 // every file makes and measure.cpp how one is measured; blas_reference.cpp, algorithms.cpp, local.cpp,
