@@ -181,11 +181,16 @@ exec ip netns exec "\$ns" unshare --uts -- env -i HOME="\${HOME:-/root}" USER="\
 EOF
 chmod +x "$agent"
 
-# Is the agent able to reach a host? (If not, say why here rather than in mpirun's words.)
-if ! out=$(ip netns exec "$launcher" "$agent" "${prefix}-node1" hostname 2>&1); then
-  skip "the agent cannot enter a host's namespaces: $out"
+# Can this machine enter the namespaces (skipped if not), and does the agent give the host its name (a failure if
+# not)? Said here rather than in mpirun's words.
+if ! out=$(ip netns exec "${prefix}h1" unshare --uts true 2>&1); then
+  skip "cannot enter a network namespace with a UTS namespace of its own: $out"
 fi
-[ "$(printf '%s\n' "$out" | head -1)" = "${prefix}-node1" ] || skip "the host's UTS namespace did not take its name: $out"
+out=$(ip netns exec "$launcher" "$agent" "${prefix}-node1" hostname 2>&1) || true
+if [ "$(printf '%s\n' "$out" | head -1)" != "${prefix}-node1" ]; then
+  echo "multihost: FAILED: the agent did not start ${prefix}-node1 under its own name: $out" >&2
+  exit 1
+fi
 
 echo "multihost: $n_hosts hosts ($hosts_line) on $SUBNET.0/24${latency:+, ${latency} ms added latency}" >&2
 
