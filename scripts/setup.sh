@@ -3,10 +3,11 @@
 # Safe to run again: a second run installs nothing.
 set -euo pipefail
 
-# Debian packages: compilers and CMake, Open MPI, OpenBLAS, ScaLAPACK, GoogleTest, and clang with its runtime
-# libraries (libFuzzer, sanitizers) for scripts/fuzz.sh.
+# Debian packages: compilers and CMake, Open MPI, OpenBLAS, ScaLAPACK, GoogleTest, clang with its runtime
+# libraries (libFuzzer, sanitizers) for scripts/fuzz.sh, and iproute2 (ip, tc) for the simulated hosts of
+# scripts/multihost.sh.
 DEB_PACKAGES=(g++ cmake make openmpi-bin libopenmpi-dev libopenblas-dev libscalapack-openmpi-dev libgtest-dev
-              clang libclang-rt-14-dev)
+              clang libclang-rt-14-dev iproute2)
 # PyPI packages (import name=pip name): build tools, the test runner, the frameworks the tests exchange arrays with,
 # and matplotlib for scripts/plot_bench.py.
 # apache-tvm-ffi ships the DLPack 1.x header (Debian's libdlpack-dev is 0.6, without versioned tensors).

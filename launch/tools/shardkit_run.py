@@ -32,6 +32,10 @@ OPENMPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFI
 # Extra launcher flags from the environment, inserted just before the program.
 MPIRUN_ARGS_VAR = "SHARDKIT_MPIRUN_ARGS"
 SRUN_ARGS_VAR = "SHARDKIT_SRUN_ARGS"
+# What a program needs to start the same way on every host. Open MPI starts far hosts through ssh, whose login
+# environment is not this one: without PATH a bare `python3` there is the system's, which cannot import what this
+# one can (PYTHONPATH, a virtual environment), and libraries found here through LD_LIBRARY_PATH are not found there.
+STARTUP_VARS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX")
 
 NO_LAUNCHER_MESSAGE = """no MPI launcher found: none of mpirun, mpiexec or srun is on PATH.
 Install an MPI, for example:
@@ -64,8 +68,10 @@ launchers:
   (--mpi=pmix, --cpus-per-task, ...) in {SRUN_ARGS_VAR}.
   Otherwise mpirun (or mpiexec). Open MPI: --oversubscribe when there are more ranks than slots (or the slots are
   unknown); OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 set when running as root; -x VAR for
-  exported variables (and, with --hosts/--hostfile, for every SHARDKIT_* variable set here, since Open MPI passes no
-  environment to other hosts). MPICH (Hydra): -genv VAR VALUE. Extra mpirun flags: {MPIRUN_ARGS_VAR}.
+  exported variables (and, with --hosts/--hostfile, for every SHARDKIT_* variable set here and for those of
+  {", ".join(STARTUP_VARS)} that are set, since Open MPI gives other hosts the environment of an ssh login, where a
+  bare python3 may be another Python). MPICH (Hydra): -genv VAR VALUE (Hydra passes the whole environment itself).
+  Extra mpirun flags: {MPIRUN_ARGS_VAR}.
 
 exit status: the launcher's; {EXIT_NOT_FOUND} when no launcher or the program cannot be found, 126 when the program
   is not executable, {EXIT_USAGE} for bad usage.
@@ -484,13 +490,23 @@ def _mpirun_command(options: Options, environment: Environment, exports: list[tu
             env.update(OPENMPI_ROOT_ENV)
             notes.append("running as root: Open MPI needs " + " and ".join(OPENMPI_ROOT_ENV))
         forwarded = list(exports)
+        named = {name for name, _ in exports}
+        startup = []
         if not place.local:
-            # Open MPI passes no environment to other hosts: forward shardkit's own settings.
-            named = {name for name, _ in exports}
+            # Open MPI passes no environment to other hosts: forward shardkit's own settings, and what the program
+            # needs to start as it does here (the values are this environment's, which mpirun inherits).
             forwarded += [(k, v) for k, v in sorted(environment.env.items())
                           if k.startswith("SHARDKIT_") and k not in (MPIRUN_ARGS_VAR, SRUN_ARGS_VAR) and k not in named]
+            # (Inside a Slurm allocation mpirun starts its daemons through srun, which passes the environment.)
+            if options.hosts or options.hostfile:
+                startup = [k for k in STARTUP_VARS if k in environment.env and k not in named]
+            if startup:
+                notes.append("-x " + " -x ".join(startup) + ": other hosts start the program with this environment's "
+                             "paths, not their login's")
         for name, value in forwarded:
             env[name] = value
+            command += ["-x", name]
+        for name in startup:
             command += ["-x", name]
     elif flavour == "mpich":
         command += _hydra_binding(options.bind, np, cores, gpus, place, oversubscribed, notes)

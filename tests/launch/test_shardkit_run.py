@@ -182,7 +182,7 @@ def test_exports_use_dash_x_with_the_value_in_the_environment():
 
 def test_hosts_pass_through_and_count_slots():
     launch = build(["--hosts", "h1:4,h2:4"], machine(cores=2))
-    assert launch.command == ["mpirun", "-n", "8", "--host", "h1:4,h2:4", "prog", "--flag"]
+    assert launch.command == ["mpirun", "-n", "8", "--host", "h1:4,h2:4", "-x", "PATH", "prog", "--flag"]
     assert "--oversubscribe" in build(["--hosts", "h1:4,h2:4", "-n", "9"], machine()).command
     assert flag_value(build(["--hosts", "h1,h2,h3"], machine(cores=8)).command, "-n") == "3"  # one slot each
     with pytest.raises(sr.LaunchError, match="expected host"):
@@ -193,12 +193,13 @@ def test_hostfile_pass_through_and_slots(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# cluster\nnode1 slots=4\nnode2 slots=4 max_slots=8  # spare\n\n")
     launch = build(["--hostfile", str(hostfile)], machine(cores=2))
-    assert launch.command == ["mpirun", "-n", "8", "--hostfile", str(hostfile), "prog", "--flag"]
+    assert launch.command == ["mpirun", "-n", "8", "--hostfile", str(hostfile), "-x", "PATH", "prog", "--flag"]
     assert "--oversubscribe" in build(["--hostfile", str(hostfile), "-n", "9"], machine()).command
     # Slots not declared: Open MPI counts the remote cores, which cannot be known here.
     hostfile.write_text("node1\nnode2\n")
     launch = build(["--hostfile", str(hostfile)], machine(cores=6))
-    assert launch.command == ["mpirun", "-n", "12", "--hostfile", str(hostfile), "--oversubscribe", "prog", "--flag"]
+    assert launch.command == ["mpirun", "-n", "12", "--hostfile", str(hostfile), "--oversubscribe", "-x", "PATH",
+                              "prog", "--flag"]
     with pytest.raises(sr.LaunchError, match="No such file"):
         build(["--hostfile", str(tmp_path / "missing")], machine())
 
@@ -206,17 +207,36 @@ def test_hostfile_pass_through_and_slots(tmp_path):
 def test_several_hosts_with_gpus_place_one_rank_per_gpu_per_node():
     launch = build(["--hosts", "a:8,b:8"], machine(cores=32, gpus=8))
     assert launch.command == ["mpirun", "-n", "16", "--host", "a:8,b:8",
-                              "--map-by", "ppr:8:node:PE=4", "--bind-to", "core", "prog", "--flag"]
+                              "--map-by", "ppr:8:node:PE=4", "--bind-to", "core", "-x", "PATH", "prog", "--flag"]
 
 
 def test_several_hosts_forward_shardkit_variables():
     env = machine(SHARDKIT_CHECK="1", SHARDKIT_MPIRUN_ARGS="--mca btl tcp,self", OTHER="x")
     launch = build(["--hosts", "a:2,b:2"], env)
-    assert launch.command == ["mpirun", "-n", "4", "--host", "a:2,b:2", "-x", "SHARDKIT_CHECK",
+    assert launch.command == ["mpirun", "-n", "4", "--host", "a:2,b:2", "-x", "SHARDKIT_CHECK", "-x", "PATH",
                               "--mca", "btl", "tcp,self", "prog", "--flag"]
     assert launch.env == {"SHARDKIT_CHECK": "1"}
     # On one node the ranks inherit the environment anyway.
     assert "SHARDKIT_CHECK" not in build([], env).command
+
+
+def test_several_hosts_forward_what_the_program_needs_to_start(tmp_path):
+    # A far host starts ranks in an ssh login's environment: a bare python3 there is another Python unless PATH,
+    # PYTHONPATH and the virtual environment go along. Only the variables that are set, values from this environment.
+    env = machine(PATH="/venv/bin:/usr/bin", LD_LIBRARY_PATH="/opt/lib", PYTHONPATH="/src/build/python",
+                  VIRTUAL_ENV="/venv", OTHER="x")
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("a slots=2\nb slots=2\n")
+    for where in (["--hosts", "a:2,b:2"], ["--hostfile", str(hostfile)]):
+        launch = build([*where, "-x", "PYTHONPATH=/elsewhere"], env)
+        assert launch.command[launch.command.index("-x"):] == [
+            "-x", "PYTHONPATH", "-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "VIRTUAL_ENV", "prog", "--flag"]
+        assert launch.env == {"PYTHONPATH": "/elsewhere"}  # an explicit -x wins, and is forwarded once
+    assert "PYTHONHOME" not in build(["--hosts", "a:2,b:2"], env).command  # not set here: not forwarded
+    # One node: the ranks inherit mpirun's environment, nothing to forward. MPICH's Hydra passes it all itself.
+    assert "-x" not in build([], env).command
+    mpich = machine(launchers=MPICH, flavour="mpich", PATH="/venv/bin:/usr/bin")
+    assert "PATH" not in build(["--hosts", "a:2,b:2"], mpich).command
 
 
 # ---------------------------------------------------------------------------------------------------------------------
