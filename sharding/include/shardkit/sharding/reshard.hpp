@@ -27,10 +27,16 @@ std::string to_string(ReshardKind kind);
 
 /// One rank's part of a reshard.
 ///
-/// Every element a rank needs and does not hold comes from exactly one other rank: the one that holds it whose
-/// coordinates on the source's replicated mesh axes equal the receiver's (so replicas share the sending and no
-/// element travels twice to the same rank); a rank never sends to itself. The elements a rank receives are thus
-/// the fewest possible: its target block minus what it already holds.
+/// Every element a rank needs and does not hold comes from exactly one other rank, never from itself: in an
+/// all_gather, the member of its group that holds it; in an all_to_all-v, one of its holders (the replicas of a
+/// source block take turns, in rank order, over the ranks that need part of it). A rank thus receives the fewest
+/// elements possible: its target block minus what it already holds.
+///
+/// Staging (besides the result): receiving needs at most one target block; sending at most what the rank sends,
+/// which for even shardings is at most one block of the larger of the two shardings. A block goes to several ranks
+/// when the target replicates it over an axis the source cuts while another axis moves (P(x, y) -> P(y) on a 2x2
+/// mesh sends each block to two ranks: one target block); uneven blocks do not nest, and a holder of a block that
+/// many ranks lack may stage more.
 struct ReshardPlan {
   ReshardKind kind = ReshardKind::kKeep;
   /// kAllGather: the mesh axes (in mesh order) whose communicator runs it (all of them: the mesh communicator).
