@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 
+#include "box.hpp"
 #include "layout.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/sharding/sharded_array.hpp"
@@ -11,17 +12,9 @@
 namespace shardkit {
 namespace {
 
-std::int64_t numel_of(const Box& b) {
-  std::int64_t n = 1;
-  for (const auto& r : b) n *= r.size();
-  return n;
-}
-
-Shape shape_of(const Box& b) {
-  Shape s;
-  for (const auto& r : b) s.push_back(r.size());
-  return s;
-}
+using detail::numel_of;
+using detail::shape_of;
+using detail::view_of;
 
 Box empty_box(std::size_t nd) {
   return Box(nd, IndexRange{0, 0});
@@ -68,14 +61,6 @@ std::optional<IndexRange> consecutive_run(const std::vector<Box>& pieces, const 
     run = run ? IndexRange{run->start, r->stop} : *r;
   }
   return run ? run : IndexRange{0, 0};
-}
-
-// The view of `block` (which covers `where`) that `part` covers.
-Array view_of(const Array& block, const Box& where, const Box& part) {
-  Array v = block;
-  for (std::size_t d = 0; d < part.size(); ++d)
-    v = v.slice(static_cast<int>(d), part[d].start - where[d].start, part[d].stop - where[d].start);
-  return v;
 }
 
 bool is_used(const PartitionSpec& spec, const std::string& axis) {

@@ -5,36 +5,22 @@
 #include <numeric>
 #include <sstream>
 
+#include "box.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/runtime.hpp"
 
 namespace shardkit {
 namespace {
 
+using detail::block_of;
+using detail::numel_of;
+using detail::shape_of;
+
 constexpr int kMaxDims = 32;
 
 Device default_device() {
   const Runtime* rt = Runtime::current();
   return rt ? rt->device() : Device::cpu();
-}
-
-// The view of `global` that `rank`'s block covers.
-Array block_of(const Array& global, const std::vector<IndexRange>& idx) {
-  Array v = global;
-  for (std::size_t d = 0; d < idx.size(); ++d) v = v.slice(static_cast<int>(d), idx[d].start, idx[d].stop);
-  return v;
-}
-
-std::int64_t numel_of(const std::vector<IndexRange>& idx) {
-  std::int64_t n = 1;
-  for (const auto& r : idx) n *= r.size();
-  return n;
-}
-
-Shape shape_of(const std::vector<IndexRange>& idx) {
-  Shape s;
-  for (const auto& r : idx) s.push_back(r.size());
-  return s;
 }
 
 // Assembles a global host array from packed blocks laid end to end in `flat`, block j covering `ranges[j]`.

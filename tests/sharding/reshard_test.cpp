@@ -22,28 +22,6 @@ bool holds(const Box& b, const std::vector<std::int64_t>& e) {
   return true;
 }
 
-// Every spec of a 2-d array over a mesh's axes (each axis at most once, tuples in both orders).
-std::vector<PartitionSpec> specs_for(const Mesh& m) {
-  std::vector<PartitionSpec> out{P(), P(kNone, kNone)};
-  const auto& n = m.axis_names();
-  for (const auto& a : n) {
-    out.push_back(P(a));
-    out.push_back(P(kNone, a));
-  }
-  if (n.size() == 2) {
-    out.push_back(P(n[0], n[1]));
-    out.push_back(P(n[1], n[0]));
-    out.push_back(P(Axes{n[0], n[1]}));
-    out.push_back(P(Axes{n[1], n[0]}));
-    out.push_back(P(kNone, Axes{n[1], n[0]}));
-  }
-  if (n.size() == 3) {
-    out.push_back(P(n[0], Axes{n[2], n[1]}));
-    out.push_back(P(Axes{n[1], n[2]}, n[0]));
-  }
-  return out;
-}
-
 // The fewest elements a reshard can move, counted element by element: rank q must receive each element of its
 // target block that its source block lacks (whoever sends it), and `needed` says whether any rank lacks anything
 // (then exactly one collective is needed, none otherwise).
@@ -244,7 +222,7 @@ TEST(ReshardPlan, EveryPairOnAbstractMeshesMatchesTheElementCount) {
                                  Mesh::abstract({2, 2}, {"x", "y"}), Mesh::abstract({2, 3}, {"x", "y"}),
                                  Mesh::abstract({4, 1}, {"x", "y"}), Mesh::abstract({2, 1, 2}, {"x", "y", "z"})};
   for (const Mesh& m : meshes) {
-    const auto specs = specs_for(m);
+    const auto specs = test_specs(m);
     for (const Case& c : cases_for(m.size())) {
       for (const auto& from : specs) {
         for (const auto& to : specs) {
@@ -302,7 +280,7 @@ std::uint64_t issued(const std::vector<std::shared_ptr<Communicator>>& comms) {
 TEST(Reshard, EveryPairIssuesThePlannedCollectiveAndMovesTheFewestElements) {
   for (const Mesh& m : meshes_with_comms()) {
     const auto comms = comms_of(m);
-    const auto specs = specs_for(m);
+    const auto specs = test_specs(m);
     for (const Case& c : cases_for(m.size())) {
       if (!c.uneven && (c.shape[0] % m.size() != 0 || c.shape[1] % m.size() != 0)) continue;
       const Array g = iota(c.shape);
