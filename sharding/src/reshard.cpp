@@ -223,8 +223,7 @@ ReshardPlan plan_reshard(const Shape& global, const NamedSharding& from, const N
   return plan;
 }
 
-// ---- the executor
-// ----------------------------------------------------------------------------------------------------
+// ---- the executor --------------------------------------------------------------------------------------------------
 
 ShardedArray reshard(const ShardedArray& x, const NamedSharding& target) {
   const Mesh& mesh = x.mesh();
