@@ -3,40 +3,24 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
-#include <set>
 #include <sstream>
 
-#include "layout.hpp"
+#include "box.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/runtime.hpp"
 
 namespace shardkit {
 namespace {
 
+using detail::block_of;
+using detail::numel_of;
+using detail::shape_of;
+
 constexpr int kMaxDims = 32;
 
 Device default_device() {
   const Runtime* rt = Runtime::current();
   return rt ? rt->device() : Device::cpu();
-}
-
-// The view of `global` that `rank`'s block covers.
-Array block_of(const Array& global, const std::vector<IndexRange>& idx) {
-  Array v = global;
-  for (std::size_t d = 0; d < idx.size(); ++d) v = v.slice(static_cast<int>(d), idx[d].start, idx[d].stop);
-  return v;
-}
-
-std::int64_t numel_of(const std::vector<IndexRange>& idx) {
-  std::int64_t n = 1;
-  for (const auto& r : idx) n *= r.size();
-  return n;
-}
-
-Shape shape_of(const std::vector<IndexRange>& idx) {
-  Shape s;
-  for (const auto& r : idx) s.push_back(r.size());
-  return s;
 }
 
 // Assembles a global host array from packed blocks laid end to end in `flat`, block j covering `ranges[j]`.
@@ -167,109 +151,6 @@ Array process_allgather(const ShardedArray& x) {
   Array recv = Array::empty({std::accumulate(counts.begin(), counts.end(), std::int64_t{0})}, x.dtype());
   comm.allgatherv(send, recv, counts).wait();
   return assemble(x.shape(), x.dtype(), recv, ranges, counts);
-}
-
-// ---- reshard -----------------------------------------------------------------------------------------------------------
-
-namespace {
-
-using AxisLists = std::vector<std::vector<std::string>>;
-
-AxisLists axis_lists(const PartitionSpec& spec, std::size_t ndim) {
-  AxisLists out(ndim);
-  for (std::size_t d = 0; d < ndim; ++d) out[d] = spec.axes(d).names();
-  return out;
-}
-
-PartitionSpec spec_of(const AxisLists& lists) {
-  std::vector<PartitionSpec::Entry> e;
-  for (const auto& l : lists) e.emplace_back(l.empty() ? PartitionSpec::Entry(kNone) : PartitionSpec::Entry(Axes(l)));
-  return PartitionSpec(std::move(e)).normalized();
-}
-
-bool is_prefix(const std::vector<std::string>& a, const std::vector<std::string>& b) {
-  return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
-}
-
-// Extents along `dim` of the blocks held by the members of the group along `axis` (ordered by their index on it).
-std::vector<std::int64_t> member_extents(const NamedSharding& s, const Shape& shape, const std::string& axis, int dim) {
-  const Mesh& mesh = s.mesh();
-  std::vector<std::int64_t> coords = mesh.coords(mesh.rank());
-  const int pos = mesh.axis_position(axis);
-  std::vector<std::int64_t> out;
-  for (std::int64_t j = 0; j < mesh.shape()[pos]; ++j) {
-    coords[pos] = j;
-    out.push_back(s.index(shape, mesh.rank_at(coords))[dim].size());
-  }
-  return out;
-}
-
-}  // namespace
-
-ShardedArray reshard(const ShardedArray& x, const NamedSharding& target) {
-  SHARDKIT_CHECK(target.mesh() == x.mesh(), "reshard: the target sharding is on another mesh (",
-                 target.mesh().to_string(), " vs ", x.mesh().to_string(), ")");
-  target.validate(x.shape());
-  if (x.sharding() == target) return x;
-  const Mesh& mesh = x.mesh();
-  const std::size_t nd = x.shape().size();
-  const bool uneven = x.sharding().uneven() || target.uneven();
-  if (uneven) {
-    // Ceil-sized shards do not nest (13 rows over 4 shards are not 2 halves of 13 over 2), so the per-axis steps
-    // below do not apply: one all-gather-v of the distinct blocks, then each rank slices its target block.
-    const Array full = process_allgather(x);
-    Array view = full;
-    const std::vector<IndexRange> need = target.index(x.shape(), mesh.rank());
-    for (std::size_t d = 0; d < nd; ++d) view = view.slice(static_cast<int>(d), need[d].start, need[d].stop);
-    return ShardedArray(x.shape(), target, view.to(x.device()).contiguous());
-  }
-  AxisLists cur = axis_lists(x.spec(), nd);
-  const AxisLists want = axis_lists(target.spec(), nd);
-  Array local = x.local();
-  Token token;
-
-  while (cur != want) {
-    NamedSharding now(mesh, spec_of(cur));
-    bool moved = false;
-    // 1. An axis that is minor-most on one dimension and belongs next on another moves with one all_to_all.
-    {
-      for (std::size_t d1 = 0; d1 < nd && !moved; ++d1) {
-        if (cur[d1].empty() || is_prefix(cur[d1], want[d1])) continue;
-        const std::string a = cur[d1].back();
-        for (std::size_t d2 = 0; d2 < nd && !moved; ++d2) {
-          if (d2 == d1 || !is_prefix(cur[d2], want[d2]) || want[d2].size() <= cur[d2].size() ||
-              want[d2][cur[d2].size()] != a)
-            continue;
-          local = detail::all_to_all_along(*mesh.axis_comm(a), local, static_cast<int>(d2), static_cast<int>(d1), token);
-          cur[d1].pop_back();
-          cur[d2].push_back(a);
-          moved = true;
-        }
-      }
-    }
-    if (moved) continue;
-    // 2. An axis that must leave its dimension is gathered (minor-most first).
-    for (std::size_t d = 0; d < nd && !moved; ++d) {
-      if (is_prefix(cur[d], want[d])) continue;
-      const std::string a = cur[d].back();
-      const std::vector<std::int64_t> sizes = member_extents(now, x.shape(), a, static_cast<int>(d));
-      local = detail::gather_along(*mesh.axis_comm(a), local, static_cast<int>(d), sizes, token);
-      cur[d].pop_back();
-      moved = true;
-    }
-    if (moved) continue;
-    // 3. Every dimension is now cut coarser than (a prefix of) the target: each rank slices its block locally.
-    const std::vector<IndexRange> have = now.index(x.shape(), mesh.rank());
-    const std::vector<IndexRange> need = target.index(x.shape(), mesh.rank());
-    token.wait();
-    Array view = local;
-    for (std::size_t d = 0; d < nd; ++d)
-      view = view.slice(static_cast<int>(d), need[d].start - have[d].start, need[d].stop - have[d].start);
-    local = view.contiguous();
-    cur = want;
-  }
-  token.wait();
-  return ShardedArray(x.shape(), target, local.is_contiguous() ? local : local.contiguous());
 }
 
 // ---- visualize -------------------------------------------------------------------------------------------------------

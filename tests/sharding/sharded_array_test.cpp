@@ -6,26 +6,9 @@
 namespace shardkit::testing {
 namespace {
 
-// Every spec of a 2-d array over a mesh's axes (each axis at most once, tuples in both orders).
-std::vector<PartitionSpec> specs_for(const Mesh& m) {
-  std::vector<PartitionSpec> out{P(), P(kNone, kNone)};
-  const auto& n = m.axis_names();
-  for (const auto& a : n) {
-    out.push_back(P(a));
-    out.push_back(P(kNone, a));
-  }
-  if (n.size() == 2) {
-    out.push_back(P(n[0], n[1]));
-    out.push_back(P(n[1], n[0]));
-    out.push_back(P(Axes{n[0], n[1]}));
-    out.push_back(P(kNone, Axes{n[1], n[0]}));
-  }
-  return out;
-}
-
 TEST(Distribute, ScatterAndGatherRoundTrip) {
   for (const Mesh& m : test_meshes()) {
-    for (const PartitionSpec& spec : specs_for(m)) {
+    for (const PartitionSpec& spec : test_specs(m)) {
       SCOPED_TRACE(m.to_string() + " " + spec.to_string());
       const NamedSharding s(m, spec);
       const Array g = iota({12, 12});
@@ -100,7 +83,7 @@ TEST(FromLocal, WrapsWithoutCommunicationAndChecksTheBlock) {
 
 TEST(Reshard, EveryPairOfSpecs) {
   for (const Mesh& m : test_meshes()) {
-    const auto specs = specs_for(m);
+    const auto specs = test_specs(m);
     const Array g = iota({12, 12});
     for (const auto& from : specs) {
       const NamedSharding sf(m, from);

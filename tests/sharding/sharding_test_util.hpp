@@ -27,6 +27,29 @@ inline const std::vector<Mesh>& test_meshes() {
   return meshes;
 }
 
+/// Every spec of a 2-d array over a mesh's axes: each axis at most once, on either dimension, tuples in both orders
+/// (a sample for three axes).
+inline std::vector<PartitionSpec> test_specs(const Mesh& m) {
+  std::vector<PartitionSpec> out{P(), P(kNone, kNone)};
+  const auto& n = m.axis_names();
+  for (const auto& a : n) {
+    out.push_back(P(a));
+    out.push_back(P(kNone, a));
+  }
+  if (n.size() == 2) {
+    out.push_back(P(n[0], n[1]));
+    out.push_back(P(n[1], n[0]));
+    out.push_back(P(Axes{n[0], n[1]}));
+    out.push_back(P(Axes{n[1], n[0]}));
+    out.push_back(P(kNone, Axes{n[1], n[0]}));
+  }
+  if (n.size() == 3) {
+    out.push_back(P(n[0], Axes{n[2], n[1]}));
+    out.push_back(P(Axes{n[1], n[2]}, n[0]));
+  }
+  return out;
+}
+
 /// A float64 array of `shape` with element i equal to i + 1000 * salt (exact, distinct).
 inline Array iota(const Shape& shape, int salt = 0, DType dtype = DType::kFloat64) {
   Array a = Array::empty(shape, DType::kFloat64);

@@ -45,9 +45,12 @@ ShardedArray from_local(Array local, Shape global_shape, const NamedSharding& sh
 Array gather(const ShardedArray& x, int root = 0);
 /// The global array on every rank (on the host), as JAX's multihost_utils.process_allgather. Collective.
 Array process_allgather(const ShardedArray& x);
-/// The same global array with another sharding of the same mesh, moved with the fewest collectives: local slices
-/// where the target only cuts finer, all_gather over axes that must go, all_to_all for an axis moving between
-/// dimensions. Collective.
+/// The same global array with another sharding of the same mesh, with at most one collective (see plan_reshard in
+/// reshard.hpp): none when every rank already holds its target block (a local slice where the target only cuts
+/// finer); one all_gather(v) over the mesh axes that must go when the blocks along them tile the target block
+/// (shard -> replicate); otherwise one all_to_all-v over the mesh in which each rank receives only the part of its
+/// target block it lacks, each element from one holder. Even and uneven shardings alike. Collective.
+/// @throws InvalidArgument when the target is on another mesh or does not fit the array's shape.
 ShardedArray reshard(const ShardedArray& x, const NamedSharding& target);
 
 /// A text picture of which ranks hold which block (the first two dimensions as a grid).

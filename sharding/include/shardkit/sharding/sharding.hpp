@@ -5,5 +5,6 @@
 #include "shardkit/sharding/mesh.hpp"
 #include "shardkit/sharding/named_sharding.hpp"
 #include "shardkit/sharding/partition_spec.hpp"
+#include "shardkit/sharding/reshard.hpp"
 #include "shardkit/sharding/shard_map.hpp"
 #include "shardkit/sharding/sharded_array.hpp"
