@@ -11,9 +11,9 @@
 #include <mpi.h>
 
 #include <climits>
-#include <cstring>
 
 #include "backend.hpp"
+#include "mpi/mpi_call.hpp"
 #include "mpi/mpi_request.hpp"
 #include "mpi/mpi_types.hpp"
 #include "mpi/staging.hpp"
@@ -21,41 +21,6 @@
 
 namespace shardkit::detail {
 namespace {
-
-// Tag of the backend's own point-to-point traffic on the internal communicator.
-constexpr int kExchangeTag = 7001;
-
-struct Piece {
-  int peer;
-  char* ptr;
-  std::int64_t count;  // elements
-};
-
-// The memory an MPI call uses for one array: the array's own, or a pinned copy (staging). A plain pointer, so that
-// the blocking fast path copies no Array (each copy would allocate its shape and strides).
-struct Buf {
-  char* ptr = nullptr;
-  std::int64_t itemsize = 0;
-  void* data() const { return ptr; }
-};
-
-// Posts a nonblocking MPI call; its request joins the pending operation.
-template <auto Nonblocking, typename... A>
-void post(PendingOp& p, A... args) {
-  MPI_Request q = MPI_REQUEST_NULL;
-  SHARDKIT_MPI_CHECK(Nonblocking(args..., &q));
-  p.requests.push_back(q);
-}
-
-// One MPI call in its blocking or nonblocking form (the same arguments, plus a request for the latter): `nb` picks.
-template <auto Blocking, auto Nonblocking, typename... A>
-void call_mpi(PendingOp& p, bool nb, A... args) {
-  if (nb) {
-    post<Nonblocking>(p, args...);
-  } else {
-    SHARDKIT_MPI_CHECK(Blocking(args...));
-  }
-}
 
 class MpiBackend final : public Backend {
  public:
@@ -120,7 +85,7 @@ class MpiBackend final : public Backend {
     PendingOp p;
     Buf s = stage(send, p, nb, in_place ? Use::kInOut : Use::kIn);
     Buf r = in_place ? s : stage(recv, p, nb, Use::kOut);
-    for_chunks(send.numel(), [&](std::int64_t off, int n) {
+    for_chunks(max_count_, send.numel(), [&](std::int64_t off, int n) {
       const void* sp = in_place ? MPI_IN_PLACE : at(s, off);
       call_mpi<Blocking, Nonblocking>(p, nb, sp, at(r, off), n, t, o, c_);
     });
@@ -143,7 +108,7 @@ class MpiBackend final : public Backend {
     const bool in_place = c.in_place();
     Buf s = stage(send, p, nb, in_place ? Use::kInOut : Use::kIn);
     Buf r = !c.recv ? Buf{} : in_place ? s : stage(*c.recv, p, nb, Use::kOut);
-    for_chunks(send.numel(), [&](std::int64_t off, int n) {
+    for_chunks(max_count_, send.numel(), [&](std::int64_t off, int n) {
       const void* sp = in_place ? MPI_IN_PLACE : at(s, off);
       void* rp = c.recv ? at(r, off) : nullptr;
       call_mpi<MPI_Reduce, MPI_Ireduce>(p, nb, sp, rp, n, t, o, root, c_);
@@ -156,7 +121,7 @@ class MpiBackend final : public Backend {
     const bool nb = nonblocking(ctx);
     const MPI_Datatype t = mpi_datatype(buf.dtype());
     Buf b = stage(buf, p, nb, rank_ == root ? Use::kIn : Use::kOut);
-    for_chunks(buf.numel(), [&](std::int64_t off, int n) {
+    for_chunks(max_count_, buf.numel(), [&](std::int64_t off, int n) {
       call_mpi<MPI_Bcast, MPI_Ibcast>(p, nb, at(b, off), n, t, root, c_);
     });
     return finish(std::move(p), ctx);
@@ -176,7 +141,7 @@ class MpiBackend final : public Backend {
     } else {
       // Block r of the result is a reduction rooted at rank r, chunked like any reduction.
       for (int root = 0; root < size_; ++root) {
-        for_chunks(n, [&](std::int64_t off, int c) {
+        for_chunks(max_count_, n, [&](std::int64_t off, int c) {
           const void* sp = at(s, root * n + off);
           void* rp = rank_ == root ? at(r, off) : nullptr;
           call_mpi<MPI_Reduce, MPI_Ireduce>(p, nb, sp, rp, c, t, o, root, c_);
@@ -205,7 +170,7 @@ class MpiBackend final : public Backend {
       sends.push_back({peer, at(s, 0), n});
       recvs.push_back({peer, at(r, peer * n), n});
     }
-    exchange(sends, recvs, send.dtype(), p);
+    exchange(sends, recvs, send.dtype(), to_mpi<MPI_Comm>(internal_()), rank_, max_count_, p);
     return finish(std::move(p), ctx);
   }
 
@@ -225,7 +190,7 @@ class MpiBackend final : public Backend {
     std::vector<Piece> sends{{root, at(s, 0), n}}, recvs;
     if (recv)
       for (int peer = 0; peer < size_; ++peer) recvs.push_back({peer, at(r, peer * n), n});
-    exchange(sends, recvs, send.dtype(), p);
+    exchange(sends, recvs, send.dtype(), to_mpi<MPI_Comm>(internal_()), rank_, max_count_, p);
     return finish(std::move(p), ctx);
   }
 
@@ -245,7 +210,7 @@ class MpiBackend final : public Backend {
     std::vector<Piece> sends, recvs{{root, at(r, 0), n}};
     if (send)
       for (int peer = 0; peer < size_; ++peer) sends.push_back({peer, at(s, peer * n), n});
-    exchange(sends, recvs, recv.dtype(), p);
+    exchange(sends, recvs, recv.dtype(), to_mpi<MPI_Comm>(internal_()), rank_, max_count_, p);
     return finish(std::move(p), ctx);
   }
 
@@ -266,7 +231,7 @@ class MpiBackend final : public Backend {
       sends.push_back({peer, at(s, peer * n), n});
       recvs.push_back({peer, at(r, peer * n), n});
     }
-    exchange(sends, recvs, send.dtype(), p);
+    exchange(sends, recvs, send.dtype(), to_mpi<MPI_Comm>(internal_()), rank_, max_count_, p);
     return finish(std::move(p), ctx);
   }
 
@@ -294,7 +259,7 @@ class MpiBackend final : public Backend {
       sends.push_back({peer, at(s, 0), counts[rank_]});
       recvs.push_back({peer, at(r, displs[peer]), counts[peer]});
     }
-    exchange(sends, recvs, send.dtype(), p);
+    exchange(sends, recvs, send.dtype(), to_mpi<MPI_Comm>(internal_()), rank_, max_count_, p);
     return finish(std::move(p), ctx);
   }
 
@@ -324,7 +289,7 @@ class MpiBackend final : public Backend {
       sends.push_back({peer, at(s, send_displs[peer]), send_counts[peer]});
       recvs.push_back({peer, at(r, recv_displs[peer]), recv_counts[peer]});
     }
-    exchange(sends, recvs, send.dtype(), p);
+    exchange(sends, recvs, send.dtype(), to_mpi<MPI_Comm>(internal_()), rank_, max_count_, p);
     return finish(std::move(p), ctx);
   }
 
@@ -335,7 +300,7 @@ class MpiBackend final : public Backend {
     const bool nb = nonblocking(ctx);
     const MPI_Datatype t = mpi_datatype(buf.dtype());
     Buf b = stage(buf, p, nb, Use::kIn);
-    for_chunks(buf.numel(), [&](std::int64_t off, int n) {
+    for_chunks(max_count_, buf.numel(), [&](std::int64_t off, int n) {
       call_mpi<MPI_Send, MPI_Isend>(p, nb, static_cast<const void*>(at(b, off)), n, t, dest, tag, c_);
     });
     return finish(std::move(p), ctx);
@@ -366,7 +331,7 @@ class MpiBackend final : public Backend {
     }
     // Nonblocking or chunked: post the receive first, then the sends, then complete both together.
     return recv_into(r, recv.dtype(), rn, source, recv_tag, status, ctx, std::move(p), [&](PendingOp& op) {
-      for_chunks(sn, [&](std::int64_t off, int n) {
+      for_chunks(max_count_, sn, [&](std::int64_t off, int n) {
         post<MPI_Isend>(op, static_cast<const void*>(at(s, off)), n, st, dest, send_tag, c_);
       });
     });
@@ -381,25 +346,10 @@ class MpiBackend final : public Backend {
  private:
   static bool nonblocking(const OpContext& ctx) { return ctx.async || ctx.has_deadline(); }
 
-  static char* at(const Buf& b, std::int64_t elem_offset) { return b.ptr + elem_offset * b.itemsize; }
-
   bool fits_int(std::span<const std::int64_t> v) const {
     for (std::int64_t x : v)
       if (x > max_count_) return false;
     return true;
-  }
-
-  // Calls f(offset, count) over [0, total) in pieces of at most max_count_ elements (once for total == 0, so that
-  // empty operations still take part in the collective).
-  template <typename F>
-  void for_chunks(std::int64_t total, F&& f) const {
-    const std::int64_t max = max_count_;
-    std::int64_t off = 0;
-    do {
-      const std::int64_t n = std::min(max, total - off);
-      f(off, static_cast<int>(n));
-      off += n;
-    } while (off < total);
   }
 
   static void chain(PendingOp& p, std::function<void(const std::vector<MPI_Status>&)> next) {
@@ -478,7 +428,7 @@ class MpiBackend final : public Backend {
       MPI_Status first{};
       int src = mpi_source(source), tg = mpi_tag(tag);
       bool is_first = true;
-      for_chunks(total, [&](std::int64_t off, int n) {
+      for_chunks(max_count_, total, [&](std::int64_t off, int n) {
         MPI_Status st;
         SHARDKIT_MPI_CHECK(MPI_Recv(at(b, off), n, t, src, tg, c_, &st));
         if (is_first) {
@@ -496,7 +446,7 @@ class MpiBackend final : public Backend {
       throw InvalidArgument("recv of more than max_message_elements elements with a wildcard source or tag is only "
                             "supported in blocking mode");
     const std::size_t first_request = p.requests.size();
-    for_chunks(total, [&](std::int64_t off, int n) {
+    for_chunks(max_count_, total, [&](std::int64_t off, int n) {
       post<MPI_Irecv>(p, static_cast<void*>(at(b, off)), n, t, mpi_source(source), mpi_tag(tag), c_);
     });
     if (also) also(p);
@@ -508,37 +458,6 @@ class MpiBackend final : public Backend {
       });
     }
     return finish(std::move(p), ctx);
-  }
-
-  // Point-to-point pieces on the internal communicator (large-count fallback). Pieces to or from this rank are
-  // copied directly.
-  void exchange(const std::vector<Piece>& sends, const std::vector<Piece>& recvs, DType dtype, PendingOp& p) {
-    const MPI_Datatype t = mpi_datatype(dtype);
-    const MPI_Comm internal = to_mpi<MPI_Comm>(internal_());
-    const std::size_t es = dtype_size(dtype);
-    const Piece* self_send = nullptr;
-    for (const Piece& r : recvs) {
-      if (r.peer == rank_) continue;
-      for_chunks(r.count, [&](std::int64_t off, int n) {
-        if (n > 0)
-          post<MPI_Irecv>(p, static_cast<void*>(r.ptr + off * static_cast<std::int64_t>(es)), n, t,
-                                        r.peer, kExchangeTag, internal);
-      });
-    }
-    for (const Piece& s : sends) {
-      if (s.peer == rank_) {
-        self_send = &s;
-        continue;
-      }
-      for_chunks(s.count, [&](std::int64_t off, int n) {
-        if (n > 0)
-          post<MPI_Isend>(p, static_cast<const void*>(s.ptr + off * static_cast<std::int64_t>(es)),
-                                        n, t, s.peer, kExchangeTag, internal);
-      });
-    }
-    for (const Piece& r : recvs)
-      if (r.peer == rank_ && self_send && r.count > 0)
-        std::memmove(r.ptr, self_send->ptr, static_cast<std::size_t>(r.count) * es);
   }
 
   MPI_Comm c_;

@@ -11,12 +11,10 @@ namespace {
 
 // ---- float16 / bfloat16 reductions ------------------------------------------------------------------------------
 
+// Both 16-bit formats widen exactly to float (to_double's value is a float's).
 template <typename T>
 float widen(T v) {
-  if constexpr (std::is_same_v<T, Half>)
-    return half_to_float(v);
-  else
-    return bfloat16_to_float(v);
+  return static_cast<float>(to_double(v));
 }
 template <typename T>
 T narrow(float f) {
