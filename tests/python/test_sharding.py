@@ -281,24 +281,36 @@ def test_matmul_every_algorithm(sk, size, line, grid):
 
 # ---- device order (rank devices.flat[p] at position p, as JAX places devices) -----------------------------------------
 
-# Per world size: the device array, the mesh axes, and by rank the hand-worked axis_index over `axes` and the ranks an
-# all_gather along `axes` delivers (in coordinate order).
+# Per world size, meshes as device arrays: the array, the mesh axes, and for axis sets `axes` by rank the hand-worked
+# axis_index over `axes` and the ranks an all_gather along `axes` delivers (in coordinate order).
 PERMUTED = {
-    1: ([0], ("x",), [(("x",), [0], [[0]])]),
-    2: ([1, 0], ("x",), [(("x",), [1, 0], [[1, 0], [1, 0]])]),
-    3: ([2, 0, 1], ("x",), [(("x",), [1, 2, 0], [[2, 0, 1]] * 3)]),
-    4: ([[3, 1], [2, 0]], ("x", "y"), [
-        (("x",), [1, 0, 1, 0], [[1, 0], [1, 0], [3, 2], [3, 2]]),
-        (("y",), [1, 1, 0, 0], [[2, 0], [3, 1], [2, 0], [3, 1]]),
-        (("x", "y"), [3, 1, 2, 0], [[3, 1, 2, 0]] * 4),
-        (("y", "x"), [3, 2, 1, 0], [[3, 2, 1, 0]] * 4),
-    ]),
+    1: [([0], ("x",), [(("x",), [0], [[0]])])],
+    2: [([1, 0], ("x",), [(("x",), [1, 0], [[1, 0], [1, 0]])])],
+    3: [([2, 0, 1], ("x",), [(("x",), [1, 2, 0], [[2, 0, 1]] * 3)])],
+    4: [
+        ([[3, 1], [2, 0]], ("x", "y"), [
+            (("x",), [1, 0, 1, 0], [[1, 0], [1, 0], [3, 2], [3, 2]]),
+            (("y",), [1, 1, 0, 0], [[2, 0], [3, 1], [2, 0], [3, 1]]),
+            (("x", "y"), [3, 1, 2, 0], [[3, 1, 2, 0]] * 4),
+            (("y", "x"), [3, 2, 1, 0], [[3, 2, 1, 0]] * 4),
+        ]),
+        # (2,1,2): rank 1 at (0,0,0), 3 at (0,0,1), 0 at (1,0,0), 2 at (1,0,1).
+        ([[[1, 3]], [[0, 2]]], ("x", "y", "z"), [
+            (("x",), [1, 0, 1, 0], [[1, 0], [1, 0], [3, 2], [3, 2]]),
+            (("z",), [0, 0, 1, 1], [[0, 2], [1, 3], [0, 2], [1, 3]]),
+            (("z", "y", "x"), [1, 0, 3, 2], [[1, 0, 3, 2]] * 4),
+        ]),
+        ([2, 0, 3, 1], ("x",), [(("x",), [1, 3, 0, 2], [[2, 0, 3, 1]] * 4)]),
+    ],
 }
 
 
-def test_mesh_honours_the_device_order(sk, rank, size):
+@pytest.mark.parametrize("which", range(3))
+def test_mesh_honours_the_device_order(sk, rank, size, which):
     P = sk.P
-    devices, names, cases = PERMUTED[size]
+    if which >= len(PERMUTED[size]):
+        pytest.skip(f"{len(PERMUTED[size])} permuted mesh(es) at {size} ranks")
+    devices, names, cases = PERMUTED[size][which]
     mesh = sk.Mesh(np.array(devices), names)
     np.testing.assert_array_equal(mesh.devices, np.array(devices))
     assert mesh.rank_at(mesh.coords(rank)) == rank
@@ -317,7 +329,7 @@ def test_mesh_honours_the_device_order(sk, rank, size):
 
 def test_blocks_follow_the_device_order(sk, rank, size):
     P = sk.P
-    devices, names, _ = PERMUTED[size]
+    devices, names, _ = PERMUTED[size][0]
     mesh = sk.Mesh(np.array(devices), names)
     # Rank devices.flat[p] holds block p of arange (row-major over the mesh), worked out by hand.
     g = np.arange(4.0 * size).reshape(2 * size, 2) if size < 4 else np.arange(16.0).reshape(4, 4)
@@ -361,6 +373,12 @@ def test_named_sharding_jax_methods(sk, rank, size, line):
         3: (slice(0, 2), slice(0, 3)), 1: (slice(0, 2), slice(3, 6)),
         2: (slice(2, 4), slice(0, 3)), 0: (slice(2, 4), slice(3, 6))}
     assert list(s.devices_indices_map((4, 6))) == [3, 1, 2, 0]  # in the device array's order
+    # 3-d, (2,2,2) as [5, 2, 7, 0, 4, 1, 6, 3], rows over (z, y) and columns over x (checked against JAX's too).
+    cube = sk._core.Mesh.abstract([2, 2, 2], ["x", "y", "z"], [5, 2, 7, 0, 4, 1, 6, 3])
+    assert sk.NamedSharding(cube, P(("z", "y"), "x")).devices_indices_map((4, 6)) == {
+        5: (slice(0, 1), slice(0, 3)), 2: (slice(2, 3), slice(0, 3)), 7: (slice(1, 2), slice(0, 3)),
+        0: (slice(3, 4), slice(0, 3)), 4: (slice(0, 1), slice(3, 6)), 1: (slice(2, 3), slice(3, 6)),
+        6: (slice(1, 2), slice(3, 6)), 3: (slice(3, 4), slice(3, 6))}
     # A dimension that is not cut is slice(None), as in JAX.
     assert sk.NamedSharding(mesh, P("y")).devices_indices_map((4, 6))[1] == (slice(2, 4), slice(None))
     assert s.shard_shape((4, 6)) == (2, 3)
