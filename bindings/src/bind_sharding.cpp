@@ -159,7 +159,7 @@ nb::object scalar_op(ShardContext& c, nb::handle x, const Axes& axes, std::optio
     Array out;
     {
       nb::gil_scoped_release release;
-      Result r = op ? comm->allreduce(in, *op, c.token()) : comm->allreduce(in, ReduceOp::kSum, c.token());
+      Result r = comm->allreduce(in, op.value_or(ReduceOp::kSum), c.token());
       c.token() = r.token;
       c.token().wait();
       out = std::move(r.value);
@@ -265,7 +265,11 @@ void register_sharding(nb::module_& m) {
       .def("__hash__", [](const PartitionSpec& s) { return nb::hash(nb::str(s.normalized().to_string().c_str())); })
       .def("__repr__", &PartitionSpec::to_string);
 
-  nb::class_<Mesh>(m, "Mesh", "Processes arranged on named axes (JAX's Mesh over MPI ranks).")
+  nb::class_<Mesh>(m, "Mesh",
+                   "Processes arranged on named axes (JAX's Mesh over MPI ranks). Mesh(np.array(devices), names) puts "
+                   "rank devices.flat[p] at row-major position p, as JAX places devices (a device is a rank, or an "
+                   "object with an integer .id); Mesh(n, name) and Mesh((n0, n1, ...), names) place the ranks in "
+                   "row-major order.")
       // Mesh(shape, names) or, as JAX spells it, Mesh(np.array(devices), names): the array's shape is the mesh's.
       // axis_names may be one string for a 1-d mesh.
       .def("__init__", [](Mesh* self, nb::handle devices, nb::handle axis_names, nb::handle comm) {
