@@ -8,6 +8,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <complex>
+
 #include "py_array.hpp"
 #include "py_comm.hpp"
 #include "py_fastcall.hpp"
@@ -68,6 +71,70 @@ std::optional<Device> device_from(const std::optional<std::string>& d) {
   throw InvalidArgument("unknown device '" + *d + "' (cpu, cuda or cuda:N)");
 }
 
+// A device of a mesh's device array: a rank (anything with __index__, as NumPy's integers), or an object with an
+// integer `id` (as JAX's devices: in shardkit a rank is the device).
+int rank_of_device(nb::handle d) {
+  if (PyIndex_Check(d.ptr())) return nb::cast<int>(nb::steal(PyNumber_Index(d.ptr())));
+  if (nb::hasattr(d, "id")) return nb::cast<int>(d.attr("id"));
+  throw InvalidArgument(shardkit::detail::concat("Mesh: a device is a rank (an int) or an object with an integer .id, as JAX's "
+                                       "devices; got ", nb::type_name(d.type()).c_str()));
+}
+
+// Mesh(devices, names) as JAX spells it: an array of devices (NumPy, any shape) places rank devices.flat[p] at
+// row-major position p; a sequence of devices (objects with .id) is a 1-d mesh. shardkit's own spellings stay: an int
+// n is a 1-d mesh of n ranks in order, a sequence of ints the shape of a mesh with its ranks in row-major order.
+void mesh_layout_from(nb::handle devices, std::vector<std::int64_t>& shape, std::vector<int>& ranks) {
+  if (PyLong_Check(devices.ptr())) {
+    shape.push_back(nb::cast<std::int64_t>(devices));
+    return;
+  }
+  if (nb::hasattr(devices, "shape")) {
+    for (nb::handle d : nb::cast<nb::tuple>(devices.attr("shape"))) shape.push_back(nb::cast<std::int64_t>(d));
+    nb::object flat = nb::hasattr(devices, "flat") ? devices.attr("flat") : devices.attr("reshape")(-1);
+    for (nb::handle d : flat) ranks.push_back(rank_of_device(d));
+    return;
+  }
+  std::vector<nb::object> items;
+  for (nb::handle d : devices) items.push_back(nb::borrow(d));
+  const bool objects = !items.empty() && std::all_of(items.begin(), items.end(), [](const nb::object& d) {
+    return !PyIndex_Check(d.ptr()) && nb::hasattr(d, "id");
+  });
+  if (objects) {
+    shape.push_back(static_cast<std::int64_t>(items.size()));
+    for (const nb::object& d : items) ranks.push_back(rank_of_device(d));
+    return;
+  }
+  for (const nb::object& d : items) shape.push_back(nb::cast<std::int64_t>(d));
+}
+
+// A NumPy array of ranks in the mesh's shape (JAX's mesh.devices / mesh.device_ids).
+nb::object devices_array(const Mesh& mesh) {
+  nb::list ranks;
+  for (int r : mesh.devices()) ranks.append(r);
+  nb::list shape;
+  for (std::int64_t n : mesh.shape()) shape.append(n);
+  return nb::module_::import_("numpy").attr("array")(ranks).attr("reshape")(nb::tuple(shape));
+}
+
+// {rank: (slice, ...)} as JAX's devices_indices_map, in the order of the mesh's device array: a dimension cut into
+// several shards gives slice(start, stop), one that is not gives slice(None).
+nb::dict indices_map(const NamedSharding& s, const Shape& shape, const std::vector<int>& ranks) {
+  nb::dict out;
+  nb::object none = nb::none();
+  for (int r : ranks) {
+    const std::vector<IndexRange> idx = s.index(shape, r);
+    nb::list slices;
+    for (std::size_t d = 0; d < idx.size(); ++d) {
+      if (d < s.spec().size() && s.num_shards(static_cast<int>(d)) > 1)
+        slices.append(nb::slice(nb::int_(idx[d].start), nb::int_(idx[d].stop), none));
+      else
+        slices.append(nb::slice(none, none, none));
+    }
+    out[nb::int_(r)] = nb::tuple(slices);
+  }
+  return out;
+}
+
 // The context of the shard_map body running on this thread (set around the Python body).
 thread_local ShardContext* g_context = nullptr;
 
@@ -77,9 +144,59 @@ ShardContext& current_context() {
   return *g_context;
 }
 
-// psum/pmax/pmin: the value form of allreduce over the axes' communicator, ordered on the body's token.
+// A Python bool, int, float or complex (not a NumPy scalar or a 0-d array: those carry a dtype).
+bool is_python_scalar(nb::handle x) {
+  return PyLong_CheckExact(x.ptr()) || PyBool_Check(x.ptr()) || PyFloat_CheckExact(x.ptr()) ||
+         PyComplex_CheckExact(x.ptr());
+}
+
+// An axis reduction of a Python scalar (which may differ from rank to rank, so it is communicated). The result is a
+// Python scalar again: as JAX's psum(1, axis) is weakly typed, `x_f32 * 0 + psum(1, "x")` stays float32. bool counts
+// as int (JAX's psum sums bools as int32); pmean of an int gives a float (JAX's psum(x) / n).
+nb::object scalar_op(ShardContext& c, nb::handle x, const Axes& axes, std::optional<ReduceOp> op /* pmean: none */) {
+  auto comm = c.mesh().axis_comm(axes);
+  auto reduce = [&](Array in) {
+    Array out;
+    {
+      nb::gil_scoped_release release;
+      Result r = comm->allreduce(in, op.value_or(ReduceOp::kSum), c.token());
+      c.token() = r.token;
+      c.token().wait();
+      out = std::move(r.value);
+    }
+    return out;
+  };
+  const double n = static_cast<double>(c.mesh().axis_size(axes));
+  if (PyComplex_CheckExact(x.ptr())) {
+    const std::complex<double> v(PyComplex_RealAsDouble(x.ptr()), PyComplex_ImagAsDouble(x.ptr()));
+    std::complex<double> r = reduce(Array::from_values<std::complex<double>>({v})).to_vector<std::complex<double>>()[0];
+    if (!op) r /= n;
+    return nb::steal(PyComplex_FromDoubles(r.real(), r.imag()));
+  }
+  if (PyFloat_CheckExact(x.ptr())) {
+    const double r = reduce(Array::from_values<double>({nb::cast<double>(x)})).to_vector<double>()[0];
+    return nb::float_(op ? r : r / n);
+  }
+  const auto r = reduce(Array::from_values<std::int64_t>({nb::cast<std::int64_t>(x)})).to_vector<std::int64_t>()[0];
+  if (!op) return nb::float_(static_cast<double>(r) / n);
+  return nb::int_(r);
+}
+
+void refuse_axis_index_groups(nb::handle groups, const char* op) {
+  if (groups.is_none()) return;
+  throw InvalidArgument(shardkit::detail::concat(
+      op, ": axis_index_groups is not supported. Give the groups a mesh axis of their own and name only the axis "
+          "within them: e.g. for groups [[0, 1], [2, 3]] of an axis 'x' of size 4, a mesh of shape (2, 2) with axes "
+          "('g', 'x') (the same device array, reshaped) and ",
+      op, "(x, 'x')"));
+}
+
+// psum/pmax/pmin: a Python scalar as scalar_op; anything else as the value form of allreduce over the axes'
+// communicator, ordered on the body's token.
 nb::object reduce_op(ShardContext& c, nb::handle x, nb::handle axes, ReduceOp op) {
-  auto comm = c.mesh().axis_comm(axes_from(axes));
+  const Axes a = axes_from(axes);
+  if (is_python_scalar(x)) return scalar_op(c, x, a, op);
+  auto comm = c.mesh().axis_comm(a);
   OpArgs args;
   args.reduce = op;
   return value_py(*comm, OpKind::kAllreduce, x, args, c.token());
@@ -88,12 +205,15 @@ nb::object reduce_op(ShardContext& c, nb::handle x, nb::handle axes, ReduceOp op
 // The axis reductions as module functions (the per-call hot path of shard_map bodies): they act on the context of the
 // running shard_map body.
 nb::object psum(const FastArgs& a) {
+  refuse_axis_index_groups(a.get(Field::kAxisIndexGroups), "psum");
   return reduce_op(current_context(), a.get(Field::kX), a.get(Field::kAxisName), ReduceOp::kSum);
 }
 nb::object pmax(const FastArgs& a) {
+  refuse_axis_index_groups(a.get(Field::kAxisIndexGroups), "pmax");
   return reduce_op(current_context(), a.get(Field::kX), a.get(Field::kAxisName), ReduceOp::kMax);
 }
 nb::object pmin(const FastArgs& a) {
+  refuse_axis_index_groups(a.get(Field::kAxisIndexGroups), "pmin");
   return reduce_op(current_context(), a.get(Field::kX), a.get(Field::kAxisName), ReduceOp::kMin);
 }
 
@@ -134,18 +254,17 @@ void register_sharding(nb::module_& m) {
       .def("__hash__", [](const PartitionSpec& s) { return nb::hash(nb::str(s.normalized().to_string().c_str())); })
       .def("__repr__", &PartitionSpec::to_string);
 
-  nb::class_<Mesh>(m, "Mesh", "Processes arranged on named axes (JAX's Mesh over MPI ranks).")
+  nb::class_<Mesh>(m, "Mesh",
+                   "Processes arranged on named axes (JAX's Mesh over MPI ranks). Mesh(np.array(devices), names) puts "
+                   "rank devices.flat[p] at row-major position p, as JAX places devices (a device is a rank, or an "
+                   "object with an integer .id); Mesh(n, name) and Mesh((n0, n1, ...), names) place the ranks in "
+                   "row-major order.")
       // Mesh(shape, names) or, as JAX spells it, Mesh(np.array(devices), names): the array's shape is the mesh's.
       // axis_names may be one string for a 1-d mesh.
       .def("__init__", [](Mesh* self, nb::handle devices, nb::handle axis_names, nb::handle comm) {
         std::vector<std::int64_t> shape;
-        if (nb::hasattr(devices, "shape")) {
-          for (nb::handle d : nb::cast<nb::tuple>(devices.attr("shape"))) shape.push_back(nb::cast<std::int64_t>(d));
-        } else if (PyLong_Check(devices.ptr())) {
-          shape.push_back(nb::cast<std::int64_t>(devices));
-        } else {
-          for (nb::handle d : devices) shape.push_back(nb::cast<std::int64_t>(d));
-        }
+        std::vector<int> ranks;
+        mesh_layout_from(devices, shape, ranks);
         std::vector<std::string> names;
         if (nb::isinstance<nb::str>(axis_names))
           names.push_back(nb::cast<std::string>(axis_names));
@@ -153,15 +272,19 @@ void register_sharding(nb::module_& m) {
           for (nb::handle n : axis_names) names.push_back(nb::cast<std::string>(n));
         std::shared_ptr<Communicator> c = comm_from(comm);
         nb::gil_scoped_release release;
-        new (self) Mesh(std::move(shape), std::move(names), std::move(c));
+        new (self) Mesh(std::move(shape), std::move(names), std::move(ranks), std::move(c));
       }, nb::arg("devices"), nb::arg("axis_names"), nb::arg("comm") = nb::none())
-      .def_static("abstract", &Mesh::abstract, nb::arg("shape"), nb::arg("axis_names"))
+      .def_static("abstract", &Mesh::abstract, nb::arg("shape"), nb::arg("axis_names"),
+                  nb::arg("devices") = std::vector<int>{})
+      .def_prop_ro("devices", &devices_array, "The rank at each position (JAX's mesh.devices; a rank is a device).")
+      .def_prop_ro("device_ids", &devices_array, "The rank at each position (JAX's mesh.device_ids).")
       .def_prop_ro("shape", &Mesh::shape)
       .def_prop_ro("axis_names", &Mesh::axis_names)
       .def_prop_ro("size", &Mesh::size)
       .def_prop_ro("rank", &Mesh::rank)
       .def_prop_ro("comm", &Mesh::comm)
-      .def("coords", &Mesh::coords)
+      .def("coords", &Mesh::coords, nb::arg("rank"))
+      .def("rank_at", &Mesh::rank_at, nb::arg("coords"))
       .def("axis_size", [](const Mesh& mesh, nb::handle axes) { return mesh.axis_size(axes_from(axes)); })
       .def("axis_index", [](const Mesh& mesh, nb::handle axes, std::optional<int> rank) {
         return mesh.axis_index(axes_from(axes), rank ? *rank : mesh.rank());
@@ -179,7 +302,19 @@ void register_sharding(nb::module_& m) {
       .def_prop_ro("mesh", &NamedSharding::mesh)
       .def_prop_ro("spec", &NamedSharding::spec)
       .def_prop_ro("uneven", &NamedSharding::uneven)
-      .def("shard_shape", &NamedSharding::shard_shape)
+      .def("shard_shape", [](const NamedSharding& s, const Shape& shape) {
+        nb::list out;
+        for (std::int64_t n : s.shard_shape(shape)) out.append(n);
+        return nb::tuple(out);
+      }, nb::arg("global_shape"), "The block shape (a tuple, as JAX's).")
+      .def_prop_ro("is_fully_replicated", &NamedSharding::fully_replicated)
+      .def_prop_ro("num_devices", [](const NamedSharding& s) { return s.mesh().size(); })
+      .def("devices_indices_map", [](const NamedSharding& s, const Shape& shape) {
+        return indices_map(s, shape, s.mesh().devices());
+      }, nb::arg("global_shape"), "{rank: tuple of slices} for every rank of the mesh (JAX's devices_indices_map).")
+      .def("addressable_devices_indices_map", [](const NamedSharding& s, const Shape& shape) {
+        return indices_map(s, shape, {s.mesh().rank()});
+      }, nb::arg("global_shape"), "{this rank: tuple of slices}: a process addresses its own rank only.")
       .def("local_shape", &NamedSharding::local_shape)
       .def("num_shards", &NamedSharding::num_shards)
       .def("index", [](const NamedSharding& s, const Shape& shape, int rank) {
@@ -249,6 +384,7 @@ void register_sharding(nb::module_& m) {
       .def("psum", [](ShardContext& c, nb::handle x, nb::handle axes) { return reduce_op(c, x, axes, ReduceOp::kSum); })
       .def("pmean", [](ShardContext& c, nb::handle x, nb::handle axes) {
         Axes a = axes_from(axes);
+        if (is_python_scalar(x)) return scalar_op(c, x, a, std::nullopt);
         return ctx_op(x, [&](const Array& v) { return c.pmean(v, a); });
       })
       .def("pmax", [](ShardContext& c, nb::handle x, nb::handle axes) { return reduce_op(c, x, axes, ReduceOp::kMax); })
@@ -274,10 +410,13 @@ void register_sharding(nb::module_& m) {
         return ctx_op(x, [&](const Array& v) { return c.pbroadcast(v, a, source); });
       }, nb::arg("x"), nb::arg("axis_name"), nb::arg("source"));
 
-  const std::vector<Param> axis_params = {arg(Field::kX), arg(Field::kAxisName)};
-  def_fast<psum>(m, "psum", "psum", axis_params, "Sum over the ranks along the named mesh axis (or tuple of axes).");
+  const std::vector<Param> axis_params = {arg(Field::kX), arg(Field::kAxisName), kw(Field::kAxisIndexGroups, "None")};
+  def_fast<psum>(m, "psum", "psum", axis_params,
+                 "Sum over the ranks along the named mesh axis (or tuple of axes). A Python scalar gives a Python "
+                 "scalar (weakly typed, as JAX's psum(1, axis)). axis_index_groups is refused (use a mesh axis).");
   def_fast<pmax>(m, "pmax", "pmax", axis_params, "Maximum over the ranks along the named axes.");
   def_fast<pmin>(m, "pmin", "pmin", axis_params, "Minimum over the ranks along the named axes.");
+  m.def("refuse_axis_index_groups", &refuse_axis_index_groups, nb::arg("groups").none(), nb::arg("op"));
   m.def("current_context", [] { return &current_context(); }, nb::rv_policy::reference);
 
   m.def("shard_map", [](nb::callable f, const Mesh& mesh, std::vector<PartitionSpec> in_specs,

@@ -22,9 +22,10 @@ const char* field_name(Field f) noexcept {
     case Field::kComm: return "comm";
     case Field::kStatus: return "status";
     case Field::kToken: return "token";
-    case Field::kAxisName: break;
+    case Field::kAxisName: return "axis_name";
+    case Field::kAxisIndexGroups: break;
   }
-  return "axis_name";
+  return "axis_index_groups";
 }
 
 FastSignature* make_fast_signature(const char* function, const std::vector<Param>& params) {

@@ -33,9 +33,10 @@ enum class Field : std::uint8_t {
   kStatus,
   kToken,
   kAxisName,
+  kAxisIndexGroups,
 };
-inline constexpr int kFieldCount = static_cast<int>(Field::kAxisName) + 1;
-/// "x", "sendbuf", ..., "axis_name".
+inline constexpr int kFieldCount = static_cast<int>(Field::kAxisIndexGroups) + 1;
+/// "x", "sendbuf", ..., "axis_index_groups".
 const char* field_name(Field f) noexcept;
 
 /// One parameter: a field, its default as Python source ("None", "0", "ANY_TAG"; nullptr: required), and whether it

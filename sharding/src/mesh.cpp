@@ -17,6 +17,9 @@ struct MeshState {
   std::vector<std::int64_t> shape;
   std::vector<std::string> names;
   std::int64_t size = 1;
+  std::vector<int> devices;   // rank at each row-major position
+  std::vector<int> position;  // row-major position of each rank (the inverse of devices)
+  bool row_major = true;      // devices[p] == p for every p
   std::shared_ptr<Communicator> comm;  // null for an abstract mesh
   std::mutex mu;
   std::map<std::vector<std::string>, std::shared_ptr<Communicator>> axis_comms;
@@ -85,7 +88,11 @@ MeshShape parse_mesh_shape(std::string_view text) {
 }
 
 Mesh::Mesh(std::vector<std::int64_t> shape, std::vector<std::string> axis_names, std::shared_ptr<Communicator> comm)
-    : Mesh(AbstractTag{}, std::move(shape), std::move(axis_names)) {
+    : Mesh(std::move(shape), std::move(axis_names), std::vector<int>{}, std::move(comm)) {}
+
+Mesh::Mesh(std::vector<std::int64_t> shape, std::vector<std::string> axis_names, std::vector<int> devices,
+           std::shared_ptr<Communicator> comm)
+    : Mesh(AbstractTag{}, std::move(shape), std::move(axis_names), std::move(devices)) {
   state_->comm = comm ? std::move(comm) : world_comm();
   if (state_->size != state_->comm->size()) {
     throw InvalidArgument(detail::concat("Mesh ", to_string(), " has ", state_->size, " positions but communicator '",
@@ -94,11 +101,11 @@ Mesh::Mesh(std::vector<std::int64_t> shape, std::vector<std::string> axis_names,
   }
 }
 
-Mesh Mesh::abstract(std::vector<std::int64_t> shape, std::vector<std::string> axis_names) {
-  return Mesh(AbstractTag{}, std::move(shape), std::move(axis_names));
+Mesh Mesh::abstract(std::vector<std::int64_t> shape, std::vector<std::string> axis_names, std::vector<int> devices) {
+  return Mesh(AbstractTag{}, std::move(shape), std::move(axis_names), std::move(devices));
 }
 
-Mesh::Mesh(AbstractTag, std::vector<std::int64_t> shape, std::vector<std::string> axis_names)
+Mesh::Mesh(AbstractTag, std::vector<std::int64_t> shape, std::vector<std::string> axis_names, std::vector<int> devices)
     : state_(std::make_shared<detail::MeshState>()) {
   SHARDKIT_CHECK_EQ(shape.size(), axis_names.size(), "Mesh: one name per axis");
   std::set<std::string> seen;
@@ -111,6 +118,25 @@ Mesh::Mesh(AbstractTag, std::vector<std::int64_t> shape, std::vector<std::string
                    " has more positions than ranks can number (", INT_MAX, ")");
     state_->size *= shape[i];
   }
+  const auto n = static_cast<std::size_t>(state_->size);
+  if (devices.empty()) {
+    devices.resize(n);
+    for (std::size_t p = 0; p < n; ++p) devices[p] = static_cast<int>(p);
+  }
+  SHARDKIT_CHECK_EQ(devices.size(), n, "Mesh: the device array must hold one rank per position of the shape ",
+                    shape_to_string(shape));
+  // A JAX mesh holds each device once; here a device is a rank, so the array must be a permutation of the ranks.
+  state_->position.assign(n, -1);
+  for (std::size_t p = 0; p < n; ++p) {
+    const int r = devices[p];
+    SHARDKIT_CHECK(r >= 0 && static_cast<std::size_t>(r) < n, "Mesh: device array holds rank ", r,
+                   ", outside 0..", n - 1, " (it must be a permutation of the ranks 0..", n - 1, ")");
+    SHARDKIT_CHECK(state_->position[r] < 0, "Mesh: device array holds rank ", r,
+                   " twice (it must be a permutation of the ranks 0..", n - 1, ")");
+    state_->position[r] = static_cast<int>(p);
+    state_->row_major = state_->row_major && r == static_cast<int>(p);
+  }
+  state_->devices = std::move(devices);
   state_->shape = std::move(shape);
   state_->names = std::move(axis_names);
 }
@@ -131,6 +157,8 @@ const std::vector<std::string>& Mesh::axis_names() const noexcept { return state
 std::int64_t Mesh::size() const noexcept { return state_->size; }
 int Mesh::rank() const noexcept { return state_->comm ? state_->comm->rank() : -1; }
 bool Mesh::is_abstract() const noexcept { return state_->comm == nullptr; }
+const std::vector<int>& Mesh::devices() const noexcept { return state_->devices; }
+bool Mesh::is_row_major() const noexcept { return state_->row_major; }
 const std::shared_ptr<Communicator>& Mesh::comm() const noexcept { return state_->comm; }
 
 int Mesh::axis_position(std::string_view name) const {
@@ -164,7 +192,7 @@ std::vector<std::int64_t> Mesh::coords(int rank) const {
   SHARDKIT_CHECK(rank >= 0 && rank < state_->size, "rank ", rank, " outside ", to_string(),
                  state_->comm ? "" : " (an abstract mesh has no rank of its own)");
   std::vector<std::int64_t> c(state_->shape.size());
-  std::int64_t r = rank;
+  std::int64_t r = state_->position[static_cast<std::size_t>(rank)];
   for (std::size_t i = state_->shape.size(); i-- > 0;) {
     c[i] = r % state_->shape[i];
     r /= state_->shape[i];
@@ -180,7 +208,7 @@ int Mesh::rank_at(const std::vector<std::int64_t>& coords) const {
                    state_->names[i], "'");
     r = r * state_->shape[i] + coords[i];
   }
-  return static_cast<int>(r);
+  return state_->devices[static_cast<std::size_t>(r)];
 }
 
 std::int64_t Mesh::axis_index(const Axes& axes, int rank) const {
@@ -197,8 +225,8 @@ std::int64_t Mesh::axis_index(const Axes& axes, int rank) const {
 std::shared_ptr<Communicator> Mesh::axis_comm(const Axes& axes) const {
   validate_axes(axes, "axis_comm");
   SHARDKIT_CHECK(state_->comm != nullptr, "the abstract mesh ", to_string(), " has no processes to communicate with");
-  if (axes.size() == state_->names.size()) {
-    // All axes in mesh order: the mesh communicator itself.
+  if (state_->row_major && axes.size() == state_->names.size()) {
+    // All axes in mesh order over row-major ranks: the mesh communicator itself (already ranked by axis index).
     bool in_order = true;
     for (std::size_t i = 0; i < axes.size(); ++i) in_order = in_order && axes[i] == state_->names[i];
     if (in_order) return state_->comm;
@@ -206,7 +234,8 @@ std::shared_ptr<Communicator> Mesh::axis_comm(const Axes& axes) const {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto& slot = state_->axis_comms[axes.names()];
   if (!slot) {
-    // Ranks that agree on every other axis form a group; within it, order by the row-major index over `axes`.
+    // Ranks that agree on every other axis form a group; within it, order by the row-major index of their coordinates
+    // over `axes` (not by rank: on a permuted mesh that order is what all_gather, ppermute and psum_scatter follow).
     const int r = rank();
     const std::vector<std::int64_t> c = coords(r);
     std::int64_t color = 0;
@@ -222,12 +251,18 @@ std::string Mesh::to_string() const {
   std::string s = "Mesh(";
   for (std::size_t i = 0; i < state_->names.size(); ++i)
     s += (i ? ", " : "") + state_->names[i] + "=" + std::to_string(state_->shape[i]);
+  if (!state_->row_major) {
+    s += ", devices=[";
+    for (std::size_t p = 0; p < state_->devices.size(); ++p) s += (p ? ", " : "") + std::to_string(state_->devices[p]);
+    s += "]";
+  }
   return s + ")";
 }
 
 bool operator==(const Mesh& a, const Mesh& b) noexcept {
   return a.state_ == b.state_ ||
-         (a.state_->shape == b.state_->shape && a.state_->names == b.state_->names && a.state_->comm == b.state_->comm);
+         (a.state_->shape == b.state_->shape && a.state_->names == b.state_->names &&
+          a.state_->devices == b.state_->devices && a.state_->comm == b.state_->comm);
 }
 
 }  // namespace shardkit

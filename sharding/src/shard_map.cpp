@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include "layout.hpp"
@@ -56,6 +57,27 @@ void divide(Array& x, std::int64_t n) {
   x.copy_from(host);
 }
 
+// A host copy of a bool or integer array converted to `to` (float32, float64 or int32), element by element.
+Array convert_integers(const Array& x, DType to) {
+  const Array src = detail::packed(x.to(Device::cpu()));
+  Array out = Array::empty(src.shape(), to);
+  visit_dtype(src.dtype(), [&](auto s) {
+    using S = decltype(s);
+    visit_dtype(to, [&](auto d) {
+      using D = decltype(d);
+      if constexpr (std::is_integral_v<S> && (std::is_same_v<D, float> || std::is_same_v<D, double> ||
+                                              std::is_same_v<D, std::int32_t>)) {
+        const S* p = static_cast<const S*>(src.data());
+        D* q = static_cast<D*>(out.data());
+        for (std::int64_t i = 0; i < src.numel(); ++i) q[i] = static_cast<D>(p[i]);
+      } else {
+        SHARDKIT_ASSERT(false, "convert_integers: from an integer dtype to float32, float64 or int32");
+      }
+    });
+  });
+  return out;
+}
+
 }  // namespace
 
 // ---- ShardContext --------------------------------------------------------------------------------------------------
@@ -79,12 +101,21 @@ Array ShardContext::pmin(const Array& x, const Axes& axes) {
 }
 
 Array ShardContext::pmean(const Array& x, const Axes& axes) {
-  SHARDKIT_CHECK(is_floating(x.dtype()) || is_complex(x.dtype()), "pmean of dtype ", x.dtype(),
-                 ": cast to a floating type first (the mean of integers is not an integer)");
-  Array y = psum(x, axes);
+  if (is_floating(x.dtype()) || is_complex(x.dtype())) {
+    Array y = psum(x, axes);
+    token_.wait();
+    divide(y, axis_size(axes));
+    return y;
+  }
+  // JAX's pmean is psum(x) / n: the sum stays integral (bool summed as int32, as JAX's psum does), the division
+  // promotes as jax.numpy does with 64-bit types enabled (64-bit integers to float64, the others to float32).
+  const DType out = x.dtype() == DType::kInt64 || x.dtype() == DType::kUInt64 ? DType::kFloat64 : DType::kFloat32;
+  const Array in = x.dtype() == DType::kBool ? convert_integers(x, DType::kInt32).to(x.device()) : x;
+  const Array sum = psum(in, axes);
   token_.wait();
+  Array y = convert_integers(sum, out);
   divide(y, axis_size(axes));
-  return y;
+  return y.to(x.device());
 }
 
 Array ShardContext::all_gather(const Array& x, const Axes& axes, int dim, bool tiled) {
@@ -175,45 +206,87 @@ std::uint64_t fnv1a(const void* data, std::size_t n, std::uint64_t h = 146959810
   return h;
 }
 
-// A hash of a block's shape, dtype and bytes.
+// A hash of a block's shape, dtype and values. Floating values are hashed in a canonical form so that the hash compares
+// values, not bytes: -0.0 as 0.0, every NaN as one NaN, float16 and bfloat16 through float.
 std::uint64_t block_hash(const Array& a) {
-  const Array host = a.to(Device::cpu());
+  const Array host = detail::packed(a.to(Device::cpu()));
   std::uint64_t h = fnv1a(a.shape().data(), a.shape().size() * sizeof(std::int64_t));
   const auto dt = static_cast<std::uint8_t>(a.dtype());
   h = fnv1a(&dt, 1, h);
-  return fnv1a(host.data(), host.nbytes(), h);
+  if (!is_floating(a.dtype()) && !is_complex(a.dtype())) return fnv1a(host.data(), host.nbytes(), h);
+  auto canonical = [](auto v) {
+    if (v != v) return std::numeric_limits<decltype(v)>::quiet_NaN();
+    return v == 0 ? decltype(v){0} : v;
+  };
+  visit_dtype(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(host.data());
+    for (std::int64_t i = 0; i < host.numel(); ++i) {
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        float f;
+        if constexpr (std::is_same_v<T, Half>)
+          f = canonical(half_to_float(p[i]));
+        else
+          f = canonical(bfloat16_to_float(p[i]));
+        h = fnv1a(&f, sizeof f, h);
+      } else if constexpr (std::is_floating_point_v<T>) {
+        const T v = canonical(p[i]);
+        h = fnv1a(&v, sizeof v, h);
+      } else if constexpr (requires { p[i].real(); }) {
+        const typename T::value_type parts[2] = {canonical(p[i].real()), canonical(p[i].imag())};
+        h = fnv1a(parts, sizeof parts, h);
+      }
+    }
+  });
+  return h;
+}
+
+// Mesh axes of size > 1 that `spec` does not name: the output must be equal along them.
+std::vector<std::string> promised_axes(const Mesh& mesh, const PartitionSpec& spec) {
+  std::vector<std::string> out;
+  for (const std::string& a : NamedSharding(mesh, spec).replicated_axes())
+    if (mesh.axis_size(a) > 1) out.push_back(a);
+  return out;
 }
 
 // Checks out_specs' replication promises of every output: ranks that differ only along axes an out_spec does not
-// name must hold identical blocks. One allgather of the hashes; every rank reaches the same verdict.
+// name must hold equal blocks. One allgather of the hashes of the outputs that promise something (none at one rank,
+// or when every out_spec names every axis); every rank reaches the same verdict.
 void check_replication(const Mesh& mesh, const std::vector<PartitionSpec>& out_specs, const std::vector<Array>& outs) {
-  std::vector<std::uint64_t> mine(outs.size());
-  for (std::size_t i = 0; i < outs.size(); ++i) mine[i] = block_hash(outs[i]);
   Communicator& comm = *mesh.comm();
   const int p = comm.size();
-  const auto n = static_cast<std::int64_t>(outs.size());
-  if (n == 0 || p == 1) return;
+  if (p == 1) return;
+  std::vector<std::size_t> checked;
+  std::vector<std::vector<std::string>> free_axes;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    std::vector<std::string> f = promised_axes(mesh, out_specs[i]);
+    if (f.empty()) continue;
+    checked.push_back(i);
+    free_axes.push_back(std::move(f));
+  }
+  if (checked.empty()) return;
+  const auto n = static_cast<std::int64_t>(checked.size());
+  std::vector<std::uint64_t> mine(checked.size());
+  for (std::size_t k = 0; k < checked.size(); ++k) mine[k] = block_hash(outs[checked[k]]);
   Array send = Array::from_values<std::uint64_t>(std::span<const std::uint64_t>(mine));
   Array all = Array::empty({p * n}, DType::kUInt64);
   comm.allgather(send, all).wait();
   const auto* h = all.data_as<std::uint64_t>();
-  for (std::size_t i = 0; i < outs.size(); ++i) {
-    const NamedSharding s(mesh, out_specs[i]);
-    const std::vector<std::string> free_axes = s.replicated_axes();
-    if (free_axes.empty()) continue;
+  for (std::size_t k = 0; k < checked.size(); ++k) {
+    const std::size_t i = checked[k];
     // Compare each rank with the rank that has coordinate 0 on every unnamed axis.
     for (int r = 0; r < p; ++r) {
       std::vector<std::int64_t> c = mesh.coords(r);
-      for (const auto& a : free_axes) c[mesh.axis_position(a)] = 0;
+      for (const auto& a : free_axes[k]) c[mesh.axis_position(a)] = 0;
       const int base = mesh.rank_at(c);
-      if (h[r * n + i] != h[base * n + i]) {
+      if (h[r * n + static_cast<std::int64_t>(k)] != h[base * n + static_cast<std::int64_t>(k)]) {
         std::string names;
-        for (const auto& a : free_axes) names += (names.empty() ? "'" : ", '") + a + "'";
+        for (const auto& a : free_axes[k]) names += (names.empty() ? "'" : ", '") + a + "'";
         throw InvalidArgument(detail::concat(
             "shard_map: out_specs[", i, "] = ", out_specs[i].to_string(), " promises that output ", i,
             " is replicated over mesh axes ", names, ", but ranks ", base, " and ", r,
             " (which differ only along them) produced different blocks. Name the axis in the out_spec, make the "
-            "blocks equal (e.g. with psum), or pass check_rep=false"));
+            "blocks equal (e.g. with psum), or turn the check off (check_vma=False in Python, check_rep=false in C++)"));
       }
     }
   }

@@ -24,14 +24,14 @@ def test_mesh_and_specs(sk, size, line):
     assert P("x") == P("x", None)
     assert list(P(("x", "y"), None)) == [("x", "y"), None]
     assert len(P()) == 0
-    with pytest.raises(ValueError, match="mesh size must equal"):
+    with pytest.raises(sk.InvalidArgument, match="mesh size must equal"):
         sk.Mesh((size + 1,), ("x",))
-    with pytest.raises(ValueError, match="used twice"):
+    with pytest.raises(sk.InvalidArgument, match="used twice"):
         sk.Mesh((1, size), ("x", "x"))
     abstract = sk._core.Mesh.abstract([4, 2], ["x", "y"])
     s = sk.NamedSharding(abstract, P("x", "y"))
-    assert s.shard_shape([8, 4]) == [2, 2]
-    assert sk.NamedSharding(abstract, P(("x", "y"))).shard_shape([8, 4]) == [1, 4]
+    assert s.shard_shape([8, 4]) == (2, 2)  # a tuple, as JAX's
+    assert sk.NamedSharding(abstract, P(("x", "y"))).shard_shape([8, 4]) == (1, 4)
 
 
 def test_distribute_gather_allgather(sk, rank, size, grid):
@@ -42,7 +42,7 @@ def test_distribute_gather_allgather(sk, rank, size, grid):
     assert x.shape == g.shape and x.dtype == "float64"
     idx = s.index(list(g.shape), rank)
     np.testing.assert_array_equal(x.local, g[idx[0][0]:idx[0][1], idx[1][0]:idx[1][1]])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="read-only"):
         x.local[0, 0] = 1  # local blocks are read-only views
     np.testing.assert_array_equal(sk.process_allgather(x), g)
     gathered = sk.gather(x, root=0)
@@ -54,11 +54,9 @@ def test_distribute_gather_allgather(sk, rank, size, grid):
 
 def test_uneven_opt_in(sk, size, line):
     g = np.arange(2 * size + 1, dtype=np.int32)
-    with pytest.raises(ValueError, match="not divisible"):
-        if size > 1:
+    if size > 1:  # everything divides by 1
+        with pytest.raises(sk.InvalidArgument, match=f"dimension 0 of size {2 * size + 1} is not divisible by {size}"):
             sk.distribute(g, sk.NamedSharding(line, sk.P("x")))
-        else:
-            raise ValueError("not divisible (trivially true on one rank)")
     x = sk.distribute(g, sk.NamedSharding(line, sk.P("x"), uneven=True))
     np.testing.assert_array_equal(sk.process_allgather(x), g)
 
@@ -76,11 +74,34 @@ def test_from_local_and_reshard(sk, rank, size, grid):
         np.testing.assert_array_equal(sk.process_allgather(y), g)
 
 
-def test_visualize(sk, size, grid):
-    x = sk.distribute(np.zeros((2 * size, 4)), sk.NamedSharding(grid, sk.P("x")))
+def test_visualize(sk, rank, size, line):
+    # One row of blocks of 2 columns over the line mesh: the grid, worked out by hand from the format (a row of column
+    # ranges, a rule, one cell per block naming the rank that holds it, a rule).
+    x = sk.distribute(np.zeros(2 * size), sk.NamedSharding(line, sk.P("x")))
     text = sk.visualize_sharding(x, print_on_rank=None)
-    assert "ranks" in text or "rank 0" in text
-    assert "NamedSharding" in text
+    width = max(len("rank 0"), len(f"{2 * (size - 1)}:{2 * size}"))
+    cols = "".join(f" {f'{2 * i}:{2 * i + 2}':<{width}}  " for i in range(size))
+    rule = "+" + "+".join("-" * (width + 2) for _ in range(size)) + "+"
+    cells = "|" + "|".join(f" {f'rank {i}':<{width}} " for i in range(size)) + "|"
+    assert text == (f"NamedSharding(mesh=Mesh(x={size}), spec=P('x')) of shape ({2 * size},)\n"
+                    f" {cols}\n{rule}\n{cells}\n{rule}\n")
+
+
+def test_visualize_permuted_mesh():
+    import shardkit as sk
+
+    # (2,2) as [[3, 1], [2, 0]] (abstract: no processes needed): each block shows the rank the device array puts there.
+    mesh = sk._core.Mesh.abstract([2, 2], ["x", "y"], [3, 1, 2, 0])
+    text = sk.visualize_sharding((4, 4), sk.NamedSharding(mesh, sk.P("x", "y")), print_on_rank=None)
+    assert text == ("NamedSharding(mesh=Mesh(x=2, y=2, devices=[3, 1, 2, 0]), spec=P('x', 'y')) of shape (4, 4)\n"
+                    "           cols 0:2   cols 2:4  \n"
+                    "         +----------+----------+\n"
+                    "rows 0:2 | rank 3   | rank 1   |\n"
+                    "         +----------+----------+\n"
+                    "rows 2:4 | rank 2   | rank 0   |\n"
+                    "         +----------+----------+\n")
+    rows = sk.visualize_sharding((4, 4), sk.NamedSharding(mesh, sk.P("x")), print_on_rank=None)
+    assert "rows 0:2 | ranks 1,3 |" in rows and "rows 2:4 | ranks 0,2 |" in rows
 
 
 def test_shard_map_call_and_decorator(sk, rank, size, line):
@@ -150,13 +171,32 @@ def test_check_rep(sk, rank, size, line):
         pytest.skip("one rank is always replicated")
     x = sk.distribute(np.arange(size, dtype=np.float32), sk.NamedSharding(line, P("x")))
     body = lambda b: b + 0  # noqa: E731
-    with pytest.raises(ValueError, match="promises that output 0 is replicated"):
+    with pytest.raises(sk.InvalidArgument, match="promises that output 0 is replicated over mesh axes 'x'"):
         sk.shard_map(body, mesh=line, in_specs=P("x"), out_specs=P())(x)
     sk.shard_map(body, mesh=line, in_specs=P("x"), out_specs=P(), check_rep=False)(x)  # no error
+    sk.shard_map(body, mesh=line, in_specs=P("x"), out_specs=P(), check_vma=False)(x)  # JAX's current name
+    with pytest.raises(sk.InvalidArgument, match="promises that output 0"):
+        sk.shard_map(body, mesh=line, in_specs=P("x"), out_specs=P(), check_vma=True, check_rep=True)(x)
+    with pytest.raises(sk.InvalidArgument, match="check_vma=False and check_rep=True disagree"):
+        sk.shard_map(body, mesh=line, in_specs=P("x"), out_specs=P(), check_vma=False, check_rep=True)
+
+
+def test_check_vma_compares_values_not_bytes(sk, rank, size, line):
+    P = sk.P
+    if size == 1:
+        pytest.skip("one rank is always replicated")
+    odd = rank % 2 == 1
+    # -0.0 and 0.0, and NaNs of different bit patterns, are equal values: the promise of P() holds.
+    same = np.array([-0.0 if odd else 0.0, -np.nan if odd else np.nan, 1.5], np.float32)
+    out = sk.shard_map(lambda: same, mesh=line, in_specs=(), out_specs=P())()
+    assert out.shape == (3,)
+    differ = np.array([1.0 if odd else 2.0])
+    with pytest.raises(sk.InvalidArgument, match="promises that output 0 is replicated"):
+        sk.shard_map(lambda: differ, mesh=line, in_specs=(), out_specs=P())()
 
 
 def test_collectives_outside_shard_map_are_refused(sk):
-    with pytest.raises(ValueError, match="inside a shard_map"):
+    with pytest.raises(sk.InvalidArgument, match="can only be called inside a shard_map body"):
         sk.psum(np.ones(2), "x")
 
 
@@ -198,13 +238,13 @@ def test_bad_input(sk, line):
     P = sk.P
     x = sk.distribute(np.zeros(4 * sk.size()), sk.NamedSharding(line, P("x")))
     ident = lambda b: b  # noqa: E731
-    with pytest.raises(ValueError, match="unknown mesh axis 'q'"):
+    with pytest.raises(sk.InvalidArgument, match="unknown mesh axis 'q'"):
         sk.shard_map(ident, mesh=line, in_specs=P("q"), out_specs=P("x"))(x)
-    with pytest.raises(ValueError, match="used twice|uses mesh axis 'x' twice"):
+    with pytest.raises(sk.InvalidArgument, match="uses mesh axis 'x' twice"):
         sk.NamedSharding(line, P("x", "x"))
-    with pytest.raises(ValueError, match="one in_spec per argument"):
+    with pytest.raises(sk.InvalidArgument, match="one in_spec per argument"):
         sk.shard_map(ident, mesh=line, in_specs=(P("x"), P()), out_specs=P("x"))(x)
-    with pytest.raises(ValueError, match="has 2 entries but the array has rank 1"):
+    with pytest.raises(sk.InvalidArgument, match="has 2 entries but the array has rank 1"):
         sk.shard_map(ident, mesh=line, in_specs=P(None, "x"), out_specs=P("x"))(x)
 
 
@@ -235,5 +275,206 @@ def test_matmul_every_algorithm(sk, size, line, grid):
     assert isinstance(sk._core.matmul_overlap_default(), bool)
     with pytest.raises(TypeError):
         sk.matmul(xa, xb, overlap="yes")
-    with pytest.raises(ValueError, match="unknown matmul algorithm"):
+    with pytest.raises(sk.InvalidArgument, match="unknown matmul algorithm"):
         sk.matmul(xa, xb, algorithm="strassen")
+
+
+# ---- device order (rank devices.flat[p] at position p, as JAX places devices) -----------------------------------------
+
+# Per world size, meshes as device arrays: the array, the mesh axes, and for axis sets `axes` by rank the hand-worked
+# axis_index over `axes` and the ranks an all_gather along `axes` delivers (in coordinate order).
+PERMUTED = {
+    1: [([0], ("x",), [(("x",), [0], [[0]])])],
+    2: [([1, 0], ("x",), [(("x",), [1, 0], [[1, 0], [1, 0]])])],
+    3: [([2, 0, 1], ("x",), [(("x",), [1, 2, 0], [[2, 0, 1]] * 3)])],
+    4: [
+        ([[3, 1], [2, 0]], ("x", "y"), [
+            (("x",), [1, 0, 1, 0], [[1, 0], [1, 0], [3, 2], [3, 2]]),
+            (("y",), [1, 1, 0, 0], [[2, 0], [3, 1], [2, 0], [3, 1]]),
+            (("x", "y"), [3, 1, 2, 0], [[3, 1, 2, 0]] * 4),
+            (("y", "x"), [3, 2, 1, 0], [[3, 2, 1, 0]] * 4),
+        ]),
+        # (2,1,2): rank 1 at (0,0,0), 3 at (0,0,1), 0 at (1,0,0), 2 at (1,0,1).
+        ([[[1, 3]], [[0, 2]]], ("x", "y", "z"), [
+            (("x",), [1, 0, 1, 0], [[1, 0], [1, 0], [3, 2], [3, 2]]),
+            (("z",), [0, 0, 1, 1], [[0, 2], [1, 3], [0, 2], [1, 3]]),
+            (("z", "y", "x"), [1, 0, 3, 2], [[1, 0, 3, 2]] * 4),
+        ]),
+        ([2, 0, 3, 1], ("x",), [(("x",), [1, 3, 0, 2], [[2, 0, 3, 1]] * 4)]),
+    ],
+}
+
+
+@pytest.mark.parametrize("which", range(3))
+def test_mesh_honours_the_device_order(sk, rank, size, which):
+    P = sk.P
+    if which >= len(PERMUTED[size]):
+        pytest.skip(f"{len(PERMUTED[size])} permuted mesh(es) at {size} ranks")
+    devices, names, cases = PERMUTED[size][which]
+    mesh = sk.Mesh(np.array(devices), names)
+    np.testing.assert_array_equal(mesh.devices, np.array(devices))
+    assert mesh.rank_at(mesh.coords(rank)) == rank
+    for axes, index, gathered in cases:
+        @sk.shard_map(mesh=mesh, in_specs=(), out_specs=(P(names), P(names), P(names)))
+        def body():
+            me = np.array([rank])
+            return (np.array([sk.axis_index(axes)]), sk.all_gather(me, axes, tiled=True)[None],
+                    sk.all_gather(me, axes)[None, :, 0])  # untiled: stacked, shape (k, 1)
+
+        idx, tiled, stacked = body()
+        assert idx.local.tolist() == [index[rank]], axes
+        assert tiled.local.tolist() == [gathered[rank]], axes
+        assert stacked.local.tolist() == [gathered[rank]], axes
+
+
+def test_blocks_follow_the_device_order(sk, rank, size):
+    P = sk.P
+    devices, names, _ = PERMUTED[size][0]
+    mesh = sk.Mesh(np.array(devices), names)
+    # Rank devices.flat[p] holds block p of arange (row-major over the mesh), worked out by hand.
+    g = np.arange(4.0 * size).reshape(2 * size, 2) if size < 4 else np.arange(16.0).reshape(4, 4)
+    want = {
+        1: {0: [[0, 1], [2, 3]]},
+        2: {1: [[0, 1], [2, 3]], 0: [[4, 5], [6, 7]]},
+        3: {2: [[0, 1], [2, 3]], 0: [[4, 5], [6, 7]], 1: [[8, 9], [10, 11]]},
+        4: {3: [[0, 1], [4, 5]], 1: [[2, 3], [6, 7]], 2: [[8, 9], [12, 13]], 0: [[10, 11], [14, 15]]},
+    }[size]
+    s = sk.NamedSharding(mesh, P(*names))
+    x = sk.distribute(g, s)
+    assert x.local.tolist() == want[rank]
+    np.testing.assert_array_equal(sk.process_allgather(x), g)
+    back = sk.from_local(np.array(want[rank], np.float64), g.shape, s)
+    np.testing.assert_array_equal(sk.process_allgather(back), g)
+
+
+def test_mesh_device_array_errors(sk, size):
+    with pytest.raises(sk.InvalidArgument, match=r"device array holds rank 0 twice \(it must be a permutation"):
+        sk.Mesh(np.zeros(size + 1, dtype=int), "x")
+    with pytest.raises(sk.InvalidArgument, match=f"device array holds rank {size}, outside 0..{size - 1}"):
+        sk.Mesh(np.arange(1, size + 1), "x")
+    with pytest.raises(sk.InvalidArgument, match="a device is a rank .an int. or an object with an integer .id"):
+        sk.Mesh(np.arange(size, dtype=float), "x")
+
+    class Device:  # as JAX's devices: an object with an integer id
+        def __init__(self, i):
+            self.id = i
+
+    mesh = sk.Mesh(np.array([Device(i) for i in reversed(range(size))], dtype=object), "x")
+    assert mesh.devices.tolist() == list(reversed(range(size)))
+    assert sk.Mesh([Device(i) for i in range(size)], "x").devices.tolist() == list(range(size))
+
+
+def test_named_sharding_jax_methods(sk, rank, size, line):
+    P = sk.P
+    mesh = sk._core.Mesh.abstract([2, 2], ["x", "y"], [3, 1, 2, 0])
+    s = sk.NamedSharding(mesh, P("x", "y"))
+    # As jax.sharding.NamedSharding(Mesh(devices[[3, 1, 2, 0]].reshape(2, 2)), P('x', 'y')).devices_indices_map((4, 6)).
+    assert s.devices_indices_map((4, 6)) == {
+        3: (slice(0, 2), slice(0, 3)), 1: (slice(0, 2), slice(3, 6)),
+        2: (slice(2, 4), slice(0, 3)), 0: (slice(2, 4), slice(3, 6))}
+    assert list(s.devices_indices_map((4, 6))) == [3, 1, 2, 0]  # in the device array's order
+    # 3-d, (2,2,2) as [5, 2, 7, 0, 4, 1, 6, 3], rows over (z, y) and columns over x (checked against JAX's too).
+    cube = sk._core.Mesh.abstract([2, 2, 2], ["x", "y", "z"], [5, 2, 7, 0, 4, 1, 6, 3])
+    assert sk.NamedSharding(cube, P(("z", "y"), "x")).devices_indices_map((4, 6)) == {
+        5: (slice(0, 1), slice(0, 3)), 2: (slice(2, 3), slice(0, 3)), 7: (slice(1, 2), slice(0, 3)),
+        0: (slice(3, 4), slice(0, 3)), 4: (slice(0, 1), slice(3, 6)), 1: (slice(2, 3), slice(3, 6)),
+        6: (slice(1, 2), slice(3, 6)), 3: (slice(3, 4), slice(3, 6))}
+    # A dimension that is not cut is slice(None), as in JAX.
+    assert sk.NamedSharding(mesh, P("y")).devices_indices_map((4, 6))[1] == (slice(2, 4), slice(None))
+    assert s.shard_shape((4, 6)) == (2, 3)
+    assert s.num_devices == 4
+    assert not s.is_fully_replicated
+    assert sk.NamedSharding(mesh, P()).is_fully_replicated
+    assert sk.NamedSharding(sk._core.Mesh.abstract([1, 4], ["x", "y"]), P("x")).is_fully_replicated  # axis of size 1
+    with pytest.raises(sk.InvalidArgument, match="an abstract mesh has no rank of its own"):
+        s.addressable_devices_indices_map((4, 6))
+    mine = sk.NamedSharding(line, P("x")).addressable_devices_indices_map((2 * size,))
+    assert mine == {rank: ((slice(2 * rank, 2 * rank + 2) if size > 1 else slice(None)),)}
+
+
+# ---- JAX's behaviour where shardkit departed: pmean of integers, weak psum of scalars, shard_map spellings ------------
+
+def test_pmean_of_integers_is_the_floating_mean(sk, rank, size, line):
+    P = sk.P
+    mean = (size - 1) / 2  # of the ranks 0..size-1
+
+    @sk.shard_map(mesh=line, in_specs=(), out_specs=(P(), P(), P(), P()))
+    def body():
+        i32 = sk.pmean(np.array([rank], np.int32), "x")
+        i64 = sk.pmean(np.array([rank], np.int64), "x")
+        b = sk.pmean(np.array([True]), "x")
+        return i32, i64, b, np.array([sk.pmean(rank, "x")])
+
+    i32, i64, b, scalar = body()
+    assert i32.local.dtype == np.float32 and i32.local.tolist() == [mean]  # JAX: int32 / n is float32
+    assert i64.local.dtype == np.float64 and i64.local.tolist() == [mean]  # int64 / n is float64
+    assert b.local.dtype == np.float32 and b.local.tolist() == [1.0]
+    assert scalar.local.tolist() == [mean]
+
+
+def test_psum_of_a_python_scalar_is_weakly_typed(sk, size, line):
+    P = sk.P
+
+    @sk.shard_map(mesh=line, in_specs=(), out_specs=(P(), P()))
+    def body():
+        x = np.ones(3, np.float32)
+        n, f, t = sk.psum(1, "x"), sk.psum(2.5, "x"), sk.psum(True, "x")
+        assert type(n) is int and n == size
+        assert type(f) is float and f == 2.5 * size
+        assert type(t) is int and t == size  # bools are summed as ints, as in JAX
+        assert type(sk.pmax(3, "x")) is int
+        return x * 0 + n, x * 0 + f
+
+    ints, floats = body()
+    assert ints.local.dtype == np.float32 and ints.local.tolist() == [size] * 3
+    assert floats.local.dtype == np.float32 and floats.local.tolist() == [2.5 * size] * 3
+
+
+def test_shard_map_infers_mesh_and_in_specs(sk, rank, size, grid):
+    P = sk.P
+    g = np.arange(4.0 * size).reshape(2 * size, 2)
+    x = sk.distribute(g, sk.NamedSharding(grid, P(("x", "y"))))
+    # in_specs left out (JAX's Infer): each ShardedArray keeps its spec, a plain array is replicated; mesh left out:
+    # the arguments' mesh.
+    y = sk.shard_map(lambda b, c: b + c, out_specs=P(("x", "y")))(x, np.float64(10.0) * np.ones(2))
+    assert y.mesh == grid
+    np.testing.assert_array_equal(y.local, g[2 * rank:2 * rank + 2] + 10)
+    z = sk.shard_map(lambda b: b * 2, out_specs=P(("x", "y")), axis_names={"x", "y"})(x)  # every axis: manual
+    np.testing.assert_array_equal(sk.process_allgather(z), g * 2)
+    with pytest.raises(sk.InvalidArgument, match=r"no mesh given and no ShardedArray argument .* pass mesh="):
+        sk.shard_map(lambda b: b, out_specs=P())(np.ones(2))
+    with pytest.raises(sk.InvalidArgument, match=r"axis_names=\['x'\] leaves mesh axes \['y'\] automatic"):
+        sk.shard_map(lambda b: b, out_specs=P(("x", "y")), axis_names={"x"})(x)
+    with pytest.raises(sk.InvalidArgument, match=r"axis_names names \['q'\], not axes of"):
+        sk.shard_map(lambda b: b, out_specs=P(("x", "y")), axis_names={"q"})(x)
+    with pytest.raises(sk.InvalidArgument, match="in_specs=None .JAX's static inputs. is not supported"):
+        sk.shard_map(lambda b: b, mesh=grid, in_specs=None, out_specs=P())
+
+
+def test_all_gather_to_and_axis_index_groups(sk, rank, size, line):
+    P = sk.P
+    groups = [list(range(size))]
+
+    @sk.shard_map(mesh=line, in_specs=(), out_specs=(P(), P()))
+    def body():
+        me = np.array([rank])
+        return sk.all_gather(me, "x", tiled=True, to="invarying"), sk.all_gather(me, "x", tiled=True, to="varying")
+
+    inv, var = body()
+    assert inv.local.tolist() == var.local.tolist() == list(range(size))
+
+    refused = {
+        "psum": lambda b: sk.psum(b, "x", axis_index_groups=groups),
+        "pmax": lambda b: sk.pmax(b, "x", axis_index_groups=groups),
+        "pmean": lambda b: sk.pmean(b, "x", axis_index_groups=groups),
+        "all_gather": lambda b: sk.all_gather(b, "x", axis_index_groups=groups),
+        "psum_scatter": lambda b: sk.psum_scatter(b, "x", axis_index_groups=groups),
+        "all_to_all": lambda b: sk.all_to_all(b, "x", 0, 0, axis_index_groups=groups),
+    }
+    for op, f in refused.items():
+        with pytest.raises(sk.InvalidArgument, match=f"{op}: axis_index_groups is not supported. Give the groups a "
+                                                     "mesh axis of their own"):
+            sk.shard_map(f, mesh=line, in_specs=P("x"), out_specs=P("x"))(np.ones(size))
+    with pytest.raises(sk.InvalidArgument, match="to='reduced' is not supported.*use to='varying'"):
+        sk.shard_map(lambda b: sk.all_gather(b, "x", to="reduced"), mesh=line, in_specs=P("x"),
+                     out_specs=P("x"))(np.ones(size))

@@ -53,7 +53,6 @@ TEST(ShardContext, Reductions) {
     Array mean = sum.clone();
     for (std::int64_t i = 0; i < 72; ++i) mean.data_as<double>()[i] /= static_cast<double>(group.size());
     EXPECT_TRUE(allclose(ctx.pmean(x, axes), mean, 1e-15, 0.0));
-    EXPECT_THROW(ctx.pmean(Array::zeros({2}, DType::kInt32), axes), InvalidArgument);
   });
 }
 
@@ -173,6 +172,97 @@ TEST(ShardContext, Pbroadcast) {
     EXPECT_TRUE(equal(ctx.pbroadcast(input_of(m.rank()), axes, k - 1), all[group[k - 1]]));
     EXPECT_THROW(ctx.pbroadcast(input_of(m.rank()), axes, k), InvalidArgument);
   });
+}
+
+// On permuted meshes (rank devices[p] at row-major position p), axis indices and the order in which collectives
+// along an axis deliver blocks follow the mesh coordinates, not the ranks. Each rank contributes its rank number;
+// the expected orders are worked out by hand from the device arrays of permuted_meshes().
+struct PermutedCase {
+  Axes axes;
+  std::vector<std::vector<double>> gathered;  // by rank: the ranks along `axes`, in axis-index order
+  std::vector<std::int64_t> index;            // by rank: axis_index(axes)
+};
+
+std::vector<PermutedCase> permuted_cases(const Mesh& m) {
+  if (m.size() == 2) return {{"x", {{1, 0}, {1, 0}}, {1, 0}}};                  // [1, 0]
+  if (m.size() == 3) return {{"x", {{2, 0, 1}, {2, 0, 1}, {2, 0, 1}}, {1, 2, 0}}};  // [2, 0, 1]
+  const std::vector<double> line = {2, 0, 3, 1};
+  if (m.ndim() == 1) return {{"x", {line, line, line, line}, {1, 3, 0, 2}}};  // [2, 0, 3, 1]
+  if (m.ndim() == 2) {
+    // [[3, 1], [2, 0]]: columns (x varies) are {3, 2} and {1, 0}; rows (y varies) {3, 1} and {2, 0}.
+    const std::vector<double> xy = {3, 1, 2, 0}, yx = {3, 2, 1, 0};
+    return {{"x", {{1, 0}, {1, 0}, {3, 2}, {3, 2}}, {1, 0, 1, 0}},
+            {"y", {{2, 0}, {3, 1}, {2, 0}, {3, 1}}, {1, 1, 0, 0}},
+            {Axes{"x", "y"}, {xy, xy, xy, xy}, {3, 1, 2, 0}},
+            {Axes{"y", "x"}, {yx, yx, yx, yx}, {3, 2, 1, 0}}};
+  }
+  // (2,1,2) as [1, 3, 0, 2]: rank 1 at (0,0,0), 3 at (0,0,1), 0 at (1,0,0), 2 at (1,0,1).
+  const std::vector<double> zyx = {1, 0, 3, 2};
+  return {{"x", {{1, 0}, {1, 0}, {3, 2}, {3, 2}}, {1, 0, 1, 0}},
+          {"z", {{0, 2}, {1, 3}, {0, 2}, {1, 3}}, {0, 0, 1, 1}},
+          {"y", {{0}, {1}, {2}, {3}}, {0, 0, 0, 0}},
+          {Axes{"z", "y", "x"}, {zyx, zyx, zyx, zyx}, {1, 0, 3, 2}}};
+}
+
+TEST(ShardContext, PermutedMeshesFollowCoordinates) {
+  const std::vector<Mesh> meshes = permuted_meshes();
+  if (meshes.empty()) GTEST_SKIP() << "one rank has one order";
+  for (const Mesh& m : meshes) {
+    ShardContext ctx(m);
+    const int me = m.rank();
+    for (const PermutedCase& c : permuted_cases(m)) {
+      SCOPED_TRACE(m.to_string() + " axes " + c.axes.to_string());
+      const std::vector<double>& order = c.gathered[me];
+      const auto k = static_cast<std::int64_t>(order.size());
+      const std::int64_t i = c.index[me];
+      EXPECT_EQ(ctx.axis_index(c.axes), i);
+      const Array x = Array::from_values<double>({static_cast<double>(me)});
+      EXPECT_EQ(ctx.all_gather(x, c.axes, 0, /*tiled=*/true).to_vector<double>(), order);
+      const Array stacked = ctx.all_gather(x, c.axes, 0, /*tiled=*/false);
+      EXPECT_EQ(stacked.shape(), (Shape{k, 1}));
+      EXPECT_EQ(stacked.to_vector<double>(), order);
+      // A cyclic shift i -> i + 1 along the axes: each rank receives from the one before it in coordinate order.
+      std::vector<std::pair<int, int>> shift;
+      for (int j = 0; j < k; ++j) shift.emplace_back(j, static_cast<int>((j + 1) % k));
+      EXPECT_EQ(ctx.ppermute(x, c.axes, shift).to_vector<double>(),
+                (std::vector<double>{order[static_cast<std::size_t>((i + k - 1) % k)]}));
+      // psum_scatter of [10 * rank + j for j < k]: member i keeps entry i of the sum, 10 * sum(ranks) + k * i.
+      std::vector<double> v;
+      for (std::int64_t j = 0; j < k; ++j) v.push_back(10.0 * me + static_cast<double>(j));
+      double ranks = 0;
+      for (double r : order) ranks += r;
+      EXPECT_EQ(ctx.psum_scatter(Array::from_values<double>(std::span<const double>(v)), c.axes, 0, true)
+                    .to_vector<double>(),
+                (std::vector<double>{10.0 * ranks + static_cast<double>(k * i)}));
+    }
+  }
+}
+
+// JAX's pmean of integers is psum(x) / n with jax.numpy's promotion (64-bit types enabled): float64 for 64-bit
+// integers, float32 for smaller integers and bool (summed as int32).
+TEST(ShardContext, PmeanOfIntegersIsTheFloatingMean) {
+  const Mesh& m = test_meshes().front();  // the line over every rank
+  ShardContext ctx(m);
+  const int n = static_cast<int>(m.size()), r = m.rank();
+  // Sum over ranks of [r, 3r + 1] is [n(n-1)/2, 3n(n-1)/2 + n].
+  const double s0 = n * (n - 1) / 2.0, s1 = 3.0 * n * (n - 1) / 2.0 + n;
+  const Array i32 = ctx.pmean(Array::from_values<std::int32_t>({r, 3 * r + 1}), "x");
+  EXPECT_EQ(i32.dtype(), DType::kFloat32);
+  EXPECT_EQ(i32.to_vector<float>(), (std::vector<float>{static_cast<float>(s0) / static_cast<float>(n),
+                                                        static_cast<float>(s1) / static_cast<float>(n)}));
+  const Array u8 = ctx.pmean(Array::from_values<std::uint8_t>({static_cast<std::uint8_t>(r)}), "x");
+  EXPECT_EQ(u8.dtype(), DType::kFloat32);
+  EXPECT_EQ(u8.to_vector<float>(), (std::vector<float>{static_cast<float>(s0) / static_cast<float>(n)}));
+  const Array i64 = ctx.pmean(Array::from_values<std::int64_t>({r, 3 * r + 1}), "x");
+  EXPECT_EQ(i64.dtype(), DType::kFloat64);
+  EXPECT_EQ(i64.to_vector<double>(), (std::vector<double>{s0 / n, s1 / n}));
+  EXPECT_EQ(ctx.pmean(Array::from_values<std::uint64_t>({1}), "x").dtype(), DType::kFloat64);
+  // bool: the odd ranks hold true, n / 2 of them.
+  const Array b = ctx.pmean(Array::from_values<bool>({r % 2 == 1, true}), "x");
+  EXPECT_EQ(b.dtype(), DType::kFloat32);
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{static_cast<float>(n / 2) / static_cast<float>(n), 1.0f}));
+  // Floating dtypes keep theirs.
+  EXPECT_EQ(ctx.pmean(Array::from_values<float>({1.0f}), "x").dtype(), DType::kFloat32);
 }
 
 TEST(ShardContext, UnknownAndRepeatedAxes) {

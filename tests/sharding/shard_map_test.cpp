@@ -1,5 +1,8 @@
 // shard_map: in_specs / out_specs semantics, the check_rep run-time check, and bad input.
 
+#include <cmath>
+#include <limits>
+
 #include "sharding_test_util.hpp"
 
 namespace shardkit::testing {
@@ -83,10 +86,34 @@ TEST(ShardMap, CheckRepCatchesABrokenPromise) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("promises that output 0 is replicated over mesh axes 'x'"), std::string::npos)
         << e.what();
+    EXPECT_NE(std::string(e.what()).find("check_vma=False in Python, check_rep=false in C++"), std::string::npos)
+        << e.what();
   }
   // Without the check the promise is taken on trust: no error, and the result is built from the blocks.
   auto out = shard_map(body, m, {P("x")}, {P()}, {x}, ShardMapOptions{.check_rep = false});
   EXPECT_EQ(out[0].shape(), (Shape{1}));
+}
+
+// check_rep compares values, not bytes: -0.0 equals 0.0 and NaNs equal NaNs (whatever their payload or sign), as
+// a replicated result computed in different orders on different ranks may hold them; different values still fail.
+TEST(ShardMap, CheckRepComparesValuesNotBytes) {
+  const Mesh& m = test_meshes().front();
+  if (m.size() == 1) GTEST_SKIP() << "one rank is always replicated";
+  const bool odd = m.rank() % 2 == 1;
+  const float nan_a = std::numeric_limits<float>::quiet_NaN();
+  const float nan_b = -std::numeric_limits<float>::quiet_NaN();  // another bit pattern
+  auto run = [&](Array block) {
+    return shard_map([&](ShardContext&, std::span<const Array>) { return std::vector<Array>{block}; }, m, {}, {P()},
+                     {});
+  };
+  EXPECT_NO_THROW(run(Array::from_values<float>({odd ? -0.0f : 0.0f, odd ? nan_b : nan_a, 1.5f})));
+  EXPECT_NO_THROW(run(Array::from_values<double>({odd ? -0.0 : 0.0, odd ? -std::nan("7") : std::nan("")})));
+  EXPECT_NO_THROW(run(Array::from_values<std::complex<float>>({{odd ? -0.0f : 0.0f, odd ? nan_b : nan_a}})));
+  EXPECT_NO_THROW(run(Array::from_values<Half>({float_to_half(odd ? -0.0f : 0.0f), float_to_half(odd ? nan_b : nan_a)})));
+  EXPECT_THROW(run(Array::from_values<float>({odd ? 1.0f : 2.0f})), InvalidArgument);
+  EXPECT_THROW(run(Array::from_values<float>({odd ? nan_a : 0.0f})), InvalidArgument);
+  // Integers are compared as they are.
+  EXPECT_THROW(run(Array::from_values<std::int32_t>({odd ? 1 : 0})), InvalidArgument);
 }
 
 TEST(ShardMap, SeedMatmulRowShardedTimesReplicated) {

@@ -27,6 +27,45 @@ TEST(Distribute, ScatterAndGatherRoundTrip) {
   }
 }
 
+// distribute, gather and from_local on permuted meshes: rank devices[p] holds the block of position p. Blocks of
+// arange worked out by hand from the device arrays of permuted_meshes().
+TEST(Distribute, PermutedMeshesPlaceBlocksByDeviceOrder) {
+  const std::vector<Mesh> meshes = permuted_meshes();
+  if (meshes.empty()) GTEST_SKIP() << "one rank has one order";
+  for (const Mesh& m : meshes) {
+    SCOPED_TRACE(m.to_string());
+    const int r = m.rank();
+    Array g;
+    PartitionSpec spec;
+    std::vector<std::vector<double>> want;  // by rank, row-major
+    if (m.ndim() == 1) {
+      g = iota({2 * m.size()});
+      spec = P("x");
+      if (m.size() == 2) want = {{2, 3}, {0, 1}};                              // [1, 0]
+      if (m.size() == 3) want = {{2, 3}, {4, 5}, {0, 1}};                      // [2, 0, 1]
+      if (m.size() == 4) want = {{2, 3}, {6, 7}, {0, 1}, {4, 5}};              // [2, 0, 3, 1]
+    } else if (m.ndim() == 2) {
+      g = iota({4, 4});
+      spec = P("x", "y");  // [[3, 1], [2, 0]]
+      want = {{10, 11, 14, 15}, {2, 3, 6, 7}, {8, 9, 12, 13}, {0, 1, 4, 5}};
+    } else {
+      g = iota({4, 2});
+      spec = P(Axes{"z", "x"});  // (2,1,2) as [1, 3, 0, 2]: row index z * 2 + x
+      want = {{2, 3}, {0, 1}, {6, 7}, {4, 5}};
+    }
+    const NamedSharding s(m, spec);
+    ShardedArray x = distribute(g, s);
+    EXPECT_EQ(x.local().contiguous().to_vector<double>(), want[r]);
+    Array back = gather(x, 0);
+    if (r == 0) {
+      EXPECT_TRUE(equal(back, g));
+    }
+    // Each rank wraps its hand-made block: the global array comes back whole.
+    Array mine = Array::from_values<double>(std::span<const double>(want[r]), x.local().shape());
+    EXPECT_TRUE(equal(process_allgather(from_local(mine, g.shape(), s)), g));
+  }
+}
+
 TEST(Distribute, EveryDtype) {
   const Mesh& m = test_meshes().front();
   for (DType d : kAllDTypes) {
@@ -130,6 +169,21 @@ TEST(Visualize, ShowsWhichRanksHoldWhichBlock) {
   EXPECT_NE(w.find("cols 2:4"), std::string::npos) << w;
   const std::string line = visualize_sharding({6}, NamedSharding(Mesh::abstract({3}, {"x"}), P("x")));
   EXPECT_NE(line.find("| rank 0 | rank 1 | rank 2 |"), std::string::npos) << line;
+}
+
+TEST(Visualize, PermutedMeshShowsTheRanksWhereTheDeviceArrayPutsThem) {
+  const Mesh m = Mesh::abstract({2, 2}, {"x", "y"}, {3, 1, 2, 0});  // [[3, 1], [2, 0]]
+  EXPECT_EQ(visualize_sharding({4, 4}, NamedSharding(m, P("x", "y"))),
+            "NamedSharding(mesh=Mesh(x=2, y=2, devices=[3, 1, 2, 0]), spec=P('x', 'y')) of shape (4, 4)\n"
+            "           cols 0:2   cols 2:4  \n"
+            "         +----------+----------+\n"
+            "rows 0:2 | rank 3   | rank 1   |\n"
+            "         +----------+----------+\n"
+            "rows 2:4 | rank 2   | rank 0   |\n"
+            "         +----------+----------+\n");
+  const std::string rows = visualize_sharding({4, 4}, NamedSharding(m, P("x")));
+  EXPECT_NE(rows.find("rows 0:2 | ranks 1,3 |"), std::string::npos) << rows;
+  EXPECT_NE(rows.find("rows 2:4 | ranks 0,2 |"), std::string::npos) << rows;
 }
 
 }  // namespace

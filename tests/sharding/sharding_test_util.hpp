@@ -9,7 +9,28 @@
 
 namespace shardkit::testing {
 
-/// The meshes tested at the current world size: (1); (2), (2,1); (3); (4), (2,2), (1,4), (4,1).
+/// The permuted device orders tested at the current world size (JAX's Mesh(devices.reshape(shape), names) with the
+/// devices out of order): (2) as [1, 0]; (3) as [2, 0, 1]; (4) as [2, 0, 3, 1], (2,2) as [3, 1, 2, 0] and the 3-d
+/// (2,1,2) as [1, 3, 0, 2]. Rank devices[p] sits at row-major position p.
+inline std::vector<Mesh> permuted_meshes() {
+  std::vector<Mesh> m;
+  auto world = Communicator::world();
+  const int n = world->size();
+  if (n == 2) m.emplace_back(std::vector<std::int64_t>{2}, std::vector<std::string>{"x"}, std::vector<int>{1, 0}, world);
+  if (n == 3)
+    m.emplace_back(std::vector<std::int64_t>{3}, std::vector<std::string>{"x"}, std::vector<int>{2, 0, 1}, world);
+  if (n == 4) {
+    m.emplace_back(std::vector<std::int64_t>{4}, std::vector<std::string>{"x"}, std::vector<int>{2, 0, 3, 1}, world);
+    m.emplace_back(std::vector<std::int64_t>{2, 2}, std::vector<std::string>{"x", "y"}, std::vector<int>{3, 1, 2, 0},
+                   world);
+    m.emplace_back(std::vector<std::int64_t>{2, 1, 2}, std::vector<std::string>{"x", "y", "z"},
+                   std::vector<int>{1, 3, 0, 2}, world);
+  }
+  return m;
+}
+
+/// The meshes tested at the current world size: (1); (2), (2,1); (3); (4), (2,2), (1,4), (4,1); then the permuted
+/// ones of permuted_meshes().
 inline const std::vector<Mesh>& test_meshes() {
   static std::vector<Mesh> meshes = [] {
     std::vector<Mesh> m;
@@ -22,6 +43,7 @@ inline const std::vector<Mesh>& test_meshes() {
       m.emplace_back(std::vector<std::int64_t>{1, 4}, std::vector<std::string>{"x", "y"}, world);
       m.emplace_back(std::vector<std::int64_t>{4, 1}, std::vector<std::string>{"x", "y"}, world);
     }
+    for (Mesh& p : permuted_meshes()) m.push_back(std::move(p));
     return m;
   }();
   return meshes;

@@ -1,5 +1,7 @@
 // PartitionSpec, Mesh and NamedSharding: construction, parsing, shard shapes and index ranges, and bad input.
 
+#include <array>
+
 #include "sharding_test_util.hpp"
 
 namespace shardkit::testing {
@@ -77,6 +79,81 @@ TEST(Mesh, SizeMustEqualTheWorld) {
   EXPECT_EQ(ok.rank(), runtime().rank());
 }
 
+// Rank devices[p] sits at row-major position p (JAX's placement of devices.flat[p]); coordinates, axis indices and
+// to_string follow. Expected values worked out by hand from the device arrays.
+TEST(Mesh, DeviceOrderIsHonouredIn1d2dAnd3d) {
+  const Mesh line = Mesh::abstract({4}, {"x"}, {2, 0, 3, 1});
+  EXPECT_EQ(line.coords(2), (std::vector<std::int64_t>{0}));
+  EXPECT_EQ(line.coords(0), (std::vector<std::int64_t>{1}));
+  EXPECT_EQ(line.coords(1), (std::vector<std::int64_t>{3}));
+  EXPECT_EQ(line.rank_at({2}), 3);
+  for (auto [rank, index] : {std::pair{0, 1}, {1, 3}, {2, 0}, {3, 2}}) EXPECT_EQ(line.axis_index("x", rank), index);
+  EXPECT_FALSE(line.is_row_major());
+  EXPECT_EQ(line.to_string(), "Mesh(x=4, devices=[2, 0, 3, 1])");
+
+  // (2,2) as [[3, 1], [2, 0]]: rank 3 at (0,0), 1 at (0,1), 2 at (1,0), 0 at (1,1).
+  const Mesh grid = Mesh::abstract({2, 2}, {"x", "y"}, {3, 1, 2, 0});
+  const std::vector<std::vector<std::int64_t>> coords = {{1, 1}, {0, 1}, {1, 0}, {0, 0}};
+  // axis_index over x, y, (x, y), (y, x) for ranks 0..3.
+  const std::vector<std::array<std::int64_t, 4>> index = {{1, 1, 3, 3}, {0, 1, 1, 2}, {1, 0, 2, 1}, {0, 0, 0, 0}};
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(grid.coords(r), coords[r]);
+    EXPECT_EQ(grid.rank_at(coords[r]), r);
+    EXPECT_EQ(grid.axis_index("x", r), index[r][0]);
+    EXPECT_EQ(grid.axis_index("y", r), index[r][1]);
+    EXPECT_EQ(grid.axis_index(Axes{"x", "y"}, r), index[r][2]);
+    EXPECT_EQ(grid.axis_index(Axes{"y", "x"}, r), index[r][3]);
+  }
+  EXPECT_EQ(grid.devices(), (std::vector<int>{3, 1, 2, 0}));
+
+  // (2,2,2) as [5, 2, 7, 0, 4, 1, 6, 3]: position p is (p / 4, p / 2 % 2, p % 2).
+  const Mesh cube = Mesh::abstract({2, 2, 2}, {"x", "y", "z"}, {5, 2, 7, 0, 4, 1, 6, 3});
+  const std::vector<std::vector<std::int64_t>> cube_coords = {{0, 1, 1}, {1, 0, 1}, {0, 0, 1}, {1, 1, 1},
+                                                              {1, 0, 0}, {0, 0, 0}, {1, 1, 0}, {0, 1, 0}};
+  // axis_index over (z, x) and over (y, z, x) for ranks 0..7.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> cube_index = {{2, 6}, {3, 3}, {2, 2}, {3, 7},
+                                                                         {1, 1}, {0, 0}, {1, 5}, {0, 4}};
+  for (int r = 0; r < 8; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(cube.coords(r), cube_coords[r]);
+    EXPECT_EQ(cube.rank_at(cube_coords[r]), r);
+    EXPECT_EQ(cube.axis_index(Axes{"z", "x"}, r), cube_index[r].first);
+    EXPECT_EQ(cube.axis_index(Axes{"y", "z", "x"}, r), cube_index[r].second);
+  }
+  // The identity order is the default, and equality tells device orders apart.
+  EXPECT_TRUE(Mesh::abstract({2, 2}, {"x", "y"}, {0, 1, 2, 3}).is_row_major());
+  EXPECT_EQ(Mesh::abstract({2, 2}, {"x", "y"}).devices(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(Mesh::abstract({2, 2}, {"x", "y"}, {0, 1, 2, 3}).to_string(), "Mesh(x=2, y=2)");
+}
+
+TEST(Mesh, DeviceArrayMustBeAPermutationOfTheRanks) {
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string m = message([] { Mesh::abstract({2, 2}, {"x", "y"}, {0, 1, 1, 3}); });
+  EXPECT_NE(m.find("device array holds rank 1 twice (it must be a permutation of the ranks 0..3)"), std::string::npos)
+      << m;
+  m = message([] { Mesh::abstract({2, 2}, {"x", "y"}, {0, 1, 4, 3}); });
+  EXPECT_NE(m.find("device array holds rank 4, outside 0..3"), std::string::npos) << m;
+  m = message([] { Mesh::abstract({2}, {"x"}, {-1, 0}); });
+  EXPECT_NE(m.find("device array holds rank -1, outside 0..1"), std::string::npos) << m;
+  m = message([] { Mesh::abstract({2, 2}, {"x", "y"}, {0, 1, 2}); });
+  EXPECT_NE(m.find("the device array must hold one rank per position of the shape (2, 2)"), std::string::npos) << m;
+  // On a communicator as well (the check runs before the size is compared).
+  const int n = runtime().size();
+  std::vector<int> repeated(static_cast<std::size_t>(n), 0);
+  if (n > 1) {
+    m = message([&] { Mesh({n}, {"x"}, repeated); });
+    EXPECT_NE(m.find("device array holds rank 0 twice"), std::string::npos) << m;
+  }
+}
+
 // DESIGN.md's worked check: mesh (4,2) over ('x','y'), global (8,4).
 TEST(NamedSharding, WorkedExample) {
   const Mesh m = Mesh::abstract({4, 2}, {"x", "y"});
@@ -102,6 +179,33 @@ TEST(NamedSharding, IndexRangesFollowTheMesh) {
   EXPECT_TRUE(rep.is_primary(4));   // (2, 0)
   EXPECT_FALSE(rep.is_primary(5));  // (2, 1)
   EXPECT_TRUE(NamedSharding(m, P()).fully_replicated());
+}
+
+// Blocks on permuted meshes: rank devices[p] holds the block of position p. The expected ranges are worked out by
+// hand (and agree with jax.sharding.NamedSharding.devices_indices_map on the same device arrays).
+TEST(NamedSharding, BlocksFollowTheDeviceOrder) {
+  using R = std::vector<IndexRange>;
+  const NamedSharding line(Mesh::abstract({4}, {"x"}, {2, 0, 3, 1}), P("x"));
+  const std::vector<R> line_want = {{{2, 4}}, {{6, 8}}, {{0, 2}}, {{4, 6}}};
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(line.index({8}, r), line_want[r]) << "rank " << r;
+
+  const Mesh grid = Mesh::abstract({2, 2}, {"x", "y"}, {3, 1, 2, 0});
+  const std::vector<R> xy = {{{2, 4}, {3, 6}}, {{0, 2}, {3, 6}}, {{2, 4}, {0, 3}}, {{0, 2}, {0, 3}}};
+  const std::vector<R> x_only = {{{2, 4}, {0, 6}}, {{0, 2}, {0, 6}}, {{2, 4}, {0, 6}}, {{0, 2}, {0, 6}}};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(NamedSharding(grid, P("x", "y")).index({4, 6}, r), xy[r]) << "rank " << r;
+    EXPECT_EQ(NamedSharding(grid, P("x")).index({4, 6}, r), x_only[r]) << "rank " << r;
+  }
+  // The first copy of a replicated block is the one at coordinate 0 on the replicated axes: ranks 3 and 1 (x = 0).
+  const NamedSharding rows(grid, P("y"));
+  EXPECT_EQ((std::vector<bool>{rows.is_primary(0), rows.is_primary(1), rows.is_primary(2), rows.is_primary(3)}),
+            (std::vector<bool>{false, true, false, true}));
+
+  const NamedSharding cube(Mesh::abstract({2, 2, 2}, {"x", "y", "z"}, {5, 2, 7, 0, 4, 1, 6, 3}),
+                           P(Axes{"z", "y"}, "x"));
+  const std::vector<R> cube_want = {{{3, 4}, {0, 3}}, {{2, 3}, {3, 6}}, {{2, 3}, {0, 3}}, {{3, 4}, {3, 6}},
+                                    {{0, 1}, {3, 6}}, {{0, 1}, {0, 3}}, {{1, 2}, {3, 6}}, {{1, 2}, {0, 3}}};
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(cube.index({4, 6}, r), cube_want[r]) << "rank " << r;
 }
 
 TEST(NamedSharding, IndivisibleShapesNameDimensionSizeAndAxes) {

@@ -17,7 +17,7 @@ P = PartitionSpec
 
 __all__ = [
     "Mesh", "P", "PartitionSpec", "NamedSharding", "ShardedArray", "distribute", "from_local", "gather",
-    "process_allgather", "reshard", "visualize_sharding", "shard_map", "matmul", "choose_matmul_algorithm", "psum", "pmean", "pmax", "pmin",
+    "process_allgather", "reshard", "visualize_sharding", "shard_map", "Infer", "matmul", "choose_matmul_algorithm", "psum", "pmean", "pmax", "pmin",
     "all_gather", "psum_scatter", "ppermute", "all_to_all", "pbroadcast", "axis_index", "axis_size",
 ]
 
@@ -163,21 +163,85 @@ def _specs(specs, n: int | None, what: str) -> tuple[list, bool]:
     raise _core.InvalidArgument(f"{what} must be a P(...) or a tuple of P(...), got {specs!r}")
 
 
-def shard_map(f: Callable | None = None, *, mesh: Mesh, in_specs, out_specs, check_rep: bool = True):
-    """As jax.experimental.shard_map.shard_map: ``f`` runs once per rank on its blocks of the arguments.
+class _InferType:
+    """The default of shard_map's ``in_specs``: each argument keeps the sharding it has (JAX's ``Infer``)."""
+
+    def __repr__(self) -> str:
+        return "Infer"
+
+
+Infer = _InferType()
+
+_UNSET = object()
+
+
+def _check_flag(check_vma, check_rep) -> bool:
+    """check_vma (JAX's current name) with check_rep as its alias; both given must agree."""
+    if check_rep is _UNSET:
+        return True if check_vma is _UNSET else bool(check_vma)
+    if check_vma is _UNSET:
+        return bool(check_rep)
+    if bool(check_vma) != bool(check_rep):
+        raise _core.InvalidArgument(
+            f"shard_map: check_vma={check_vma!r} and check_rep={check_rep!r} disagree; check_rep is the old name of "
+            "check_vma, pass only check_vma")
+    return bool(check_vma)
+
+
+def _mesh_of(mesh, args) -> Mesh:
+    """The mesh given, or the one the ShardedArray arguments live on (JAX takes it from the context)."""
+    if mesh is not None:
+        return mesh
+    for a in args:
+        if isinstance(a, (ShardedArray, _core.ShardedArray)):
+            return _unwrap(a).sharding.mesh
+    raise _core.InvalidArgument(
+        "shard_map: no mesh given and no ShardedArray argument to take one from; pass mesh=sk.Mesh(...)")
+
+
+def _check_axis_names(mesh: Mesh, axis_names) -> None:
+    """JAX's axis_names: the axes f is manual over (empty: all). shardkit runs every mesh axis manually."""
+    if axis_names is None:
+        return
+    names = set(axis_names)
+    unknown = sorted(names - set(mesh.axis_names))
+    if unknown:
+        raise _core.InvalidArgument(
+            f"shard_map: axis_names names {unknown}, not axes of {mesh!r}")
+    if names and names != set(mesh.axis_names):
+        auto = [a for a in mesh.axis_names if a not in names]
+        raise _core.InvalidArgument(
+            f"shard_map: axis_names={sorted(names)} leaves mesh axes {auto} automatic, which shardkit does not do "
+            "(there is no compiler to partition over them): leave axis_names out (every axis manual), or build the "
+            "shard_map over a mesh with only the axes you name")
+
+
+def shard_map(f: Callable | None = None, /, *, out_specs, in_specs=Infer, mesh: Mesh | None = None,
+              axis_names=frozenset(), check_vma=_UNSET, check_rep=_UNSET):
+    """As jax.shard_map: ``f`` runs once per rank on its blocks of the arguments.
 
     ``in_specs`` gives one P per argument (a single P for a single argument): argument i is cut by
     NamedSharding(mesh, in_specs[i]), resharded first if it is held otherwise; plain arrays (NumPy, JAX, ...) are
-    global arrays every rank holds. ``out_specs`` says how the blocks f returns make up the results; a mesh axis
-    an out_spec does not name is a promise that the blocks are equal along it, checked when ``check_rep`` is on.
+    global arrays every rank holds. Left out (JAX's ``Infer``), each ShardedArray keeps its own spec and plain arrays
+    are replicated (P()). ``mesh`` left out is the mesh of the ShardedArray arguments. ``out_specs`` says how the
+    blocks f returns make up the results; a mesh axis an out_spec does not name is a promise that the blocks are equal
+    along it, checked when ``check_vma`` is on (``check_rep`` is its old name, still accepted). ``axis_names``, the
+    axes f is manual over, may only be empty or every mesh axis: shardkit has no automatic axes.
     Use as ``shard_map(f, mesh=..., in_specs=..., out_specs=...)(*args)`` or as a decorator.
     """
+    check = _check_flag(check_vma, check_rep)
+    if in_specs is None:
+        raise _core.InvalidArgument(
+            "shard_map: in_specs=None (JAX's static inputs) is not supported: close over static values in f, or "
+            "leave in_specs out to keep each argument's own sharding")
     if f is None:
-        return functools.partial(shard_map, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=check_rep)
+        return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
+                                 axis_names=axis_names, check_vma=check)
 
     @functools.wraps(f)
     def wrapped(*args):
-        ins, _ = _specs(in_specs, len(args), "in_specs")
+        m = _mesh_of(mesh, args)
+        _check_axis_names(m, axis_names)
         outs, single_out = _specs(out_specs, None, "out_specs")
         # Blocks and results go back in the framework of the first argument.
         framework = _framework(args[0]) if args else "numpy"
@@ -188,7 +252,11 @@ def shard_map(f: Callable | None = None, *, mesh: Mesh, in_specs, out_specs, che
             else:
                 # A global array every rank holds: replicated, cut by its in_spec without communication.
                 arr = _core.asarray(a)
-                sharded.append(_core.from_local(arr, list(arr.shape), NamedSharding(mesh, P())))
+                sharded.append(_core.from_local(arr, list(arr.shape), NamedSharding(m, P())))
+        if in_specs is Infer:
+            ins = [a.sharding.spec for a in sharded]
+        else:
+            ins, _ = _specs(in_specs, len(args), "in_specs")
 
         def body(ctx, blocks):
             result = f(*blocks)
@@ -198,7 +266,7 @@ def shard_map(f: Callable | None = None, *, mesh: Mesh, in_specs, out_specs, che
                 raise _core.InvalidArgument(f"out_specs has {len(outs)} entries but the function returned one value")
             return list(result)
 
-        results = _core.shard_map(body, mesh, ins, outs, sharded, check_rep, framework)
+        results = _core.shard_map(body, m, ins, outs, sharded, check, framework)
         wrapped_results = [ShardedArray(r, framework) for r in results]
         return wrapped_results[0] if single_out else tuple(wrapped_results)
 
@@ -207,11 +275,15 @@ def shard_map(f: Callable | None = None, *, mesh: Mesh, in_specs, out_specs, che
 
 # ---- axis collectives (inside a shard_map body) --------------------------------------------------------------------
 
-psum = _core.psum  # implemented in C++: a NumPy block's sum is computed into a NumPy result directly
+# psum/pmax/pmin are implemented in C++ (a NumPy block's sum is computed into a NumPy result directly); a Python
+# scalar gives a Python scalar (weakly typed, as JAX's psum(1, axis)); axis_index_groups is refused there.
+psum = _core.psum
 
 
-def pmean(x, axis_name):
-    """Mean over the ranks along the named axes (floating and complex dtypes)."""
+def pmean(x, axis_name, *, axis_index_groups=None):
+    """Mean over the ranks along the named axes. Integers and bool give JAX's psum(x) / n: float64 for 64-bit
+    integers, float32 for the others; a Python scalar gives a Python float."""
+    _core.refuse_axis_index_groups(axis_index_groups, "pmean")
     return _context().pmean(x, axis_name)
 
 
@@ -219,14 +291,22 @@ pmax = _core.pmax
 pmin = _core.pmin
 
 
-def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False):
+def all_gather(x, axis_name, *, axis_index_groups=None, axis: int = 0, tiled: bool = False, to: str = "varying"):
     """The blocks of the ranks along the named axes: stacked in a new dimension ``axis`` (tiled=False) or
-    concatenated along it (tiled=True)."""
+    concatenated along it (tiled=True). ``to``: "varying" (JAX's default) or "invarying" give the same values here
+    (shardkit does not type values by how they vary; the result is equal along the axes either way); "reduced" is
+    refused."""
+    _core.refuse_axis_index_groups(axis_index_groups, "all_gather")
+    if to not in ("varying", "invarying"):
+        raise _core.InvalidArgument(
+            f"all_gather: to={to!r} is not supported: shardkit has no reduced values; use to='varying' (the default) "
+            "or to='invarying' (the same values)")
     return _context().all_gather(x, axis_name, axis, tiled)
 
 
-def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = False):
+def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, axis_index_groups=None, tiled: bool = False):
     """Sum over the named axes, each rank keeping its part of ``scatter_dimension``."""
+    _core.refuse_axis_index_groups(axis_index_groups, "psum_scatter")
     return _context().psum_scatter(x, axis_name, scatter_dimension, tiled)
 
 
@@ -235,9 +315,10 @@ def ppermute(x, axis_name, perm):
     return _context().ppermute(x, axis_name, [tuple(p) for p in perm])
 
 
-def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool = False):
+def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, axis_index_groups=None, tiled: bool = False):
     """Splits ``split_axis`` across the ranks of the named axes and concatenates what arrives along
     ``concat_axis`` (JAX's shape rules for tiled and untiled)."""
+    _core.refuse_axis_index_groups(axis_index_groups, "all_to_all")
     return _context().all_to_all(x, axis_name, split_axis, concat_axis, tiled)
 
 

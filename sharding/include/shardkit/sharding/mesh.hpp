@@ -24,19 +24,28 @@ namespace detail {
 struct MeshState;
 }
 
-/// Processes arranged on named axes, like JAX's Mesh: ranks 0..P-1 of a communicator in row-major order over
-/// `shape`. A Mesh is a cheap handle: copies share the communicators made for its axes, which are created on first
-/// use (a collective over the mesh) and cached per axis subset.
+/// Processes arranged on named axes, like JAX's Mesh: the ranks 0..P-1 of a communicator placed on the positions of
+/// `shape`, row-major by default, or as a device array says (rank `devices[p]` at row-major position p, as JAX places
+/// device `devices.flat[p]`). Every mapping between ranks and coordinates (blocks, axis indices, the order of ranks
+/// in axis communicators) goes through coords() and rank_at(). A Mesh is a cheap handle: copies share the
+/// communicators made for its axes, which are created on first use (a collective over the mesh) and cached per axis
+/// subset.
 class Mesh {
  public:
+  /// Ranks in row-major order over `shape`.
   /// @throws InvalidArgument when names repeat or are empty, sizes are not positive, the product of the shape
   ///         exceeds INT_MAX (ranks are ints), or it differs from the communicator's size.
   Mesh(std::vector<std::int64_t> shape, std::vector<std::string> axis_names,
        std::shared_ptr<Communicator> comm = nullptr /* the world */);
+  /// Rank `devices[p]` at row-major position p of `shape` (JAX's Mesh(np.array(devices).reshape(shape), names)).
+  /// @throws InvalidArgument as above, or when `devices` is not a permutation of 0..size-1 (wrong length, a rank
+  ///         outside the range, a rank twice).
+  Mesh(std::vector<std::int64_t> shape, std::vector<std::string> axis_names, std::vector<int> devices,
+       std::shared_ptr<Communicator> comm = nullptr /* the world */);
 
  private:
   struct AbstractTag {};
-  Mesh(AbstractTag, std::vector<std::int64_t> shape, std::vector<std::string> axis_names);
+  Mesh(AbstractTag, std::vector<std::int64_t> shape, std::vector<std::string> axis_names, std::vector<int> devices);
 
  public:
   /// A 1-d mesh over every rank of `comm` (the world by default), with axis `name`.
@@ -45,7 +54,8 @@ class Mesh {
   static Mesh parse(std::string_view text, std::shared_ptr<Communicator> comm = nullptr);
   /// A mesh with no processes behind it (as JAX's AbstractMesh): shard shapes and index ranges can be worked out
   /// for any size, but rank() is -1 and anything that communicates raises InvalidArgument.
-  static Mesh abstract(std::vector<std::int64_t> shape, std::vector<std::string> axis_names);
+  static Mesh abstract(std::vector<std::int64_t> shape, std::vector<std::string> axis_names,
+                       std::vector<int> devices = {} /* row-major */);
 
   const std::vector<std::int64_t>& shape() const noexcept;
   const std::vector<std::string>& axis_names() const noexcept;
@@ -55,11 +65,15 @@ class Mesh {
   int axis_position(std::string_view name) const;
   /// Product of the sizes of `axes`. @throws InvalidArgument for unknown or repeated axes.
   std::int64_t axis_size(const Axes& axes) const;
-  /// Mesh coordinates of a rank.
+  /// The rank at each row-major position (JAX's mesh.devices, flattened; 0..size-1 in order unless permuted).
+  const std::vector<int>& devices() const noexcept;
+  /// True when rank p sits at row-major position p.
+  bool is_row_major() const noexcept;
+  /// Mesh coordinates of a rank. @throws InvalidArgument for a rank outside the mesh.
   std::vector<std::int64_t> coords(int rank) const;
-  /// The rank at some coordinates.
+  /// The rank at some coordinates. @throws InvalidArgument for coordinates outside the mesh.
   int rank_at(const std::vector<std::int64_t>& coords) const;
-  /// Row-major index of `rank` over `axes` (major to minor as given).
+  /// Row-major index of `rank`'s coordinates over `axes` (major to minor as given).
   std::int64_t axis_index(const Axes& axes, int rank) const;
   /// This process's rank in the mesh's communicator (-1 for an abstract mesh).
   int rank() const noexcept;
@@ -74,9 +88,9 @@ class Mesh {
   /// Checks that every axis exists and none repeats. @throws InvalidArgument.
   void validate_axes(const Axes& axes, std::string_view what) const;
 
-  /// "Mesh(x=2, y=2)".
+  /// "Mesh(x=2, y=2)", or "Mesh(x=2, y=2, devices=[3, 1, 2, 0])" when the ranks are not in row-major order.
   std::string to_string() const;
-  /// Same shape, names and communicator.
+  /// Same shape, names, device order and communicator.
   friend bool operator==(const Mesh& a, const Mesh& b) noexcept;
 
  private:

@@ -25,7 +25,8 @@ class ShardContext {
 
   /// Sum over the group.
   Array psum(const Array& x, const Axes& axes);
-  /// Mean over the group (floating and complex dtypes).
+  /// Mean over the group. Floating and complex dtypes keep theirs; integers and bool give JAX's psum(x) / n with
+  /// 64-bit types enabled: float64 for int64 and uint64, float32 for the others.
   Array pmean(const Array& x, const Axes& axes);
   Array pmax(const Array& x, const Axes& axes);
   Array pmin(const Array& x, const Axes& axes);
@@ -57,8 +58,10 @@ using ShardFn = std::function<std::vector<Array>(ShardContext&, std::span<const 
 
 /// Options of shard_map.
 struct ShardMapOptions {
-  /// Check at run time that outputs are equal along the mesh axes their out_spec does not name (one hash
-  /// comparison per output). A broken promise raises InvalidArgument on every rank.
+  /// Check at run time that outputs are equal along the mesh axes (of size > 1) their out_spec does not name: one
+  /// allgather of a hash of each such output's values (-0.0 equals 0.0, NaNs equal NaNs); nothing at one rank or
+  /// when no output promises replication. A broken promise raises InvalidArgument on every rank. Python spells it
+  /// check_vma, JAX's current name (check_rep its alias).
   bool check_rep = true;
 };
 
