@@ -31,9 +31,11 @@ struct OpContext {
   std::chrono::milliseconds timeout;
   /// Return a pending token instead of completing before returning (MPI).
   bool async;
+  /// Describes a step that is not an operation of the table (making a communicator); nullptr for operations.
+  const char* step = nullptr;
 
   bool has_deadline() const noexcept { return deadline != Clock::time_point::max(); }
-  /// "allreduce #12 on communicator 'world'".
+  /// "allreduce #12 on communicator 'world'", or "<step> of communicator 'world'".
   std::string describe() const;
 };
 

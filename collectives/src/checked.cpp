@@ -34,7 +34,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 std::string field_text(const char* field, std::int64_t v) {
   const std::string f = field;
   if (v < 0 && f != "extra") return "(none)";
-  if (f == "operation") return op_name(static_cast<OpKind>(v));
+  if (f == "operation") return v == kCreationOp ? "communicator creation" : op_name(static_cast<OpKind>(v));
   if (f == "dtype") return std::string(dtype_name(static_cast<DType>(v)));
   if (f == "reduction") return reduce_op_name(static_cast<ReduceOp>(v));
   if (f == "backend") return backend_name(static_cast<BackendKind>(v));

@@ -13,6 +13,9 @@
 
 namespace shardkit::detail {
 
+/// Signature::op of a communicator's creation (split, dup), which ranks agree on before creating it.
+inline constexpr std::uint32_t kCreationOp = 0xC0;
+
 struct Signature {
   std::uint64_t seq = 0;
   std::uint32_t op = 0;

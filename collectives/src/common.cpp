@@ -35,6 +35,7 @@ bool reduce_op_supports(ReduceOp op, DType dtype) noexcept {
 namespace detail {
 
 std::string OpContext::describe() const {
+  if (step) return concat(step, " of communicator '", comm_name ? *comm_name : std::string("?"), "'");
   return concat(op_name(op), " #", seq, " on communicator '", comm_name ? *comm_name : std::string("?"), "'");
 }
 

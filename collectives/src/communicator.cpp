@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include "communicator_impl.hpp"
+#include "creation.hpp"
 #include "mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/runtime.hpp"
@@ -19,24 +20,10 @@ MpiCommHandle CommunicatorImpl::control() {
   return control_comm.handle();
 }
 
-// The private duplicate, made with MPI_Comm_idup so that a rank that never arrives (the first collective it
-// skipped) ends in a TimeoutError rather than a hang.
+// The private duplicate, made under the timeout so that a rank that never arrives (the first collective it skipped)
+// ends in a TimeoutError rather than a hang.
 void CommunicatorImpl::create_control() {
-  MPI_Comm dup = MPI_COMM_NULL;
-  std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
-  SHARDKIT_MPI_CHECK(MPI_Comm_idup(to_mpi<MPI_Comm>(data), &dup, req.data()));
-  const Clock::time_point deadline =
-      options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
-  if (!wait_all(req, nullptr, deadline)) {
-    abort->aborted = true;
-    abort->reason = "a rank did not arrive to set up communicator '" + options.name + "'";
-    request_abort_at_exit(abort->reason);
-    throw TimeoutError(concat("TimeoutError: setting up communicator '", options.name,
-                              "' (its first collective) did not complete within ", options.timeout.count() / 1000.0,
-                              " s: a rank skipped this collective, is stuck, or was lost. The communicator is "
-                              "aborted; the job will end at exit."));
-  }
-  control_comm = MpiComm::adopt(::shardkit::from_mpi(dup));
+  control_comm = dup_within_timeout(data, "set-up (its first collective)", options.name, options, *abort);
 }
 
 void CommunicatorImpl::decide_nccl() {
@@ -44,7 +31,15 @@ void CommunicatorImpl::decide_nccl() {
   nccl_decided = true;
   const int want = nccl_built() && device >= 0 && options.backend != BackendKind::kMpi ? 1 : 0;
   int all = 0;
-  SHARDKIT_MPI_CHECK(MPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MIN, to_mpi<MPI_Comm>(control())));
+  std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
+  SHARDKIT_MPI_CHECK(MPI_Iallreduce(&want, &all, 1, MPI_INT, MPI_MIN, to_mpi<MPI_Comm>(control()), req.data()));
+  OpContext ctx{};
+  ctx.op = OpKind::kAllreduce;
+  ctx.step = "the NCCL decision";
+  ctx.comm_name = &options.name;
+  ctx.timeout = options.timeout;
+  ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
+  if (!wait_all(req, nullptr, ctx.deadline)) raise_timeout(ctx, *abort, "not every rank arrived");
   if (all) {
     nccl = make_nccl_backend(control(), device, abort);
   } else if (options.backend == BackendKind::kNccl) {
@@ -108,8 +103,14 @@ Communicator::~Communicator() = default;
 
 std::shared_ptr<Communicator> Communicator::world(const Runtime& runtime, CommOptions options) {
   const int device = runtime.device().kind == DeviceKind::kCUDA ? runtime.device().index : -1;
+  // The Runtime's world duplicate is shardkit's own: in checked mode the ranks first agree on it, which names the
+  // ranks that do not arrive. Every rank makes its world communicators in the same order (the sequence number).
+  static std::uint64_t creations = 0;
+  detail::AbortState abort;
+  detail::agree_to_create(runtime.world(), "creation", options.name, creations++, options, abort);
+  MpiComm dup = detail::dup_within_timeout(runtime.world(), "creation", options.name, options, abort);
   return std::shared_ptr<Communicator>(
-      new Communicator(detail::build(MpiComm::dup(runtime.world()), 0, std::move(options), device, true)));
+      new Communicator(detail::build(std::move(dup), 0, std::move(options), device, true)));
 }
 
 std::shared_ptr<Communicator> Communicator::world(CommOptions options) {
@@ -118,8 +119,10 @@ std::shared_ptr<Communicator> Communicator::world(CommOptions options) {
 
 std::shared_ptr<Communicator> Communicator::from_mpi(MpiCommHandle comm, CommOptions options) {
   SHARDKIT_CHECK(comm != ::shardkit::from_mpi(MPI_COMM_NULL), "from_mpi: MPI_COMM_NULL");
+  detail::AbortState abort;
+  MpiComm dup = detail::dup_within_timeout(comm, "creation", options.name, options, abort);
   return std::shared_ptr<Communicator>(
-      new Communicator(detail::build(MpiComm::dup(comm), 0, std::move(options), detail::runtime_device(), true)));
+      new Communicator(detail::build(std::move(dup), 0, std::move(options), detail::runtime_device(), true)));
 }
 
 std::shared_ptr<Communicator> Communicator::wrap_mpi(MpiCommHandle comm, CommOptions options) {
@@ -131,9 +134,11 @@ std::shared_ptr<Communicator> Communicator::wrap_mpi(MpiCommHandle comm, CommOpt
 std::shared_ptr<Communicator> Communicator::split(int color, int key, std::string name) {
   auto& m = *impl_;
   m.ensure_usable();
-  MpiComm sub = MpiComm::split(m.data, color, key);
   CommOptions opts = m.options;
   opts.name = name.empty() ? detail::concat(m.options.name, "/split(", color, ")") : std::move(name);
+  // MPI_Comm_split has no nonblocking form: agree first (under the timeout) that every rank is here.
+  detail::agree_to_create(m.control(), "a split", m.options.name, m.seq++, m.options, *m.abort);
+  MpiComm sub = MpiComm::split(m.data, color, key);
   if (m.nccl) {
     // NCCL splits its own communicator (collective over the parent); the MPI side comes from the MPI split.
     auto abort = std::make_shared<detail::AbortState>();

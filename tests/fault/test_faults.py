@@ -47,6 +47,37 @@ def test_a_raising_rank_ends_the_job_promptly(np_):
 
 
 @pytest.mark.parametrize("np_", [2, 3, 4])
+@pytest.mark.parametrize("checked", ["0", "1"])
+def test_first_collective_times_out_when_a_rank_never_arrives(np_, checked):
+    """The default communicator is made by the first collective: with SHARDKIT_TIMEOUT_S set, a rank that never
+    arrives ends in TimeoutError on every waiting rank within the timeout plus 5 s, not in a hang."""
+    r, took = mpirun(np_, """
+        import time, numpy as np, shardkit as sk
+        if sk.rank() == 1:
+            time.sleep(12)
+        else:
+            start = time.time()
+            try:
+                sk.mpi.allreduce(np.ones(16, np.float32), op="sum")
+                print(f"rank {sk.rank()}: ERROR completed", flush=True)
+            except sk.TimeoutError as e:
+                print(f"rank {sk.rank()}: TimeoutError after {time.time() - start:.1f} s: {e}", flush=True)
+            time.sleep(2)  # the other waiting ranks report before this one's exit ends the job
+    """, timeout=60, SHARDKIT_TIMEOUT_S="3", SHARDKIT_CHECK=checked)
+    out = r.stdout + r.stderr
+    print(f"\n[fault] first collective at {np_} ranks, checked={checked}: job ended after {took:.1f} s")
+    assert "ERROR completed" not in out
+    for rank in [0] + list(range(2, np_)):
+        m = re.search(rf"rank {rank}: TimeoutError after ([0-9.]+) s: (.*)", out)
+        assert m, out
+        assert float(m.group(1)) <= 3 + 5, m.group(0)
+        assert "communicator 'world'" in m.group(2), m.group(0)
+        if checked == "1":
+            assert "rank(s) 1 did not arrive" in m.group(2), m.group(0)
+    assert took < 30
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4])
 def test_mismatched_collectives_raise_on_every_rank(np_):
     r, took = mpirun(np_, """
         import numpy as np, shardkit as sk

@@ -1,0 +1,54 @@
+#include "creation.hpp"
+
+#include <mpi.h>
+
+#include "checked.hpp"
+#include "mpi/mpi_request.hpp"
+#include "shardkit/core/error.hpp"
+
+namespace shardkit::detail {
+namespace {
+
+OpContext step_context(const char* what, const std::string& name, std::uint64_t seq, const CommOptions& o) {
+  OpContext ctx{};
+  ctx.op = OpKind::kBarrier;
+  ctx.step = what;
+  ctx.seq = seq;
+  ctx.comm_name = &name;
+  ctx.after = nullptr;
+  ctx.timeout = o.timeout;
+  ctx.deadline = o.timeout.count() > 0 ? Clock::now() + o.timeout : Clock::time_point::max();
+  ctx.async = false;
+  return ctx;
+}
+
+}  // namespace
+
+void agree_to_create(MpiCommHandle over, const char* what, const std::string& name, std::uint64_t seq,
+                     const CommOptions& o, AbortState& abort) {
+  const OpContext ctx = step_context(what, name, seq, o);
+  if (o.check) {
+    Signature s;
+    s.seq = seq;
+    s.op = kCreationOp;
+    check_signatures(over, s, ctx, abort);
+    return;
+  }
+  if (o.timeout.count() == 0) return;  // no deadline: MPI_Comm_split itself waits as long as it takes
+  std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
+  SHARDKIT_MPI_CHECK(MPI_Ibarrier(to_mpi<MPI_Comm>(over), req.data()));
+  if (!wait_all(req, nullptr, ctx.deadline)) raise_timeout(ctx, abort, "not every rank arrived");
+}
+
+MpiComm dup_within_timeout(MpiCommHandle parent, const char* what, const std::string& name, const CommOptions& o,
+                           AbortState& abort) {
+  const OpContext ctx = step_context(what, name, 0, o);
+  MPI_Comm dup = MPI_COMM_NULL;
+  std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
+  SHARDKIT_MPI_CHECK(MPI_Comm_idup(to_mpi<MPI_Comm>(parent), &dup, req.data()));
+  if (!wait_all(req, nullptr, ctx.deadline))
+    raise_timeout(ctx, abort, "a rank did not arrive (skipped it, is stuck, or was lost)");
+  return MpiComm::adopt(::shardkit::from_mpi(dup));
+}
+
+}  // namespace shardkit::detail

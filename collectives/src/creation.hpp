@@ -1,0 +1,29 @@
+#pragma once
+
+// Making communicators under the timeout and checked mode. A creation is collective: a rank that never arrives would
+// leave the others blocked in MPI_Comm_dup or MPI_Comm_split for good. Duplicates use MPI_Comm_idup, polled against
+// the deadline; splits (which MPI has no nonblocking form of) first agree, with a nonblocking exchange, that every
+// rank has arrived, and only then call MPI_Comm_split. In checked mode the agreement is a signature exchange, which
+// names the ranks that did not arrive and those that called something else.
+
+#include <string>
+
+#include "backend.hpp"
+#include "shardkit/collectives/communicator.hpp"
+#include "shardkit/launch/mpi.hpp"
+
+namespace shardkit::detail {
+
+/// Waits, under `options.timeout`, until every rank of `over` has arrived at the same creation step (`what`, described
+/// as a step of communicator `name`). Collective over `over`, which must carry no other traffic with shardkit's
+/// signature tags (a communicator shardkit owns). `seq` is the creation's sequence number on `over` (checked mode).
+/// @throws TimeoutError (naming the missing ranks in checked mode; the job ends at exit), MismatchError.
+void agree_to_create(MpiCommHandle over, const char* what, const std::string& name, std::uint64_t seq,
+                     const CommOptions& options, AbortState& abort);
+
+/// MPI_Comm_idup of `parent`, polled until `options.timeout` passes. Collective over `parent`.
+/// @throws TimeoutError naming the step and communicator (the job ends at exit).
+MpiComm dup_within_timeout(MpiCommHandle parent, const char* what, const std::string& name, const CommOptions& options,
+                           AbortState& abort);
+
+}  // namespace shardkit::detail
