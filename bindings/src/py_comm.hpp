@@ -1,6 +1,7 @@
 #pragma once
 
-// Communicators between Python and C++: what the binding files share (defined in bind_collectives.cpp).
+// Communicators and operations between Python and C++: what the binding files share (communicators defined in
+// bind_collectives.cpp, operations in py_ops.cpp).
 
 #include <nanobind/nanobind.h>
 
@@ -47,8 +48,8 @@ Token token_of(nb::handle t);
 /// in place, complete on return; other inputs go through Communicator::run_value and come back in their framework.
 nb::object value_py(Communicator& c, OpKind op, nb::handle x, OpArgs& args, Token& token);
 
-/// What shardkit recognises of mpi4py.MPI, looked up once the module is loaded. Looking it up per call (an import and
-/// a type's __module__) cost about 2 us, more than a small collective.
+/// What shardkit recognises of mpi4py.MPI, looked up once the module is loaded: looking it up per call (an import and
+/// a type's __module__) would cost more than a small collective.
 struct Mpi4py {
   nb::object comm_type;  ///< mpi4py.MPI.Comm (Intracomm, Cartcomm, ... derive from it)
   nb::object handleof;   ///< mpi4py.MPI._handleof

@@ -1,6 +1,9 @@
 // Every operation x every dtype x element counts 0, 1, 7 and 1000003, with exact expected values. The same bodies
 // run on host buffers (MPI backend) and, with SHARDKIT_TEST_BUFFERS=cuda, on GPU buffers (NCCL backend).
 
+#include <chrono>
+#include <thread>
+
 #include "collective_test_util.hpp"
 
 namespace shardkit::testing {
@@ -274,6 +277,26 @@ TEST_P(Ops, Barrier) {
   Token t = comm().barrier();
   EXPECT_TRUE(t.is_complete());
   EXPECT_EQ(comm().sequence(), before + 1);
+}
+
+// Rank 0 arrives late: no rank leaves the barrier before it, on blocking, timeout and async communicators.
+TEST(Barrier, NoRankLeavesBeforeTheLastArrives) {
+  if (world()->size() < 2) GTEST_SKIP() << "needs two ranks";
+  for (int mode = 0; mode < 3; ++mode) {
+    CommOptions o;
+    o.name = "barrier";
+    o.timeout = mode == 1 ? std::chrono::seconds(30) : std::chrono::milliseconds(0);
+    o.async = mode == 2;
+    auto c = Communicator::world(o);
+    c->barrier().wait();  // everyone starts together
+    const auto start = std::chrono::steady_clock::now();
+    if (c->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    c->barrier().wait();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (c->rank() != 0) {
+      EXPECT_GE(waited, 0.2) << "mode " << mode << ": rank " << c->rank() << " left before rank 0 arrived";
+    }
+  }
 }
 
 std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) {

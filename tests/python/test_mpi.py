@@ -21,7 +21,7 @@ def test_has_cuda_support_reports_the_build(sk, mpi):
     assert mpi.has_cuda_support() == (sk._core.cuda_built() and sk._core.nccl_built())
 
 
-def test_allreduce_every_op_spelling(mpi, rank, size):
+def test_allreduce_every_op_spelling(sk, mpi, rank, size):
     x = np.array([rank + 1, 2 * rank + 1], dtype=np.int64)
     want_sum = np.array([size * (size + 1) // 2, size * size])
     for op in (MPI.SUM, "sum", mpi.ReduceOp.SUM):
@@ -38,9 +38,9 @@ def test_allreduce_every_op_spelling(mpi, rank, size):
     assert bool(r[0]) == (size == 1)
     r, _ = mpi.allreduce(np.array([1 << rank], np.int32), op=MPI.BOR)
     assert r[0] == (1 << size) - 1
-    with pytest.raises(Exception):
+    with pytest.raises(sk.InvalidArgument, match="mpi4py operation .* has no shardkit equivalent"):
         mpi.allreduce(x, op=MPI.MAXLOC)
-    with pytest.raises(ValueError):
+    with pytest.raises(sk.InvalidArgument, match="unknown reduction 'median'"):
         mpi.allreduce(x, op="median")
 
 
@@ -66,6 +66,26 @@ def test_barrier_returns_a_token(mpi):
     assert isinstance(tok, mpi.Token) and tok.is_complete()
     tok = mpi.barrier(token=tok)
     assert tok.is_complete()
+
+
+def test_barrier_holds_every_rank_until_the_last_arrives(sk, mpi, rank, size):
+    """Rank 0 arrives 0.3 s late: no other rank may leave the barrier before then (blocking, timeout and async
+    communicators alike)."""
+    import time
+
+    if size < 2:
+        pytest.skip("needs two ranks")
+    comms = [None, sk._core.make_comm(timeout=30, name="barrier-timeout"),
+             sk._core.make_comm(async_=True, name="barrier-async")]
+    for comm in comms:
+        mpi.barrier(comm=comm).wait()  # everyone starts together
+        start = time.monotonic()
+        if rank == 0:
+            time.sleep(0.3)
+        mpi.barrier(comm=comm).wait()
+        waited = time.monotonic() - start
+        if rank != 0:
+            assert waited >= 0.2, f"rank {rank} left the barrier after {waited:.3f} s, before rank 0 arrived"
 
 
 def test_bcast_returns_a_new_array(mpi, rank, size):
