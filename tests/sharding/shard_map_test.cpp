@@ -94,6 +94,34 @@ TEST(ShardMap, CheckRepCatchesABrokenPromise) {
   EXPECT_EQ(out[0].shape(), (Shape{1}));
 }
 
+// check_rep communicates only when an output promises replication over an axis of more than one rank: one allgather
+// of hashes then, none when every out_spec names every axis or at one rank (counted by the mesh communicator's
+// sequence number).
+TEST(ShardMap, CheckRepHashesOnlyWhatIsPromised) {
+  const Mesh& m = test_meshes().front();
+  ShardedArray x = distribute(iota({m.size()}), NamedSharding(m, P("x")));
+  auto same = [](ShardContext&, std::span<const Array> in) { return std::vector<Array>{in[0].clone()}; };
+  auto sum = [](ShardContext& ctx, std::span<const Array> in) { return std::vector<Array>{ctx.psum(in[0], "x")}; };
+  Communicator& c = *m.comm();
+  std::uint64_t before = c.sequence();
+  shard_map(same, m, {P("x")}, {P("x")}, {x});  // every axis named: nothing to check
+  EXPECT_EQ(c.sequence(), before);
+  // P() promises replication over 'x': the psum's allreduce (on the axis communicator, the mesh's for a 1-d mesh in
+  // rank order, or its own) and, at more than one rank, one allgather of hashes on the mesh communicator.
+  std::shared_ptr<Communicator> axis = m.axis_comm({"x"});
+  const std::uint64_t axis_before = axis->sequence();
+  before = c.sequence();
+  shard_map(sum, m, {P("x")}, {P()}, {x});
+  const std::uint64_t psums = axis.get() == &c ? 1 : 0;
+  if (axis.get() != &c) {
+    EXPECT_EQ(axis->sequence(), axis_before + 1);
+  }
+  EXPECT_EQ(c.sequence(), before + psums + (m.size() > 1 ? 1 : 0));
+  before = c.sequence();
+  shard_map(sum, m, {P("x")}, {P()}, {x}, ShardMapOptions{.check_rep = false});
+  EXPECT_EQ(c.sequence(), before + psums);
+}
+
 // check_rep compares values, not bytes: -0.0 equals 0.0 and NaNs equal NaNs (whatever their payload or sign), as
 // a replicated result computed in different orders on different ranks may hold them; different values still fail.
 TEST(ShardMap, CheckRepComparesValuesNotBytes) {
