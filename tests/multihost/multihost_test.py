@@ -227,7 +227,9 @@ def launcher_checks(build: Path, where: list[str], what: str) -> set[str]:
     # What made the bare python3 the same Python on every host: the command names what it forwards.
     line = next((l for l in output.splitlines() if l.startswith("shardkit-run: ")), "")
     forwarded = re.findall(r"-x (\w+)", line)
-    require({"PATH", "PYTHONPATH"} <= set(forwarded), f"shardkit-run did not forward PATH and PYTHONPATH: {line}")
+    # PATH always; the others where this environment sets them (PYTHONPATH when testing a build tree's package).
+    wanted = {"PATH"} | {v for v in ("PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV") if os.environ.get(v)}
+    require(wanted <= set(forwarded), f"shardkit-run did not forward {' '.join(sorted(wanted))}: {line}")
     print(f"  shardkit-run forwarded: {' '.join(forwarded)}", flush=True)
     return seen
 
