@@ -31,7 +31,7 @@ Array concat_rows(const std::vector<Array>& parts, DType dtype) {
 }
 
 TEST_P(Ops, Allreduce) {
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     for (ReduceOp op : kAllReduceOps) {
       SCOPED_TRACE(::testing::Message() << "n=" << n << " op=" << reduce_op_name(op));
       Array x = input(dtype(), {n}, rank(), pattern_for(op));
@@ -52,7 +52,7 @@ TEST_P(Ops, Allreduce) {
 }
 
 TEST_P(Ops, Reduce) {
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     for (int root : roots()) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kBitOr}) {
         SCOPED_TRACE(::testing::Message() << "n=" << n << " root=" << root << " op=" << reduce_op_name(op));
@@ -76,7 +76,7 @@ TEST_P(Ops, Reduce) {
 }
 
 TEST_P(Ops, Bcast) {
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     for (int root : roots()) {
       SCOPED_TRACE(::testing::Message() << "n=" << n << " root=" << root);
       const Array x = input(dtype(), {n}, rank(), Pattern::kData);
@@ -90,7 +90,7 @@ TEST_P(Ops, Bcast) {
 }
 
 TEST_P(Ops, Allgather) {
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     SCOPED_TRACE(::testing::Message() << "n=" << n);
     const Array x = input(dtype(), {n}, rank(), Pattern::kData);
     std::vector<Array> parts;
@@ -102,7 +102,7 @@ TEST_P(Ops, Allgather) {
 }
 
 TEST_P(Ops, Gather) {
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     for (int root : roots()) {
       SCOPED_TRACE(::testing::Message() << "n=" << n << " root=" << root);
       const Array x = input(dtype(), {n}, rank(), Pattern::kData);
@@ -121,7 +121,7 @@ TEST_P(Ops, Gather) {
 }
 
 TEST_P(Ops, Scatter) {
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     for (int root : roots()) {
       SCOPED_TRACE(::testing::Message() << "n=" << n << " root=" << root);
       // On the root the input has shape (size, n); elsewhere (n) gives the shape of the result.
@@ -136,7 +136,7 @@ TEST_P(Ops, Scatter) {
 }
 
 TEST_P(Ops, ReduceScatter) {
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kBitXor}) {
       SCOPED_TRACE(::testing::Message() << "n=" << n << " op=" << reduce_op_name(op));
       const Array x = input(dtype(), {size(), n}, rank(), pattern_for(op));
@@ -152,7 +152,7 @@ TEST_P(Ops, ReduceScatter) {
 }
 
 TEST_P(Ops, Alltoall) {
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     SCOPED_TRACE(::testing::Message() << "n=" << n);
     const Array x = input(dtype(), {size(), n}, rank(), Pattern::kData);
     auto [y, token] = comm().alltoall(x);
@@ -168,7 +168,7 @@ TEST_P(Ops, SendRecvInPairs) {
   if (size() == 1) GTEST_SKIP() << "pairs need two ranks (sendrecv covers one)";
   const int partner = rank() % 2 == 0 ? rank() + 1 : rank() - 1;
   if (partner >= size()) GTEST_SKIP() << "the last of an odd number of ranks has no partner";
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     SCOPED_TRACE(::testing::Message() << "n=" << n);
     const Array mine = input(dtype(), {n}, rank(), Pattern::kData);
     const Array theirs = input(dtype(), {n}, partner, Pattern::kData);
@@ -198,7 +198,7 @@ TEST_P(Ops, SendRecvInPairs) {
 }
 
 TEST_P(Ops, SendrecvRing) {
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     SCOPED_TRACE(::testing::Message() << "n=" << n);
     const int right = (rank() + 1) % size(), left = (rank() + size() - 1) % size();
     const Array mine = input(dtype(), {n}, rank(), Pattern::kData);
@@ -212,7 +212,7 @@ TEST_P(Ops, SendrecvRing) {
 }
 
 TEST_P(Ops, Scan) {
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kLogicalOr}) {
       SCOPED_TRACE(::testing::Message() << "n=" << n << " op=" << reduce_op_name(op));
       const Array x = input(dtype(), {n}, rank(), pattern_for(op));
@@ -227,7 +227,7 @@ TEST_P(Ops, Scan) {
 }
 
 TEST_P(Ops, Allgatherv) {
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     SCOPED_TRACE(::testing::Message() << "n=" << n);
     // Uneven lengths, and an empty contribution from every other rank.
     auto len = [&](int r) -> std::int64_t { return n == 0 ? 0 : (r % 2 == 1 ? 0 : n + r); };
@@ -248,7 +248,7 @@ TEST_P(Ops, Allgatherv) {
 }
 
 TEST_P(Ops, Alltoallv) {
-  for (std::int64_t n : kCounts) {
+  for (std::int64_t n : counts()) {
     SCOPED_TRACE(::testing::Message() << "n=" << n);
     const int p = size();
     // c(r, j): what rank r sends to rank j; uneven, some zero.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "array_compare.hpp"
+#include "gpu_required.hpp"
 #include "shardkit/core/array.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "shardkit/core/dlpack.hpp"
@@ -14,7 +15,7 @@ namespace shardkit {
 namespace {
 
 #define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU: " << cuda::unavailable_reason()
+  if (cuda::device_count() == 0) SHARDKIT_GPU_SKIP("no GPU: " << cuda::unavailable_reason())
 
 TEST(Cuda, DeviceQueriesNeverCrash) {
   // Holds everywhere: zero GPUs comes with a reason, GPUs come with a driver.
