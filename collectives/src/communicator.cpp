@@ -5,6 +5,10 @@
 #include "shardkit/collectives/communicator.hpp"
 
 #include <mpi.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
 
 #include "communicator_impl.hpp"
 #include "mpi/mpi_request.hpp"
@@ -39,18 +43,49 @@ void CommunicatorImpl::create_control() {
   control_comm = MpiComm::adopt(::shardkit::from_mpi(dup));
 }
 
+namespace {
+
+// True on every rank alike when two ranks of `comm` use one GPU of one host. NCCL refuses such a communicator
+// (ncclCommInitRank: "Duplicate GPU detected"), so ranks sharing a GPU agree to stay on MPI instead.
+bool gpu_shared(MPI_Comm comm, int device) {
+  struct Where {
+    char host[64];
+    int device;
+  };
+  Where me{};
+  gethostname(me.host, sizeof me.host - 1);
+  me.device = device;
+  int size = 0;
+  SHARDKIT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<Where> all(static_cast<std::size_t>(size));
+  SHARDKIT_MPI_CHECK(MPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, comm));
+  for (int i = 0; i < size; ++i)
+    for (int j = 0; j < i; ++j)
+      if (all[i].device >= 0 && all[i].device == all[j].device && std::strcmp(all[i].host, all[j].host) == 0)
+        return true;
+  return false;
+}
+
+}  // namespace
+
 void CommunicatorImpl::decide_nccl() {
   if (nccl_decided) return;
   nccl_decided = true;
   const int want = nccl_built() && device >= 0 && options.backend != BackendKind::kMpi ? 1 : 0;
   int all = 0;
-  SHARDKIT_MPI_CHECK(MPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MIN, to_mpi<MPI_Comm>(control())));
-  if (all) {
+  MPI_Comm c = to_mpi<MPI_Comm>(control());
+  SHARDKIT_MPI_CHECK(MPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MIN, c));
+  const bool shared = all && gpu_shared(c, device);
+  if (all && !shared) {
     nccl = make_nccl_backend(control(), device, abort);
   } else if (options.backend == BackendKind::kNccl) {
     throw BackendError("NCCL", 0,
-                       concat("SHARDKIT_BACKEND=nccl but not every rank can use NCCL (", nccl_built() ? "" : "not built; ",
-                              device < 0 ? "this rank has no GPU" : "another rank has no GPU", ")"));
+                       concat("SHARDKIT_BACKEND=nccl but not every rank can use NCCL (",
+                              shared            ? "ranks share a GPU, which NCCL refuses"
+                              : !nccl_built()   ? "not built"
+                              : device < 0      ? "this rank has no GPU"
+                                                : "another rank has no GPU",
+                              ")"));
   }
 }
 
