@@ -117,7 +117,12 @@ void gemm(const Array& a, const Array& b, Array& c, double alpha, double beta, S
     }
   }
   if (c.device().kind == DeviceKind::kCUDA || c.device().kind == DeviceKind::kCUDAManaged) {
-    detail::cublas_gemm(args, c.device().index, stream ? stream : cuda::library_stream(c.device().index));
+    // C is still being written when cuBLAS returns: its ready event makes every host access (copies, DLPack,
+    // printing, managed-memory reads through the library) wait for it, and lets other streams order after it.
+    const int dev = c.device().index;
+    const StreamHandle s = stream ? stream : cuda::library_stream(dev);
+    detail::cublas_gemm(args, dev, s);
+    c.set_ready(cuda::record_event(s, dev));
     return;
   }
   host_gemm(args);

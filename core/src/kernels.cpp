@@ -3,6 +3,30 @@
 #include "kernels_internal.hpp"
 
 namespace shardkit {
+namespace {
+
+// Strided device copies on one stream: a non-contiguous array is packed, computed on and unpacked on the stream of
+// the kernel itself, so no step can overtake another (and none waits on the host when the caller gave a stream).
+Array pack_on(const Array& x, StreamHandle s) {
+  Array t = Array::empty(x.shape(), x.dtype(), x.device());
+  detail::cuda_strided_copy(t.data(), t.strides().data(), x.data(), x.strides().data(), x.shape().data(), x.ndim(),
+                            x.itemsize(), s);
+  return t;
+}
+void unpack_on(const Array& t, Array& x, StreamHandle s) {
+  detail::cuda_strided_copy(x.data(), x.strides().data(), t.data(), t.strides().data(), x.shape().data(), x.ndim(),
+                            x.itemsize(), s);
+}
+
+// After work on the caller's stream: host access to `x` waits for it; without a caller's stream, wait now.
+void finish(Array& x, StreamHandle caller, StreamHandle s) {
+  if (caller)
+    x.set_ready(cuda::record_event(s, x.device().index));
+  else
+    cuda::synchronize(s);
+}
+
+}  // namespace
 
 void scale(Array& x, double factor, StreamHandle stream) {
   SHARDKIT_CHECK(is_floating(x.dtype()) || is_complex(x.dtype()), "scale: dtype ", x.dtype(),
@@ -10,16 +34,22 @@ void scale(Array& x, double factor, StreamHandle stream) {
   SHARDKIT_CHECK(!x.read_only(), "scale: the array is read-only");
   x.wait_ready();
   if (x.numel() == 0) return;
+  if (x.device().is_device_memory()) {
+    const StreamHandle s = stream ? stream : cuda::library_stream(x.device().index);
+    if (x.is_contiguous()) {
+      detail::cuda_scale(x.data(), x.dtype(), x.numel(), factor, s);
+    } else {
+      Array tmp = pack_on(x, s);
+      detail::cuda_scale(tmp.data(), tmp.dtype(), tmp.numel(), factor, s);
+      unpack_on(tmp, x, s);
+    }
+    finish(x, stream, s);
+    return;
+  }
   if (!x.is_contiguous()) {
     Array tmp = x.clone();
     scale(tmp, factor, stream);
     x.copy_from(tmp);
-    return;
-  }
-  if (x.device().kind == DeviceKind::kCUDA) {
-    const StreamHandle s = stream ? stream : cuda::library_stream(x.device().index);
-    detail::cuda_scale(x.data(), x.dtype(), x.numel(), factor, s);
-    if (!stream) cuda::synchronize(s);
     return;
   }
   visit_dtype(x.dtype(), [&](auto tag) {
@@ -48,16 +78,23 @@ void add_into(Array& y, const Array& x, StreamHandle stream) {
   y.wait_ready();
   x.wait_ready();
   if (y.numel() == 0) return;
+  if (y.device().is_device_memory()) {
+    const StreamHandle s = stream ? stream : cuda::library_stream(y.device().index);
+    if (y.is_contiguous() && x.is_contiguous()) {
+      detail::cuda_add(y.data(), x.data(), y.dtype(), y.numel(), s);
+    } else {
+      Array ty = y.is_contiguous() ? y : pack_on(y, s);
+      Array tx = x.is_contiguous() ? x : pack_on(x, s);
+      detail::cuda_add(ty.data(), tx.data(), y.dtype(), y.numel(), s);
+      if (!y.is_contiguous()) unpack_on(ty, y, s);
+    }
+    finish(y, stream, s);
+    return;
+  }
   if (!y.is_contiguous() || !x.is_contiguous()) {
     Array ty = y.contiguous().clone(), tx = x.contiguous();
     add_into(ty, tx, stream);
     y.copy_from(ty);
-    return;
-  }
-  if (y.device().kind == DeviceKind::kCUDA) {
-    const StreamHandle s = stream ? stream : cuda::library_stream(y.device().index);
-    detail::cuda_add(y.data(), x.data(), y.dtype(), y.numel(), s);
-    if (!stream) cuda::synchronize(s);
     return;
   }
   visit_dtype(y.dtype(), [&](auto tag) {

@@ -114,5 +114,47 @@ TEST(Cuda, ScaleKernel) {
   }
 }
 
+// On a caller's stream gemm returns with C still being written: C must carry a ready event that host access waits
+// for (on the simulated GPU, the random delays make a missing wait read stale C).
+TEST(Cuda, GemmOnACallersStreamLeavesCReady) {
+  SKIP_WITHOUT_GPU();
+  cuda::Stream s = cuda::Stream::create(0);
+  Array a = Array::arange(64 * 32, DType::kFloat64).reshape({64, 32}), b = Array::arange(32 * 16, DType::kFloat64).reshape({32, 16});
+  Array want = Array::empty({64, 16}, DType::kFloat64);
+  gemm(a, b, want);
+  const Array da = a.to(Device::cuda(0)), db = b.to(Device::cuda(0));
+  for (int i = 0; i < 10; ++i) {
+    Array c = Array::zeros({64, 16}, DType::kFloat64, Device::cuda(0));
+    gemm(da, db, c, 1.0, 0.0, s.handle());
+    EXPECT_NE(c.ready_event(), nullptr);
+    EXPECT_TRUE(allclose(c.to(Device::cpu()), want, 0, 0)) << "try " << i;
+  }
+  // Managed memory is device memory to the library: C is read through the ready event, not raced.
+  Array m = Array::zeros({64, 16}, DType::kFloat64, Device::cuda_managed(0));
+  gemm(a.to(Device::cuda_managed(0)), b.to(Device::cuda_managed(0)), m, 1.0, 0.0, s.handle());
+  EXPECT_TRUE(allclose(m.to(Device::cpu()), want, 0, 0));
+}
+
+// scale / add_into on non-contiguous device arrays with a caller's stream: pack, kernel and unpack must be ordered
+// on one stream, and the result readable through the library afterwards.
+TEST(Cuda, ScaleAndAddOnStridedViewsWithACallersStream) {
+  SKIP_WITHOUT_GPU();
+  cuda::Stream s = cuda::Stream::create(0);
+  const Array h = Array::arange(48 * 40, DType::kFloat32).reshape({48, 40});
+  for (int i = 0; i < 10; ++i) {
+    Array dev = h.to(Device::cuda(0));
+    Array view = dev.permute({1, 0});  // non-contiguous
+    scale(view, 2.0, s.handle());
+    Array want = h.clone();
+    scale(want, 2.0);
+    EXPECT_TRUE(allclose(view.to(Device::cpu()), want.permute({1, 0}).contiguous(), 0, 0)) << "scale, try " << i;
+
+    Array y = h.to(Device::cuda(0));
+    Array yv = y.permute({1, 0});
+    add_into(yv, h.to(Device::cuda(0)).permute({1, 0}), s.handle());
+    EXPECT_TRUE(allclose(yv.to(Device::cpu()), want.permute({1, 0}).contiguous(), 0, 0)) << "add_into, try " << i;
+  }
+}
+
 }  // namespace
 }  // namespace shardkit
