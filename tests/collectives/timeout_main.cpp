@@ -3,6 +3,8 @@
 // output of every rank and that the run ended.
 //   timeout_main checked   SHARDKIT_CHECK on: the signature exchange names the rank that did not arrive
 //   timeout_main unchecked no signatures: the data phase itself times out
+//   timeout_main unchecked gpu   the same on the rank's GPU (NCCL): the token's wait times out and aborts the NCCL
+//                                communicator; waiting on it again must not touch the aborted handle
 
 #include <chrono>
 #include <cstdio>
@@ -16,6 +18,8 @@ int main(int argc, char** argv) {
   using namespace shardkit;
   Runtime rt(&argc, &argv);
   const bool checked = argc > 1 && std::strcmp(argv[1], "checked") == 0;
+  const bool gpu = argc > 2 && std::strcmp(argv[2], "gpu") == 0;
+  const Device where = gpu ? rt.device() : Device::cpu();
   CommOptions o;
   o.check = checked;
   o.timeout = std::chrono::milliseconds(1500);
@@ -30,14 +34,26 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return 0;
   }
+  Token token;
   try {
-    comm->allreduce(Array::zeros({16}, DType::kFloat32), ReduceOp::kSum);
+    auto [y, t] = comm->allreduce(Array::zeros({16}, DType::kFloat32, where), ReduceOp::kSum);
+    token = t;
+    token.wait();
     std::printf("rank %d: ERROR: allreduce completed without rank %d\n", comm->rank(), skipper);
     return 1;
   } catch (const TimeoutError& e) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("rank %d: caught after %.1f s: %s\n", comm->rank(), s, e.what());
     std::fflush(stdout);
+  }
+  // The pending token of the aborted operation: asking again reports the failure without touching the aborted
+  // communicator's handle.
+  try {
+    if (token.is_complete()) std::printf("rank %d: ERROR: aborted operation reported complete\n", comm->rank());
+    token.wait();
+    std::printf("rank %d: ERROR: aborted operation's token waited successfully\n", comm->rank());
+  } catch (const Error& e) {
+    std::printf("rank %d: token of the aborted operation: %s\n", comm->rank(), e.what());
   }
   // Later use of the aborted communicator is refused.
   try {

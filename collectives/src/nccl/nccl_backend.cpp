@@ -14,6 +14,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <thread>
 
 #include "backend.hpp"
@@ -36,16 +37,27 @@
 namespace shardkit::detail {
 namespace {
 
-// The NCCL communicator and its abort flag, shared with pending tokens so a timeout can abort it.
+// The NCCL communicator and its abort flag, shared with pending tokens so a timeout can abort it. ncclCommAbort
+// frees the communicator: it runs once (whoever gets there first: a token's timeout, an asynchronous error, the
+// communicator's abort()), and after it nothing may touch the handle again (released()).
 struct NcclState {
   ncclComm_t comm = nullptr;
   int device = 0;
   std::shared_ptr<AbortState> abort;
+  std::atomic<bool> handle_released{false};
+
+  bool released() const noexcept { return handle_released.load(); }
+  void abort_once(std::string reason) noexcept {
+    if (handle_released.exchange(true)) return;
+    abort->aborted = true;
+    if (abort->reason.empty()) abort->reason = std::move(reason);
+    ncclCommAbort(comm);
+  }
   ~NcclState() {
-    if (!comm) return;
-    // After an abort the communicator is already gone; otherwise release it without waiting on a broken peer.
-    if (!abort->aborted && ncclCommDestroy(comm) != ncclSuccess)
-      std::fprintf(stderr, "shardkit: warning: ncclCommDestroy failed\n");
+    if (!comm || released()) return;
+    // The MPI side may have aborted the communicator: then release it without waiting on a broken peer.
+    const ncclResult_t r = abort->aborted ? ncclCommAbort(comm) : ncclCommDestroy(comm);
+    if (r != ncclSuccess) std::fprintf(stderr, "shardkit: warning: ncclCommDestroy/Abort failed\n");
   }
 };
 
@@ -70,9 +82,7 @@ class NcclEvent final : public Waitable {
     for (long spin = 0;; ++spin) {
       if (poll()) return;
       if (ctx_.has_deadline() && Clock::now() >= ctx_.deadline) {
-        state_->abort->aborted = true;
-        state_->abort->reason = ctx_.describe() + " timed out";
-        ncclCommAbort(state_->comm);
+        state_->abort_once(ctx_.describe() + " timed out");
         request_abort_at_exit(state_->abort->reason);
         throw TimeoutError(concat("TimeoutError: ", ctx_.describe(), " did not complete within ",
                                   ctx_.timeout.count() / 1000.0, " s; the NCCL communicator was aborted"));
@@ -82,11 +92,19 @@ class NcclEvent final : public Waitable {
   }
   bool is_complete() override { return done_ || poll(); }
   void enqueue_wait(StreamHandle stream) override {
-    if (!done_) SHARDKIT_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+    if (done_) return;
+    if (state_->released())  // the event will never fire: a device-side wait would stall `stream` for good
+      throw BackendError("NCCL", static_cast<int>(ncclInvalidUsage),
+                         concat(ctx_.describe(), " will not complete: its NCCL communicator was aborted"));
+    SHARDKIT_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
   }
 
  private:
   bool poll() {
+    if (state_->released())
+      throw BackendError("NCCL", static_cast<int>(ncclInvalidUsage),
+                         concat(ctx_.describe(), " will not complete: its NCCL communicator was aborted (",
+                                state_->abort->reason, ")"));
     const cudaError_t e = cudaEventQuery(event_);
     if (e == cudaSuccess) {
       done_ = true;
@@ -97,8 +115,7 @@ class NcclEvent final : public Waitable {
     ncclResult_t async = ncclSuccess;
     SHARDKIT_NCCL_CHECK(ncclCommGetAsyncError(state_->comm, &async));
     if (async != ncclSuccess && async != ncclInProgress) {
-      state_->abort->aborted = true;
-      ncclCommAbort(state_->comm);
+      state_->abort_once(concat(ctx_.describe(), " failed asynchronously"));
       throw BackendError("NCCL", static_cast<int>(async),
                          concat(ctx_.describe(), " failed asynchronously: ", ncclGetErrorString(async)));
     }
@@ -166,10 +183,7 @@ class NcclBackend final : public Backend {
   }
 
   BackendKind kind() const noexcept override { return BackendKind::kNccl; }
-  void abort() noexcept override {
-    state_->abort->aborted = true;
-    ncclCommAbort(state_->comm);
-  }
+  void abort() noexcept override { state_->abort_once("aborted"); }
   const std::shared_ptr<NcclState>& state() const { return state_; }
 
   // Only the operations nccl_supports() declares reach here (the router sends the others to MPI).
