@@ -13,6 +13,9 @@ void cuda_copy(const Array& src, Array& dst) {
   const int dev = dst.device().kind != DeviceKind::kCPU && dst.device().kind != DeviceKind::kCUDAHost
                       ? dst.device().index
                       : src.device().index;
+  // Kernels launch on the current device's streams only: this thread may be on another one (a helper thread starts
+  // on device 0).
+  cuda::DeviceGuard guard(dev);
   const StreamHandle stream = cuda::library_stream(dev);
   const bool src_addressable = src.device().kind != DeviceKind::kCPU;
   const bool dst_addressable = dst.device().kind != DeviceKind::kCPU;

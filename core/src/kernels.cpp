@@ -35,6 +35,7 @@ void scale(Array& x, double factor, StreamHandle stream) {
   x.wait_ready();
   if (x.numel() == 0) return;
   if (x.device().is_device_memory()) {
+    cuda::DeviceGuard guard(x.device().index);  // kernels launch on the current device's streams only
     const StreamHandle s = stream ? stream : cuda::library_stream(x.device().index);
     if (x.is_contiguous()) {
       detail::cuda_scale(x.data(), x.dtype(), x.numel(), factor, s);
@@ -79,6 +80,7 @@ void add_into(Array& y, const Array& x, StreamHandle stream) {
   x.wait_ready();
   if (y.numel() == 0) return;
   if (y.device().is_device_memory()) {
+    cuda::DeviceGuard guard(y.device().index);
     const StreamHandle s = stream ? stream : cuda::library_stream(y.device().index);
     if (y.is_contiguous() && x.is_contiguous()) {
       detail::cuda_add(y.data(), x.data(), y.dtype(), y.numel(), s);

@@ -19,7 +19,7 @@ namespace shardkit::sim {
 
 // ---- settings (environment, read once) ----------------------------------------------------------------------------
 struct Settings {
-  int devices = 1;              // SHARDKIT_SIM_GPUS, default: the node-local rank count of the launcher
+  int devices = 2;              // SHARDKIT_SIM_GPUS, default: the node-local rank count of the launcher, at least 2
   std::uint64_t seed = 1;       // SHARDKIT_SIM_SEED
   int delay_us = 200;           // SHARDKIT_SIM_DELAY_US: each queued operation first sleeps uniform [0, delay_us]
 };

@@ -24,9 +24,10 @@ int env_int(const char* name, int fallback) {
 const Settings& settings() {
   static const Settings s = [] {
     Settings r;
-    // One device per rank on the node by default, as on a GPU node run with one rank per GPU.
-    int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("SLURM_NTASKS_PER_NODE", 1));
-    r.devices = env_int("SHARDKIT_SIM_GPUS", local > 0 ? local : 1);
+    // One device per rank on the node by default, as on a GPU node run with one rank per GPU, and at least two, so
+    // that work on a device other than the thread's current one is exercised even at one rank.
+    const int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("SLURM_NTASKS_PER_NODE", 1));
+    r.devices = env_int("SHARDKIT_SIM_GPUS", local > 2 ? local : 2);
     r.seed = static_cast<std::uint64_t>(env_int("SHARDKIT_SIM_SEED", 1));
     r.delay_us = env_int("SHARDKIT_SIM_DELAY_US", 200);
     return r;

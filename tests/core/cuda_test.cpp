@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <thread>
+
 #include "array_compare.hpp"
 #include "gpu_required.hpp"
 #include "shardkit/core/array.hpp"
@@ -154,6 +157,30 @@ TEST(Cuda, ScaleAndAddOnStridedViewsWithACallersStream) {
     add_into(yv, h.to(Device::cuda(0)).permute({1, 0}), s.handle());
     EXPECT_TRUE(allclose(yv.to(Device::cpu()), want.permute({1, 0}).contiguous(), 0, 0)) << "add_into, try " << i;
   }
+}
+
+// A thread other than the one that bound the device starts on device 0 (CUDA's rule): kernels and copies the library
+// launches for an array of another device must set that device themselves.
+TEST(Cuda, KernelsFromAFreshThreadUseTheArraysDevice) {
+  SKIP_WITHOUT_GPU();
+  if (cuda::device_count() < 2) SHARDKIT_GPU_SKIP("needs two GPUs");
+  const Array h = Array::arange(12, DType::kFloat32).reshape({3, 4});
+  std::string error;
+  Array out;
+  std::thread worker([&] {
+    try {
+      Array x = h.to(Device::cuda(1));
+      scale(x, 2.0);
+      out = x.permute({1, 0}).to(Device::cpu());  // strided: a kernel on device 1
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  worker.join();
+  ASSERT_EQ(error, "");
+  Array want = h.clone();
+  scale(want, 2.0);
+  EXPECT_TRUE(allclose(out, want.permute({1, 0}).contiguous(), 0, 0));
 }
 
 }  // namespace

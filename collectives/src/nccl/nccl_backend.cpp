@@ -188,6 +188,8 @@ class NcclBackend final : public Backend {
 
   // Only the operations nccl_supports() declares reach here (the router sends the others to MPI).
   Token run(const BackendCall& c, const OpContext& ctx) override {
+    // The communicator's device for the NCCL calls, events and waits of this operation; the caller's afterwards.
+    cuda::DeviceGuard guard(state_->device);
     const OpArgs& a = *c.args;
     static const Array kNone;
     const Array& send = c.send ? *c.send : kNone;
@@ -340,7 +342,6 @@ class NcclBackend final : public Backend {
 
   // Orders the operation after `after` and after pending writes to its buffers, on the device.
   void begin(const OpContext& ctx, std::initializer_list<Array> arrays) {
-    cuda::set_device(state_->device);
     if (ctx.after) ctx.after->order_stream(s());
     for (const Array& a : arrays)
       if (a.ready_event()) a.ready_event()->enqueue_wait(s());
