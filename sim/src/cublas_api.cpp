@@ -54,9 +54,13 @@ cublasStatus_t cublasDestroy(cublasHandle_t h) {
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
-  std::lock_guard lock(h->mu);
-  h->stream = s;
-  h->stream_setter = std::this_thread::get_id();
+  {
+    std::lock_guard lock(h->mu);
+    h->stream = s;
+    h->stream_setter = std::this_thread::get_id();
+  }
+  // Widens the window in which another thread's cublasSetStream can slip in before this thread's GEMM.
+  if (settings().delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(settings().delay_us / 4));
   return CUBLAS_STATUS_SUCCESS;
 }
 const char* cublasGetStatusName(cublasStatus_t s) {

@@ -159,6 +159,30 @@ TEST(Cuda, ScaleAndAddOnStridedViewsWithACallersStream) {
   }
 }
 
+// cuBLAS handles are per device, not per thread: GEMMs from several threads on their own streams must not let one
+// thread's cublasSetStream redirect another's GEMM (the simulated cuBLAS aborts when that happens).
+TEST(Cuda, GemmsFromSeveralThreads) {
+  SKIP_WITHOUT_GPU();
+  const Array a = Array::arange(16 * 8, DType::kFloat32).reshape({16, 8}), b = Array::arange(8 * 4, DType::kFloat32).reshape({8, 4});
+  Array want = Array::empty({16, 4}, DType::kFloat32);
+  gemm(a, b, want);
+  const Array da = a.to(Device::cuda(0)), db = b.to(Device::cuda(0));
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      cuda::DeviceGuard guard(0);
+      cuda::Stream s = cuda::Stream::create(0);
+      for (int i = 0; i < 25; ++i) {
+        Array c = Array::zeros({16, 4}, DType::kFloat32, Device::cuda(0));
+        gemm(da, db, c, 1.0, 0.0, s.handle());
+        if (!allclose(c.to(Device::cpu()), want, 0, 0)) ++bad[t];
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad, std::vector<int>(4, 0));
+}
+
 // A thread other than the one that bound the device starts on device 0 (CUDA's rule): kernels and copies the library
 // launches for an array of another device must set that device themselves.
 TEST(Cuda, KernelsFromAFreshThreadUseTheArraysDevice) {
