@@ -1,5 +1,6 @@
 // CUDA paths of core. Every test skips cleanly without a GPU (no driver or no device).
 
+#include <dlpack/dlpack.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -157,6 +158,23 @@ TEST(Cuda, ScaleAndAddOnStridedViewsWithACallersStream) {
     add_into(yv, h.to(Device::cuda(0)).permute({1, 0}), s.handle());
     EXPECT_TRUE(allclose(yv.to(Device::cpu()), want.permute({1, 0}).contiguous(), 0, 0)) << "add_into, try " << i;
   }
+}
+
+// DLPack export for a consumer reading on its own stream: that stream waits on the device; the host does not block.
+TEST(Cuda, DLPackExportWithAConsumerStreamDoesNotBlockTheHost) {
+  SKIP_WITHOUT_GPU();
+  cuda::Stream producer = cuda::Stream::create(0), consumer = cuda::Stream::create(0);
+  Array big = Array::zeros({std::int64_t{16} << 20}, DType::kFloat32, Device::cuda(0));
+  Array scratch = Array::zeros({std::int64_t{16} << 20}, DType::kFloat32, Device::cuda(0));
+  Array x = Array::arange(10, DType::kFloat32, Device::cuda(0));
+  for (int i = 0; i < 20; ++i) cuda::memcpy_async(scratch.data(), big.data(), big.nbytes(), producer.handle());
+  auto pending = cuda::record_event(producer.handle(), 0);
+  x.set_ready(pending);
+  DLManagedTensorVersioned* t = to_dlpack_versioned(x, false, consumer.handle());
+  EXPECT_FALSE(pending->is_complete()) << "the export waited on the host";
+  consumer.synchronize();
+  EXPECT_TRUE(pending->is_complete()) << "the consumer's stream did not wait for the producer";
+  t->deleter(t);
 }
 
 // cuBLAS handles are per device, not per thread: GEMMs from several threads on their own streams must not let one
