@@ -77,7 +77,7 @@ void CommunicatorImpl::decide_nccl() {
   SHARDKIT_MPI_CHECK(MPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MIN, c));
   const bool shared = all && gpu_shared(c, device);
   if (all && !shared) {
-    nccl = make_nccl_backend(control(), device, abort);
+    nccl = make_nccl_backend(control(), device, abort, options.timeout);
   } else if (options.backend == BackendKind::kNccl) {
     throw BackendError("NCCL", 0,
                        concat("SHARDKIT_BACKEND=nccl but not every rank can use NCCL (",
@@ -172,7 +172,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, std::strin
   if (m.nccl) {
     // NCCL splits its own communicator (collective over the parent); the MPI side comes from the MPI split.
     auto abort = std::make_shared<detail::AbortState>();
-    std::unique_ptr<detail::Backend> nccl = detail::split_nccl_backend(*m.nccl, color, key, abort);
+    std::unique_ptr<detail::Backend> nccl = detail::split_nccl_backend(*m.nccl, color, key, abort, m.options.timeout);
     if (color < 0) return nullptr;
     auto impl = detail::build(std::move(sub), 0, std::move(opts), m.device, false);
     impl->abort = abort;

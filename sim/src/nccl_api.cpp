@@ -5,11 +5,15 @@
 // reserved tag (the role of NCCL's own socket bootstrap), then MPI_Comm_create_group makes the communicator.
 // Misuse that real NCCL answers with a crash or a hang is fatal here: any call on a communicator after
 // ncclCommAbort or ncclCommDestroy, and two ranks of one communicator on the same GPU of one host.
+// Creation with a non-blocking config (ncclConfig_t::blocking = 0) bootstraps on a thread and reports ncclInProgress
+// through ncclCommGetAsyncError until done. SHARDKIT_SIM_NCCL_INIT_STALL_RANK=<world rank> makes that rank's bootstrap
+// never start (a lost peer, a blocked network), so that creation without a deadline hangs as it would on a cluster.
 
 #include <mpi.h>
 #include <nccl.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -204,7 +208,54 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   return ncclSuccess;
 }
 
+namespace {
+ncclResult_t init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, int device);
+
+bool stalled_here() {
+  const char* v = std::getenv("SHARDKIT_SIM_NCCL_INIT_STALL_RANK");
+  if (!v || !*v) return false;
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  return std::atoi(v) == me;
+}
+}  // namespace
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
+  const int device = current_device();
+  if (!config || config->blocking != 0) {
+    if (stalled_here())
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // a blocking creation cannot give up
+    return init_rank(comm, nranks, id, rank, device);
+  }
+  // Non-blocking: the handle exists at once, in progress until the bootstrap thread finishes.
+  auto* c = new ncclComm();
+  c->device = device;
+  c->async_error = ncclInProgress;
+  *comm = c;
+  std::thread([c, nranks, id, rank, device] {
+    if (stalled_here()) {
+      while (!c->aborted) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
+    ncclComm_t made = nullptr;
+    const ncclResult_t r = init_rank(&made, nranks, id, rank, device);
+    if (r == ncclSuccess) {
+      c->data = made->data;
+      c->ctrl = made->ctrl;
+      c->rank = made->rank;
+      c->size = made->size;
+    }
+    c->async_error = r;
+  }).detach();
+  return ncclInProgress;
+}
+
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  return ncclCommInitRankConfig(comm, nranks, id, rank, nullptr);
+}
+
+namespace {
+ncclResult_t init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, int device) {
   *comm = nullptr;
   int level = 0;
   MPI_Query_thread(&level);
@@ -214,7 +265,6 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   std::memcpy(&l, id.internal, sizeof l);
   if (l.magic != kMagic || nranks < 1 || rank < 0 || rank >= nranks)
     return error(ncclInvalidArgument, "ncclCommInitRank: bad unique id, rank or size");
-  const int device = current_device();
   MPI_Comm data = MPI_COMM_NULL;
   if (nranks == 1) {
     MPI_Comm_dup(MPI_COMM_SELF, &data);
@@ -254,6 +304,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   *comm = make_comm(data, device);
   return ncclSuccess;
 }
+}  // namespace
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* /*config*/) {
   check_live(comm, "ncclCommSplit");
@@ -276,7 +327,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   while (comm->pending > 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) {  // real NCCL does not depend on MPI: a destroy after MPI_Finalize is legal there
+  if (!finalized && comm->data != MPI_COMM_NULL) {  // real NCCL does not depend on MPI: legal after MPI_Finalize
     MPI_Comm_free(&comm->data);
     MPI_Comm_free(&comm->ctrl);
   }
@@ -284,7 +335,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  check_live(comm, "ncclCommAbort");
+  check_live(comm, "ncclCommAbort");  // also aborts a creation still in progress
   comm->aborted = true;  // workers waiting on this communicator give up
   comm->dead = true;
   return ncclSuccess;
@@ -295,13 +346,22 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async) {
   *async = static_cast<ncclResult_t>(comm->async_error.load());
   return ncclSuccess;
 }
+namespace {
+// Calls other than ncclCommGetAsyncError and ncclCommAbort need a created communicator (as NCCL requires).
+void check_created(ncclComm_t c, const char* call) {
+  check_live(c, call);
+  if (c->async_error == ncclInProgress)
+    fatal(std::string(call) + " on an NCCL communicator whose non-blocking creation is still in progress");
+}
+}  // namespace
+
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-  check_live(comm, "ncclCommUserRank");
+  check_created(comm, "ncclCommUserRank");
   *rank = comm->rank;
   return ncclSuccess;
 }
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
-  check_live(comm, "ncclCommCount");
+  check_created(comm, "ncclCommCount");
   *count = comm->size;
   return ncclSuccess;
 }

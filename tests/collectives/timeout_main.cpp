@@ -5,6 +5,8 @@
 //   timeout_main unchecked no signatures: the data phase itself times out
 //   timeout_main unchecked gpu   the same on the rank's GPU (NCCL): the token's wait times out and aborts the NCCL
 //                                communicator; waiting on it again must not touch the aborted handle
+//   timeout_main nccl-init       NCCL's creation itself does not complete (the simulated GPU stalls one rank's
+//                                bootstrap): creating the communicator raises TimeoutError on every rank
 
 #include <chrono>
 #include <cstdio>
@@ -24,6 +26,20 @@ int main(int argc, char** argv) {
   o.check = checked;
   o.timeout = std::chrono::milliseconds(1500);
   o.name = "timeout-test";
+  if (argc > 1 && std::strcmp(argv[1], "nccl-init") == 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      auto c = Communicator::world(rt, o);
+      std::printf("rank %d: ERROR: communicator created (has_nccl=%d)\n", rt.rank(), c->has_nccl() ? 1 : 0);
+      return 1;
+    } catch (const TimeoutError& e) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("rank %d: caught after %.1f s: %s\n", rt.rank(), s, e.what());
+    }
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    return 0;  // the Runtime ends the job with MPI_Abort
+  }
   auto comm = Communicator::world(rt, o);
   const int skipper = comm->size() - 1;
   const auto start = std::chrono::steady_clock::now();

@@ -348,7 +348,17 @@ class NcclBackend final : public Backend {
   }
 
   Token end(const OpContext& ctx, std::initializer_list<Array> arrays) {
+    settle();
     return Token(std::make_shared<NcclEvent>(s(), state_, ctx, std::vector<Array>(arrays)));
+  }
+
+  // The communicator is non-blocking (see nonblocking_config): after a call NCCL may report ncclInProgress while it
+  // finishes enqueueing, and the next call must wait for that. An error is left to the token's poll to report.
+  void settle() {
+    ncclResult_t st = ncclInProgress;
+    do {
+      SHARDKIT_NCCL_CHECK(ncclCommGetAsyncError(comm(), &st));
+    } while (st == ncclInProgress);
   }
 
   template <typename F>
@@ -372,7 +382,42 @@ class NcclBackend final : public Backend {
 
 bool nccl_built() noexcept { return true; }
 
-std::unique_ptr<Backend> make_nccl_backend(MpiCommHandle mpi_comm, int device, std::shared_ptr<AbortState> abort) {
+namespace {
+
+// Non-blocking creation (ncclConfig_t::blocking = 0): a blocking ncclCommInitRank/ncclCommSplit waiting on a lost
+// peer can never time out. The calls return at once; the state is polled against the deadline.
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+void await_created(NcclState& state, std::chrono::milliseconds timeout, const char* what) {
+  const Clock::time_point deadline = timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
+  for (long spin = 0;; ++spin) {
+    ncclResult_t st = ncclInProgress;
+    SHARDKIT_NCCL_CHECK(ncclCommGetAsyncError(state.comm, &st));
+    if (st == ncclSuccess) return;
+    if (st != ncclInProgress) {
+      state.abort_once(concat(what, " failed"));
+      throw BackendError("NCCL", static_cast<int>(st), concat(what, " failed: ", ncclGetErrorString(st), " (",
+                                                              ncclGetLastError(nullptr), ")"));
+    }
+    if (Clock::now() >= deadline) {
+      state.abort_once(concat(what, " timed out"));
+      request_abort_at_exit(state.abort->reason);
+      throw TimeoutError(concat("TimeoutError: ", what, " did not complete within ", timeout.count() / 1000.0,
+                                " s (a rank did not join, or NCCL's bootstrap is blocked); the NCCL communicator was "
+                                "aborted"));
+    }
+    if (spin > 100) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_nccl_backend(MpiCommHandle mpi_comm, int device, std::shared_ptr<AbortState> abort,
+                                           std::chrono::milliseconds timeout) {
   MPI_Comm c = to_mpi<MPI_Comm>(mpi_comm);
   int rank = 0, size = 1;
   SHARDKIT_MPI_CHECK(MPI_Comm_rank(c, &rank));
@@ -384,19 +429,26 @@ std::unique_ptr<Backend> make_nccl_backend(MpiCommHandle mpi_comm, int device, s
   state->device = device;
   state->abort = std::move(abort);
   cuda::DeviceGuard guard(device);
-  SHARDKIT_NCCL_CHECK(ncclCommInitRank(&state->comm, size, id, rank));
+  ncclConfig_t config = nonblocking_config();
+  SHARDKIT_NCCL_CHECK(ncclCommInitRankConfig(&state->comm, size, id, rank, &config));
+  await_created(*state, timeout, "creating the NCCL communicator (ncclCommInitRankConfig)");
   return std::make_unique<NcclBackend>(std::move(state));
 }
 
-std::unique_ptr<Backend> split_nccl_backend(Backend& parent, int color, int key, std::shared_ptr<AbortState> abort) {
+std::unique_ptr<Backend> split_nccl_backend(Backend& parent, int color, int key, std::shared_ptr<AbortState> abort,
+                                            std::chrono::milliseconds timeout) {
   auto& p = dynamic_cast<NcclBackend&>(parent);
   auto state = std::make_shared<NcclState>();
   state->device = p.state()->device;
   state->abort = std::move(abort);
   cuda::DeviceGuard guard(state->device);
+  ncclConfig_t config = nonblocking_config();
   SHARDKIT_NCCL_CHECK(
-      ncclCommSplit(p.state()->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &state->comm, nullptr));
+      ncclCommSplit(p.state()->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &state->comm, &config));
+  // The parent is in progress until the split is done (it is collective over the parent).
+  await_created(*p.state(), timeout, "splitting the NCCL communicator (ncclCommSplit)");
   if (color < 0 || state->comm == nullptr) return nullptr;
+  await_created(*state, timeout, "splitting the NCCL communicator (ncclCommSplit)");
   return std::make_unique<NcclBackend>(std::move(state));
 }
 
