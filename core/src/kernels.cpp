@@ -53,20 +53,7 @@ void scale(Array& x, double factor, StreamHandle stream) {
     x.copy_from(tmp);
     return;
   }
-  visit_dtype(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* p = static_cast<T*>(x.data());
-    for (std::int64_t i = 0; i < x.numel(); ++i) {
-      if constexpr (std::is_same_v<T, Half>)
-        p[i] = float_to_half(half_to_float(p[i]) * static_cast<float>(factor));
-      else if constexpr (std::is_same_v<T, BFloat16>)
-        p[i] = float_to_bfloat16(bfloat16_to_float(p[i]) * static_cast<float>(factor));
-      else if constexpr (std::is_floating_point_v<T>)
-        p[i] = static_cast<T>(p[i] * factor);
-      else if constexpr (requires { p[i].real(); })
-        p[i] *= static_cast<typename T::value_type>(factor);
-    }
-  });
+  detail::host_scale(x.data(), x.dtype(), x.numel(), factor);
 }
 
 void add_into(Array& y, const Array& x, StreamHandle stream) {
@@ -99,11 +86,33 @@ void add_into(Array& y, const Array& x, StreamHandle stream) {
     y.copy_from(ty);
     return;
   }
-  visit_dtype(y.dtype(), [&](auto tag) {
+  detail::host_add(y.data(), x.data(), y.dtype(), y.numel());
+}
+
+namespace detail {
+
+void host_scale(void* x, DType dtype, std::int64_t n, double factor) {
+  visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    T* py = static_cast<T*>(y.data());
-    const T* px = static_cast<const T*>(x.data());
-    const std::int64_t n = y.numel();
+    T* p = static_cast<T*>(x);
+    for (std::int64_t i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<T, Half>)
+        p[i] = float_to_half(half_to_float(p[i]) * static_cast<float>(factor));
+      else if constexpr (std::is_same_v<T, BFloat16>)
+        p[i] = float_to_bfloat16(bfloat16_to_float(p[i]) * static_cast<float>(factor));
+      else if constexpr (std::is_floating_point_v<T>)
+        p[i] = static_cast<T>(p[i] * factor);
+      else if constexpr (requires { p[i].real(); })
+        p[i] *= static_cast<typename T::value_type>(factor);
+    }
+  });
+}
+
+void host_add(void* y, const void* x, DType dtype, std::int64_t n) {
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* py = static_cast<T*>(y);
+    const T* px = static_cast<const T*>(x);
     if constexpr (std::is_same_v<T, Half>) {
       for (std::int64_t i = 0; i < n; ++i) py[i] = float_to_half(half_to_float(py[i]) + half_to_float(px[i]));
     } else if constexpr (std::is_same_v<T, BFloat16>) {
@@ -115,4 +124,5 @@ void add_into(Array& y, const Array& x, StreamHandle stream) {
   });
 }
 
+}  // namespace detail
 }  // namespace shardkit

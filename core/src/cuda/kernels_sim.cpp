@@ -60,41 +60,12 @@ void cuda_strided_copy(void* dst, const std::int64_t* dst_strides, const void* s
 
 void cuda_scale(void* x, DType dtype, std::int64_t n, double factor, StreamHandle stream) {
   SHARDKIT_CHECK(is_floating(dtype) || is_complex(dtype), "scale: dtype ", dtype, " is not supported");
-  launch(stream, [=] {
-    visit_dtype(dtype, [&](auto tag) {
-      using T = decltype(tag);
-      T* p = view<T>(x);
-      for (std::int64_t i = 0; i < n; ++i) {
-        if constexpr (std::is_same_v<T, Half>)
-          p[i] = float_to_half(half_to_float(p[i]) * static_cast<float>(factor));
-        else if constexpr (std::is_same_v<T, BFloat16>)
-          p[i] = float_to_bfloat16(bfloat16_to_float(p[i]) * static_cast<float>(factor));
-        else if constexpr (std::is_floating_point_v<T>)
-          p[i] = static_cast<T>(p[i] * factor);
-        else if constexpr (requires { p[i].real(); })
-          p[i] *= static_cast<typename T::value_type>(factor);
-      }
-    });
-  });
+  launch(stream, [=] { host_scale(view<void>(x), dtype, n, factor); });
 }
 
 void cuda_add(void* y, const void* x, DType dtype, std::int64_t n, StreamHandle stream) {
   SHARDKIT_CHECK(dtype != DType::kBool, "add_into: dtype ", dtype, " is not supported");
-  launch(stream, [=] {
-    visit_dtype(dtype, [&](auto tag) {
-      using T = decltype(tag);
-      T* py = view<T>(y);
-      const T* px = view<const T>(const_cast<void*>(x));
-      for (std::int64_t i = 0; i < n; ++i) {
-        if constexpr (std::is_same_v<T, Half>)
-          py[i] = float_to_half(half_to_float(py[i]) + half_to_float(px[i]));
-        else if constexpr (std::is_same_v<T, BFloat16>)
-          py[i] = float_to_bfloat16(bfloat16_to_float(py[i]) + bfloat16_to_float(px[i]));
-        else if constexpr (!std::is_same_v<T, bool>)
-          py[i] = static_cast<T>(py[i] + px[i]);
-      }
-    });
-  });
+  launch(stream, [=] { host_add(view<void>(y), view<const void>(const_cast<void*>(x)), dtype, n); });
 }
 
 void cuda_memset_zero(void* dst, std::size_t bytes, StreamHandle stream) {
