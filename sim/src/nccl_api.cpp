@@ -90,8 +90,18 @@ ncclResult_t check_distinct_devices(MPI_Comm comm, int device) {
   return ncclSuccess;
 }
 
+// Every communicator ever made: never freed, so that a stale handle stays recognisable as dead (and reachable, so
+// LeakSanitizer does not count it).
+ncclComm_t new_comm() {
+  static std::mutex mu;
+  static auto* all = new std::vector<ncclComm_t>();
+  std::lock_guard lock(mu);
+  all->push_back(new ncclComm());
+  return all->back();
+}
+
 ncclComm_t make_comm(MPI_Comm data, int device) {
-  auto* c = new ncclComm();  // never freed: a stale handle must stay recognisable as dead
+  ncclComm_t c = new_comm();
   c->data = data;
   MPI_Comm_dup(data, &c->ctrl);
   MPI_Comm_rank(data, &c->rank);
@@ -132,8 +142,9 @@ std::function<void()> wrap(ncclComm_t c, OpFn fn) {
   };
 }
 
-ncclResult_t submit(ncclComm_t c, cudaStream_t s, const char* call, OpFn fn) {
+ncclResult_t submit(ncclComm_t c, cudaStream_t s, const char* call, OpFn fn, bool empty = false) {
   check_live(c, call);
+  if (empty) fn = [](ncclComm_t) { return true; };  // nothing to move (the count is the same on every rank)
   auto st = stream_of(s);
   if (st->device() != c->device)
     return error(ncclInvalidArgument, std::string(call) + ": stream of device " + std::to_string(st->device()) +
@@ -228,7 +239,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
     return init_rank(comm, nranks, id, rank, device);
   }
   // Non-blocking: the handle exists at once, in progress until the bootstrap thread finishes.
-  auto* c = new ncclComm();
+  ncclComm_t c = new_comm();
   c->device = device;
   c->async_error = ncclInProgress;
   *comm = c;
@@ -417,7 +428,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
     std::vector<MPI_Request> r(1);
     MPI_Ibcast(rw(recv), bytes, MPI_BYTE, root, cc->data, &r[0]);
     return wait_all(cc, r);
-  });
+  }, bytes == 0);
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t c,
@@ -430,7 +441,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
     std::vector<MPI_Request> r(1);
     MPI_Iallgather(in.data(), bytes, MPI_BYTE, rw(recv), bytes, MPI_BYTE, cc->data, &r[0]);
     return wait_all(cc, r);
-  });
+  }, bytes == 0);
 }
 
 namespace {
@@ -456,7 +467,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   int bytes = 0;
   if (!bytes_ok(count, t, &bytes) || !valid_op(op)) return error(ncclInvalidArgument, "ncclAllReduce: bad arguments");
   return submit(c, s, "ncclAllReduce",
-                [=](ncclComm_t cc) { return gather_reduce(cc, send, recv, count, t, op, bytes); });
+                [=](ncclComm_t cc) { return gather_reduce(cc, send, recv, count, t, op, bytes); }, bytes == 0);
 }
 
 ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, int root,
@@ -465,7 +476,7 @@ ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType
   if (!bytes_ok(count, t, &bytes) || !valid_op(op)) return error(ncclInvalidArgument, "ncclReduce: bad arguments");
   return submit(c, s, "ncclReduce", [=](ncclComm_t cc) {
     return gather_reduce(cc, send, cc->rank == root ? recv : nullptr, count, t, op, bytes);
-  });
+  }, bytes == 0);
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
@@ -483,7 +494,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
     if (op == ncclAvg) divide(parts.data(), recvcount, t, cc->size);
     std::memcpy(rw(recv), parts.data(), b);
     return true;
-  });
+  }, bytes == 0);
 }
 
 }  // extern "C"
