@@ -10,7 +10,8 @@
 # `scripts/test.sh --sim-gpu [ctest arguments]` builds on the simulated GPU (SHARDKIT_SIM_GPU=ON, build-sim/ or
 # $SHARDKIT_SIM_BUILD_DIR) and runs the `gpu`-labelled tests at 1-4 ranks under several delay seeds
 # (SHARDKIT_SIM_SEEDS, default "1 2"), once more with every rank of the node on one GPU (SHARDKIT_SIM_GPUS=1: NCCL
-# must be refused and MPI used), with SHARDKIT_REQUIRE_GPU=1 so that a skipped GPU test fails.
+# must be refused and MPI used), with SHARDKIT_REQUIRE_GPU=1 so that a skipped GPU test fails. With --sanitize as well,
+# the same under AddressSanitizer and UndefinedBehaviorSanitizer (build-sim-sanitize/; a longer build, not run by CI).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -30,9 +31,18 @@ done
 # ---- --sim-gpu ----------------------------------------------------------------------------------------------------
 if [ "$sim_gpu" = 1 ]; then
   build_dir="${SHARDKIT_SIM_BUILD_DIR:-$SHARDKIT_ROOT/build-sim}"
-  cmake -S "$SHARDKIT_ROOT" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DSHARDKIT_SIM_GPU=ON -DSHARDKIT_PYTHON=OFF \
-        -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=OFF
-  cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target sim_tests core_gpu_tests collectives_tests sharding_gpu_tests
+  build_type=Release
+  if [ "$sanitize" = 1 ]; then
+    build_dir="${SHARDKIT_SIM_BUILD_DIR:-$SHARDKIT_ROOT/build-sim-sanitize}"
+    build_type=RelWithDebInfo
+    export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+    export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+    export LSAN_OPTIONS="suppressions=$SHARDKIT_ROOT/tests/sanitizers/lsan_mpi.supp:print_suppressions=0"
+  fi
+  cmake -S "$SHARDKIT_ROOT" -B "$build_dir" -DCMAKE_BUILD_TYPE=$build_type -DSHARDKIT_SIM_GPU=ON -DSHARDKIT_SANITIZE=$sanitize \
+        -DSHARDKIT_PYTHON=OFF -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=OFF
+  cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target sim_tests core_gpu_tests collectives_tests sharding_gpu_tests \
+        collectives_timeout
   shardkit_mpirun_setup
   export SHARDKIT_REQUIRE_GPU=1
   start=$(date +%s)
