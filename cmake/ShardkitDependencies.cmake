@@ -16,7 +16,12 @@ find_package(MPI REQUIRED COMPONENTS C)
 
 # --- CUDA --------------------------------------------------------------------------------------------------------
 set(SHARDKIT_HAVE_CUDA 0)
-if(NOT SHARDKIT_CUDA STREQUAL "OFF")
+if(SHARDKIT_SIM_GPU)
+  # The simulated GPU (sim/): shardkit's CUDA paths are compiled by the host compiler against the toolkit's headers
+  # and linked against host implementations of the CUDA runtime, cuBLAS and NCCL calls. nvcc is not used.
+  find_package(CUDAToolkit REQUIRED)
+  set(SHARDKIT_HAVE_CUDA 1)
+elseif(NOT SHARDKIT_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   if(NOT CMAKE_CUDA_COMPILER)
     check_language(CUDA)
@@ -41,7 +46,13 @@ endif()
 # --- NCCL --------------------------------------------------------------------------------------------------------
 set(SHARDKIT_HAVE_NCCL 0)
 set(SHARDKIT_NCCL_VERSION "")
-if(NOT SHARDKIT_NCCL STREQUAL "OFF")
+if(SHARDKIT_SIM_GPU)
+  # Only nccl.h is needed: the calls are implemented over MPI by the simulation.
+  find_path(SHARDKIT_SIM_NCCL_INCLUDE_DIR nccl.h HINTS $ENV{NCCL_HOME} ${NCCL_HOME} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include REQUIRED)
+  set(SHARDKIT_HAVE_NCCL 1)
+  set(SHARDKIT_NCCL_VERSION "simulated")
+elseif(NOT SHARDKIT_NCCL STREQUAL "OFF")
   if(SHARDKIT_HAVE_CUDA)
     find_package(NCCL)
   endif()

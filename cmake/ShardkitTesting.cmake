@@ -22,6 +22,16 @@ if(_mpiexec_version MATCHES "Open MPI|OpenRTE")
 endif()
 set(SHARDKIT_TEST_TIMEOUT_S 60 CACHE STRING "SHARDKIT_TIMEOUT_S given to MPI tests")
 
+# GPU tests (label gpu): 1-2 ranks on a real GPU machine; 1-4 on the simulated GPU, whose reductions run on host
+# cores (hence a smaller "large" count there).
+if(SHARDKIT_SIM_GPU)
+  set(SHARDKIT_GPU_TEST_NP 1 2 3 4)
+  set(SHARDKIT_GPU_TEST_ENV SHARDKIT_TEST_LARGE_COUNT=4099)
+else()
+  set(SHARDKIT_GPU_TEST_NP 1 2)
+  set(SHARDKIT_GPU_TEST_ENV "")
+endif()
+
 function(shardkit_add_mpi_test)
   cmake_parse_arguments(ARG "" "NAME;TARGET;TIMEOUT" "NP;ARGS;LABELS;ENV;COMMAND" ${ARGN})
   if(NOT ARG_NP)
@@ -45,6 +55,10 @@ function(shardkit_add_mpi_test)
       PROCESSORS ${np}
       TIMEOUT ${ARG_TIMEOUT}
       ENVIRONMENT "${SHARDKIT_MPIEXEC_ENV};SHARDKIT_CHECK=1;SHARDKIT_TIMEOUT_S=${SHARDKIT_TEST_TIMEOUT_S};OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;${ARG_ENV}")
+    if("gpu" IN_LIST ARG_LABELS)
+      # A GPU suite that finds no GPU runs nothing and exits 77 (tests/collectives/collective_test_util.hpp).
+      set_tests_properties(${test_name} PROPERTIES SKIP_RETURN_CODE 77)
+    endif()
   endforeach()
 endfunction()
 

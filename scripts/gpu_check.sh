@@ -55,6 +55,8 @@ else
 fi
 command -v mpirun >/dev/null || { echo "gpu_check: no mpirun (install Open MPI, or bring it in SHARDKIT_BUNDLE)"; exit 1; }
 MPIRUN=(mpirun --oversubscribe --bind-to none)
+# A GPU test that skips here (no device found, no NCCL communicator) is a failure, not a pass.
+export SHARDKIT_REQUIRE_GPU=1
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
 # ---- 1. build ----------------------------------------------------------------------------------------------------------
@@ -113,7 +115,8 @@ fi
 "${MPIRUN[@]}" -np 1 "$PYTHON" "$ROOT/scripts/gpu_dlpack_check.py" >"$BUILD.dlpack.log" 2>&1
 dl_status=$?
 while read -r _ fw result detail; do note "DLPack $fw" "$result" "$detail"; done < <(grep '^dlpack ' "$BUILD.dlpack.log")
-[ "$dl_status" = 0 ] || { grep -q '^dlpack ' "$BUILD.dlpack.log" || note "DLPack exchange" FAIL "log: $BUILD.dlpack.log"; }
+# A check that dies after printing some of its lines is a failure too, whatever those lines said.
+[ "$dl_status" = 0 ] || note "DLPack exchange" FAIL "exit $dl_status; log: $BUILD.dlpack.log"
 
 echo
 echo "==================== gpu_check summary: $GPU_NAME, NCCL ${NCCL_VERSION:-none} ===================="

@@ -6,16 +6,57 @@
 # AddressSanitizer and UndefinedBehaviorSanitizer in their own folder (build-sanitize/, or
 # $SHARDKIT_SANITIZE_BUILD_DIR) and runs them; any sanitizer report fails the run. A -R of yours replaces the
 # selection below (ctest keeps the last -R).
+#
+# `scripts/test.sh --sim-gpu [ctest arguments]` builds on the simulated GPU (SHARDKIT_SIM_GPU=ON, build-sim/ or
+# $SHARDKIT_SIM_BUILD_DIR) and runs the `gpu`-labelled tests at 1-4 ranks under several delay seeds
+# (SHARDKIT_SIM_SEEDS, default "1 2"), once more with every rank of the node on one GPU (SHARDKIT_SIM_GPUS=1: NCCL
+# must be refused and MPI used), with SHARDKIT_REQUIRE_GPU=1 so that a skipped GPU test fails. With --sanitize as well,
+# the same under AddressSanitizer and UndefinedBehaviorSanitizer (build-sim-sanitize/; a longer build, not run by CI).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 sanitize=0
+sim_gpu=0
 ctest_args=()
 for arg in "$@"; do
-  if [ "$arg" = "--sanitize" ]; then sanitize=1; else ctest_args+=("$arg"); fi
+  case "$arg" in
+    --sanitize) sanitize=1 ;;
+    --sim-gpu) sim_gpu=1 ;;
+    *) ctest_args+=("$arg") ;;
+  esac
 done
 
 "$SHARDKIT_ROOT/scripts/setup.sh"
+
+# ---- --sim-gpu ----------------------------------------------------------------------------------------------------
+if [ "$sim_gpu" = 1 ]; then
+  build_dir="${SHARDKIT_SIM_BUILD_DIR:-$SHARDKIT_ROOT/build-sim}"
+  build_type=Release
+  if [ "$sanitize" = 1 ]; then
+    build_dir="${SHARDKIT_SIM_BUILD_DIR:-$SHARDKIT_ROOT/build-sim-sanitize}"
+    build_type=RelWithDebInfo
+    export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+    export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+    export LSAN_OPTIONS="suppressions=$SHARDKIT_ROOT/tests/sanitizers/lsan_mpi.supp:print_suppressions=0"
+  fi
+  cmake -S "$SHARDKIT_ROOT" -B "$build_dir" -DCMAKE_BUILD_TYPE=$build_type -DSHARDKIT_SIM_GPU=ON -DSHARDKIT_SANITIZE=$sanitize \
+        -DSHARDKIT_PYTHON=OFF -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=OFF
+  cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target sim_tests core_gpu_tests collectives_tests sharding_gpu_tests \
+        collectives_timeout
+  shardkit_mpirun_setup
+  export SHARDKIT_REQUIRE_GPU=1
+  start=$(date +%s)
+  ctest --test-dir "$build_dir" --output-on-failure -L sim "${ctest_args[@]}"
+  for seed in ${SHARDKIT_SIM_SEEDS:-1 2}; do
+    echo "test.sh --sim-gpu: seed $seed"
+    SHARDKIT_SIM_SEED=$seed ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure -L gpu "${ctest_args[@]}"
+  done
+  echo "test.sh --sim-gpu: one GPU shared by every rank"
+  SHARDKIT_SIM_GPUS=1 ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure -L gpu -LE fault -R 'np[24]' \
+    "${ctest_args[@]}"
+  echo "test.sh --sim-gpu: ctest passed in $(( $(date +%s) - start )) s"
+  exit 0
+fi
 
 if [ "$sanitize" = 0 ]; then
   shardkit_build -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=ON

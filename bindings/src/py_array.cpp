@@ -306,14 +306,10 @@ nb::object array_to_py(Array a, Framework framework, bool read_only) {
 }
 
 nb::object to_capsule(const Array& a, bool versioned, long long stream) {
-  if (stream != -1 && a.device().is_cuda()) {
-    // The consumer reads on `stream`: order it after our pending work instead of blocking the host.
-    if (a.ready_event()) a.ready_event()->enqueue_wait(reinterpret_cast<StreamHandle>(stream));
-  } else {
-    a.wait_ready();
-  }
+  // The consumer reads on `stream`: the export orders it after our pending work instead of blocking the host.
+  const StreamHandle consumer = stream != -1 ? reinterpret_cast<StreamHandle>(stream) : nullptr;
   if (versioned) {
-    DLManagedTensorVersioned* t = to_dlpack_versioned(a);
+    DLManagedTensorVersioned* t = to_dlpack_versioned(a, false, consumer);
     return nb::steal(PyCapsule_New(t, kVersionedName, [](PyObject* c) {
       // Called when the capsule dies: only an unconsumed capsule still owns its tensor.
       if (PyCapsule_IsValid(c, kVersionedName)) {
@@ -322,7 +318,7 @@ nb::object to_capsule(const Array& a, bool versioned, long long stream) {
       }
     }));
   }
-  DLManagedTensor* t = to_dlpack_legacy(a);
+  DLManagedTensor* t = to_dlpack_legacy(a, consumer);
   return nb::steal(PyCapsule_New(t, kLegacyName, [](PyObject* c) {
     if (PyCapsule_IsValid(c, kLegacyName)) {
       auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, kLegacyName));

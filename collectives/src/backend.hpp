@@ -89,11 +89,14 @@ std::unique_ptr<Backend> make_mpi_backend(MpiCommHandle comm, std::function<MpiC
 
 /// True when this build has NCCL.
 bool nccl_built() noexcept;
-/// The NCCL backend over the ranks of `mpi_comm` on `device` (bootstrapped over `mpi_comm`). Collective.
-std::unique_ptr<Backend> make_nccl_backend(MpiCommHandle mpi_comm, int device, std::shared_ptr<AbortState> abort_state);
+/// The NCCL backend over the ranks of `mpi_comm` on `device` (bootstrapped over `mpi_comm`). Collective. Creation
+/// is non-blocking and polled: past `timeout` (0: none) the communicator is aborted and TimeoutError thrown.
+std::unique_ptr<Backend> make_nccl_backend(MpiCommHandle mpi_comm, int device, std::shared_ptr<AbortState> abort_state,
+                                           std::chrono::milliseconds timeout);
 /// An NCCL backend split from `parent` (ncclCommSplit). Collective over the parent; color < 0 gives nullptr.
+/// Same deadline rule as make_nccl_backend.
 std::unique_ptr<Backend> split_nccl_backend(Backend& parent, int color, int key,
-                                            std::shared_ptr<AbortState> abort_state);
+                                            std::shared_ptr<AbortState> abort_state, std::chrono::milliseconds timeout);
 
 /// Wraps a Waitable so that waiting it first runs `then` once (after completion), e.g. to copy staged data back.
 Token then(Token token, std::function<void()> then);

@@ -5,6 +5,10 @@
 #include "shardkit/collectives/communicator.hpp"
 
 #include <mpi.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
 
 #include "communicator_impl.hpp"
 #include "creation.hpp"
@@ -26,13 +30,39 @@ void CommunicatorImpl::create_control() {
   control_comm = dup_within_timeout(data, "set-up (its first collective)", options.name, options, *abort);
 }
 
+namespace {
+
+// True on every rank alike when two ranks of `comm` use one GPU of one host. NCCL refuses such a communicator
+// (ncclCommInitRank: "Duplicate GPU detected"), so ranks sharing a GPU agree to stay on MPI instead.
+bool gpu_shared(MPI_Comm comm, int device) {
+  struct Where {
+    char host[64];
+    int device;
+  };
+  Where me{};
+  gethostname(me.host, sizeof me.host - 1);
+  me.device = device;
+  int size = 0;
+  SHARDKIT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<Where> all(static_cast<std::size_t>(size));
+  SHARDKIT_MPI_CHECK(MPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, comm));
+  for (int i = 0; i < size; ++i)
+    for (int j = 0; j < i; ++j)
+      if (all[i].device >= 0 && all[i].device == all[j].device && std::strcmp(all[i].host, all[j].host) == 0)
+        return true;
+  return false;
+}
+
+}  // namespace
+
 void CommunicatorImpl::decide_nccl() {
   if (nccl_decided) return;
   nccl_decided = true;
   const int want = nccl_built() && device >= 0 && options.backend != BackendKind::kMpi ? 1 : 0;
   int all = 0;
+  MPI_Comm c = to_mpi<MPI_Comm>(control());
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
-  SHARDKIT_MPI_CHECK(MPI_Iallreduce(&want, &all, 1, MPI_INT, MPI_MIN, to_mpi<MPI_Comm>(control()), req.data()));
+  SHARDKIT_MPI_CHECK(MPI_Iallreduce(&want, &all, 1, MPI_INT, MPI_MIN, c, req.data()));
   OpContext ctx{};
   ctx.op = OpKind::kAllreduce;
   ctx.step = "the NCCL decision";
@@ -40,12 +70,18 @@ void CommunicatorImpl::decide_nccl() {
   ctx.timeout = options.timeout;
   ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
   if (!wait_all(req, nullptr, ctx.deadline)) raise_timeout(ctx, *abort, "not every rank arrived");
-  if (all) {
-    nccl = make_nccl_backend(control(), device, abort);
+  // Every rank has arrived: the exchange of hosts and devices below cannot wait for a missing one.
+  const bool shared = all && gpu_shared(c, device);
+  if (all && !shared) {
+    nccl = make_nccl_backend(control(), device, abort, options.timeout);
   } else if (options.backend == BackendKind::kNccl) {
     throw BackendError("NCCL", 0,
-                       concat("SHARDKIT_BACKEND=nccl but not every rank can use NCCL (", nccl_built() ? "" : "not built; ",
-                              device < 0 ? "this rank has no GPU" : "another rank has no GPU", ")"));
+                       concat("SHARDKIT_BACKEND=nccl but not every rank can use NCCL (",
+                              shared            ? "ranks share a GPU, which NCCL refuses"
+                              : !nccl_built()   ? "not built"
+                              : device < 0      ? "this rank has no GPU"
+                                                : "another rank has no GPU",
+                              ")"));
   }
 }
 
@@ -142,7 +178,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, std::strin
   if (m.nccl) {
     // NCCL splits its own communicator (collective over the parent); the MPI side comes from the MPI split.
     auto abort = std::make_shared<detail::AbortState>();
-    std::unique_ptr<detail::Backend> nccl = detail::split_nccl_backend(*m.nccl, color, key, abort);
+    std::unique_ptr<detail::Backend> nccl = detail::split_nccl_backend(*m.nccl, color, key, abort, m.options.timeout);
     if (color < 0) return nullptr;
     auto impl = detail::build(std::move(sub), 0, std::move(opts), m.device, false);
     impl->abort = abort;

@@ -13,6 +13,9 @@ void cuda_copy(const Array& src, Array& dst) {
   const int dev = dst.device().kind != DeviceKind::kCPU && dst.device().kind != DeviceKind::kCUDAHost
                       ? dst.device().index
                       : src.device().index;
+  // Kernels launch on the current device's streams only: this thread may be on another one (a helper thread starts
+  // on device 0).
+  cuda::DeviceGuard guard(dev);
   const StreamHandle stream = cuda::library_stream(dev);
   const bool src_addressable = src.device().kind != DeviceKind::kCPU;
   const bool dst_addressable = dst.device().kind != DeviceKind::kCPU;
@@ -58,7 +61,9 @@ void copy(const Array& src, Array& dst) {
   src.wait_ready();
   dst.wait_ready();
   if (src.numel() == 0 || src.data() == dst.data()) return;
-  if (src.device().is_host_accessible() && dst.device().is_host_accessible()) {
+  // Managed memory is device memory here: kernels on any stream may still be writing it, so it goes through the
+  // stream-ordered path (which synchronises) rather than a host memcpy.
+  if (!src.device().is_device_memory() && !dst.device().is_device_memory()) {
     detail::host_strided_copy(dst.data(), dst.strides().data(), src.data(), src.strides().data(), dst.shape().data(),
                               dst.ndim(), dst.itemsize());
     return;

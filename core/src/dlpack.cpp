@@ -1,4 +1,5 @@
 #include "shardkit/core/dlpack.hpp"
+#include "shardkit/core/waitable.hpp"
 
 #include <dlpack/dlpack.h>
 
@@ -155,8 +156,19 @@ Array from_dlpack(DLManagedTensor* tensor) {
   return import_managed(tensor, false);
 }
 
-DLManagedTensorVersioned* to_dlpack_versioned(const Array& array, bool read_only) {
+namespace {
+// Before an export: the consumer's stream waits on the device when it names one (DLPack's stream rule), else the host.
+void ready_for_consumer(const Array& array, StreamHandle consumer_stream) {
+  if (consumer_stream && array.device().is_cuda()) {
+    if (array.ready_event()) array.ready_event()->enqueue_wait(consumer_stream);
+    return;
+  }
   array.wait_ready();
+}
+}  // namespace
+
+DLManagedTensorVersioned* to_dlpack_versioned(const Array& array, bool read_only, StreamHandle consumer_stream) {
+  ready_for_consumer(array, consumer_stream);
   auto ctx = std::make_unique<ExportContext>(ExportContext{array, array.shape(), array.strides()});
   auto managed = std::make_unique<DLManagedTensorVersioned>();
   managed->version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
@@ -170,8 +182,8 @@ DLManagedTensorVersioned* to_dlpack_versioned(const Array& array, bool read_only
   return managed.release();
 }
 
-DLManagedTensor* to_dlpack_legacy(const Array& array) {
-  array.wait_ready();
+DLManagedTensor* to_dlpack_legacy(const Array& array, StreamHandle consumer_stream) {
+  ready_for_consumer(array, consumer_stream);
   auto ctx = std::make_unique<ExportContext>(ExportContext{array, array.shape(), array.strides()});
   auto managed = std::make_unique<DLManagedTensor>();
   managed->dl_tensor = describe(*ctx);

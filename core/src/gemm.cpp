@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gemm_internal.hpp"
+#include "shardkit/core/waitable.hpp"
 
 // OpenBLAS's thread controls (declared here: not every cblas.h declares them).
 extern "C" {
@@ -103,9 +104,12 @@ void gemm(const Array& a, const Array& b, Array& c, double alpha, double beta, S
                  a.device(), ", ", b.device(), ", ", c.device());
   for (std::int64_t v : {m, n, k, lda, ldb, ldc})
     SHARDKIT_CHECK_LE(v, std::int64_t{INT32_MAX}, "gemm: dimension above INT32_MAX");
-  a.wait_ready();
-  b.wait_ready();
-  c.wait_ready();
+  const bool on_device = c.device().kind == DeviceKind::kCUDA || c.device().kind == DeviceKind::kCUDAManaged;
+  if (!on_device || m == 0 || n == 0 || k == 0) {
+    a.wait_ready();
+    b.wait_ready();
+    c.wait_ready();
+  }
   if (m == 0 || n == 0) return;
   const detail::GemmArgs args{a.dtype(), m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, alpha, beta};
   if (k == 0) {
@@ -116,8 +120,16 @@ void gemm(const Array& a, const Array& b, Array& c, double alpha, double beta, S
       return;
     }
   }
-  if (c.device().kind == DeviceKind::kCUDA || c.device().kind == DeviceKind::kCUDAManaged) {
-    detail::cublas_gemm(args, c.device().index, stream ? stream : cuda::library_stream(c.device().index));
+  if (on_device) {
+    // C is still being written when cuBLAS returns: its ready event makes every host access (copies, DLPack,
+    // printing, managed-memory reads through the library) wait for it, and lets other streams order after it.
+    const int dev = c.device().index;
+    const StreamHandle s = stream ? stream : cuda::library_stream(dev);
+    // Pending writes to the operands are waited for on the stream, not the host: back-to-back GEMMs stay queued.
+    for (const Array* x : {&a, &b, static_cast<const Array*>(&c)})
+      if (x->ready_event()) x->ready_event()->enqueue_wait(s);
+    detail::cublas_gemm(args, dev, s);
+    c.set_ready(cuda::record_event(s, dev));
     return;
   }
   host_gemm(args);

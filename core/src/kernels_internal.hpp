@@ -27,6 +27,13 @@ void cuda_add(void* y, const void* x, DType dtype, std::int64_t n, StreamHandle 
 /// Sets `bytes` bytes at `dst` to zero on `stream`.
 void cuda_memset_zero(void* dst, std::size_t bytes, StreamHandle stream);
 
+/// x[i] *= factor for `n` contiguous elements of a floating or complex dtype, on the host (also the simulated GPU's
+/// scale kernel).
+void host_scale(void* x, DType dtype, std::int64_t n, double factor);
+
+/// y[i] += x[i] for `n` contiguous elements, on the host (also the simulated GPU's add kernel).
+void host_add(void* y, const void* x, DType dtype, std::int64_t n);
+
 /// Host strided copy (any layouts, same shape), with a memcpy fast path for contiguous runs.
 void host_strided_copy(void* dst, const std::int64_t* dst_strides, const void* src, const std::int64_t* src_strides,
                        const std::int64_t* shape, int ndim, std::size_t elem_size);

@@ -3,9 +3,14 @@
 // Shared helpers of the collectives tests: deterministic inputs per (rank, index), exact host references, and the
 // buffers' device (host for the MPI suite; the rank's GPU when SHARDKIT_TEST_BUFFERS=cuda, which routes to NCCL).
 
+#include <array>
+#include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <cstring>
 #include <string>
+
+#include <mpi.h>
 
 #include "mpi_test.hpp"
 #include "shardkit/collectives/communicator.hpp"
@@ -20,13 +25,38 @@ inline Device buffer_device() {
 }
 inline bool on_gpu() { return buffer_device().kind == DeviceKind::kCUDA; }
 
-/// Skips when the suite asks for GPU buffers and this rank has none.
-#define SHARDKIT_SKIP_IF_GPU_SUITE_WITHOUT_GPU()                                                  \
-  do {                                                                                            \
-    const char* v = std::getenv("SHARDKIT_TEST_BUFFERS");                                          \
-    if (v && std::string(v) == "cuda" && ::shardkit::testing::runtime().device().kind != ::shardkit::DeviceKind::kCUDA) \
-      GTEST_SKIP() << "GPU suite on a rank without a GPU";                                         \
+/// True when the suite asks for GPU buffers (SHARDKIT_TEST_BUFFERS=cuda) and this rank has no GPU.
+inline bool gpu_suite_without_gpu() {
+  const char* v = std::getenv("SHARDKIT_TEST_BUFFERS");
+  return v && std::string(v) == "cuda" && runtime().device().kind != DeviceKind::kCUDA;
+}
+
+/// Skips when the suite asks for GPU buffers and this rank has none (fails under SHARDKIT_REQUIRE_GPU=1).
+#define SHARDKIT_SKIP_IF_GPU_SUITE_WITHOUT_GPU()                                              \
+  do {                                                                                        \
+    if (::shardkit::testing::gpu_suite_without_gpu()) SHARDKIT_GPU_SKIP("GPU suite on a rank without a GPU"); \
   } while (0)
+
+/// Exit code of a GPU suite run where there is no GPU (ctest's SKIP_RETURN_CODE for the gpu-labelled tests).
+inline constexpr int kNoGpuExitCode = 77;
+
+/// The GPU suite (collectives_nccl) on a machine without a GPU would otherwise run its host-buffer tests and report
+/// them as passes: the binary runs nothing and exits with kNoGpuExitCode, which ctest reports as skipped (under
+/// SHARDKIT_REQUIRE_GPU=1 it fails instead).
+class GpuSuiteEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (!gpu_suite_without_gpu()) return;
+    if (gpu_required()) GTEST_FAIL() << "SHARDKIT_REQUIRE_GPU=1: GPU suite on a rank without a GPU";
+    if (runtime().rank() == 0) std::printf("GPU suite (SHARDKIT_TEST_BUFFERS=cuda) without a GPU: nothing run\n");
+    std::fflush(stdout);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    std::_Exit(kNoGpuExitCode);
+  }
+};
+inline ::testing::Environment* const kGpuSuiteEnvironment =
+    ::testing::AddGlobalTestEnvironment(new GpuSuiteEnvironment);
 
 /// One communicator over all ranks, shared by the tests of a binary.
 inline std::shared_ptr<Communicator>& world() {
@@ -182,13 +212,8 @@ inline ::testing::AssertionResult same(const Array& got_any, const Array& want_a
 
 /// Whether the backend the test buffers route to can run `op` on `dtype` (NCCL supports a subset).
 inline bool backend_supports(ReduceOp op, DType dtype) {
-  if (!reduce_op_supports(op, dtype)) return false;
-  if (!on_gpu() || !world()->has_nccl()) return true;
-  if (dtype == DType::kInt16 || dtype == DType::kUInt16) return false;
-  if (dtype == DType::kBool)
-    return op == ReduceOp::kLogicalAnd || op == ReduceOp::kLogicalOr || op == ReduceOp::kBitAnd || op == ReduceOp::kBitOr;
-  if (is_complex(dtype)) return op == ReduceOp::kSum;
-  return op == ReduceOp::kSum || op == ReduceOp::kProd || op == ReduceOp::kMin || op == ReduceOp::kMax;
+  // Whatever the buffers' device: a reduction NCCL lacks (int16, complex max, xor, ...) is routed to MPI.
+  return reduce_op_supports(op, dtype);
 }
 
 inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum,        ReduceOp::kProd,      ReduceOp::kMin,
@@ -197,6 +222,14 @@ inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum,        ReduceOp::kP
                                              ReduceOp::kBitXor};
 
 /// Element counts every operation is tested with.
-inline constexpr std::int64_t kCounts[] = {0, 1, 7, 1000003};
+/// (0, 1, odd, large). SHARDKIT_TEST_LARGE_COUNT replaces the large one: the simulated GPU's NCCL reduces on one host
+/// core per rank, where a million elements per dtype and operation would take minutes.
+inline std::span<const std::int64_t> counts() {
+  static const std::array<std::int64_t, 4> c = {0, 1, 7, [] {
+                                                  const char* v = std::getenv("SHARDKIT_TEST_LARGE_COUNT");
+                                                  return v && *v ? std::atoll(v) : std::int64_t{1000003};
+                                                }()};
+  return c;
+}
 
 }  // namespace shardkit::testing

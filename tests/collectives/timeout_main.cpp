@@ -3,6 +3,10 @@
 // output of every rank and that the run ended.
 //   timeout_main checked   SHARDKIT_CHECK on: the signature exchange names the rank that did not arrive
 //   timeout_main unchecked no signatures: the data phase itself times out
+//   timeout_main unchecked gpu   the same on the rank's GPU (NCCL): the token's wait times out and aborts the NCCL
+//                                communicator; waiting on it again must not touch the aborted handle
+//   timeout_main nccl-init       NCCL's creation itself does not complete (the simulated GPU stalls one rank's
+//                                bootstrap): creating the communicator raises TimeoutError on every rank
 
 #include <chrono>
 #include <cstdio>
@@ -16,10 +20,26 @@ int main(int argc, char** argv) {
   using namespace shardkit;
   Runtime rt(&argc, &argv);
   const bool checked = argc > 1 && std::strcmp(argv[1], "checked") == 0;
+  const bool gpu = argc > 2 && std::strcmp(argv[2], "gpu") == 0;
+  const Device where = gpu ? rt.device() : Device::cpu();
   CommOptions o;
   o.check = checked;
   o.timeout = std::chrono::milliseconds(1500);
   o.name = "timeout-test";
+  if (argc > 1 && std::strcmp(argv[1], "nccl-init") == 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      auto c = Communicator::world(rt, o);
+      std::printf("rank %d: ERROR: communicator created (has_nccl=%d)\n", rt.rank(), c->has_nccl() ? 1 : 0);
+      return 1;
+    } catch (const TimeoutError& e) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("rank %d: caught after %.1f s: %s\n", rt.rank(), s, e.what());
+    }
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    return 0;  // the Runtime ends the job with MPI_Abort
+  }
   auto comm = Communicator::world(rt, o);
   const int skipper = comm->size() - 1;
   const auto start = std::chrono::steady_clock::now();
@@ -30,14 +50,26 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return 0;
   }
+  Token token;
   try {
-    comm->allreduce(Array::zeros({16}, DType::kFloat32), ReduceOp::kSum);
+    auto [y, t] = comm->allreduce(Array::zeros({16}, DType::kFloat32, where), ReduceOp::kSum);
+    token = t;
+    token.wait();
     std::printf("rank %d: ERROR: allreduce completed without rank %d\n", comm->rank(), skipper);
     return 1;
   } catch (const TimeoutError& e) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("rank %d: caught after %.1f s: %s\n", comm->rank(), s, e.what());
     std::fflush(stdout);
+  }
+  // The pending token of the aborted operation: asking again reports the failure without touching the aborted
+  // communicator's handle.
+  try {
+    if (token.is_complete()) std::printf("rank %d: ERROR: aborted operation reported complete\n", comm->rank());
+    token.wait();
+    std::printf("rank %d: ERROR: aborted operation's token waited successfully\n", comm->rank());
+  } catch (const Error& e) {
+    std::printf("rank %d: token of the aborted operation: %s\n", comm->rank(), e.what());
   }
   // Later use of the aborted communicator is refused.
   try {

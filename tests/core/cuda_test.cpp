@@ -1,8 +1,13 @@
 // CUDA paths of core. Every test skips cleanly without a GPU (no driver or no device).
 
+#include <dlpack/dlpack.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <thread>
+
 #include "array_compare.hpp"
+#include "gpu_required.hpp"
 #include "shardkit/core/array.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "shardkit/core/dlpack.hpp"
@@ -14,7 +19,7 @@ namespace shardkit {
 namespace {
 
 #define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU: " << cuda::unavailable_reason()
+  if (cuda::device_count() == 0) SHARDKIT_GPU_SKIP("no GPU: " << cuda::unavailable_reason())
 
 TEST(Cuda, DeviceQueriesNeverCrash) {
   // Holds everywhere: zero GPUs comes with a reason, GPUs come with a driver.
@@ -111,6 +116,113 @@ TEST(Cuda, ScaleKernel) {
     scale(host, 2.0);
     EXPECT_TRUE(allclose(dev.to(Device::cpu()), host, 0, 0)) << dtype_name(d);
   }
+}
+
+// On a caller's stream gemm returns with C still being written: C must carry a ready event that host access waits
+// for (on the simulated GPU, the random delays make a missing wait read stale C).
+TEST(Cuda, GemmOnACallersStreamLeavesCReady) {
+  SKIP_WITHOUT_GPU();
+  cuda::Stream s = cuda::Stream::create(0);
+  Array a = Array::arange(64 * 32, DType::kFloat64).reshape({64, 32}), b = Array::arange(32 * 16, DType::kFloat64).reshape({32, 16});
+  Array want = Array::empty({64, 16}, DType::kFloat64);
+  gemm(a, b, want);
+  const Array da = a.to(Device::cuda(0)), db = b.to(Device::cuda(0));
+  for (int i = 0; i < 10; ++i) {
+    Array c = Array::zeros({64, 16}, DType::kFloat64, Device::cuda(0));
+    gemm(da, db, c, 1.0, 0.0, s.handle());
+    EXPECT_NE(c.ready_event(), nullptr);
+    EXPECT_TRUE(allclose(c.to(Device::cpu()), want, 0, 0)) << "try " << i;
+  }
+  // Managed memory is device memory to the library: C is read through the ready event, not raced.
+  Array m = Array::zeros({64, 16}, DType::kFloat64, Device::cuda_managed(0));
+  gemm(a.to(Device::cuda_managed(0)), b.to(Device::cuda_managed(0)), m, 1.0, 0.0, s.handle());
+  EXPECT_TRUE(allclose(m.to(Device::cpu()), want, 0, 0));
+}
+
+// scale / add_into on non-contiguous device arrays with a caller's stream: pack, kernel and unpack must be ordered
+// on one stream, and the result readable through the library afterwards.
+TEST(Cuda, ScaleAndAddOnStridedViewsWithACallersStream) {
+  SKIP_WITHOUT_GPU();
+  cuda::Stream s = cuda::Stream::create(0);
+  const Array h = Array::arange(48 * 40, DType::kFloat32).reshape({48, 40});
+  for (int i = 0; i < 10; ++i) {
+    Array dev = h.to(Device::cuda(0));
+    Array view = dev.permute({1, 0});  // non-contiguous
+    scale(view, 2.0, s.handle());
+    Array want = h.clone();
+    scale(want, 2.0);
+    EXPECT_TRUE(allclose(view.to(Device::cpu()), want.permute({1, 0}).contiguous(), 0, 0)) << "scale, try " << i;
+
+    Array y = h.to(Device::cuda(0));
+    Array yv = y.permute({1, 0});
+    add_into(yv, h.to(Device::cuda(0)).permute({1, 0}), s.handle());
+    EXPECT_TRUE(allclose(yv.to(Device::cpu()), want.permute({1, 0}).contiguous(), 0, 0)) << "add_into, try " << i;
+  }
+}
+
+// DLPack export for a consumer reading on its own stream: that stream waits on the device; the host does not block.
+TEST(Cuda, DLPackExportWithAConsumerStreamDoesNotBlockTheHost) {
+  SKIP_WITHOUT_GPU();
+  cuda::Stream producer = cuda::Stream::create(0), consumer = cuda::Stream::create(0);
+  Array big = Array::zeros({std::int64_t{16} << 20}, DType::kFloat32, Device::cuda(0));
+  Array scratch = Array::zeros({std::int64_t{16} << 20}, DType::kFloat32, Device::cuda(0));
+  Array x = Array::arange(10, DType::kFloat32, Device::cuda(0));
+  for (int i = 0; i < 20; ++i) cuda::memcpy_async(scratch.data(), big.data(), big.nbytes(), producer.handle());
+  auto pending = cuda::record_event(producer.handle(), 0);
+  x.set_ready(pending);
+  DLManagedTensorVersioned* t = to_dlpack_versioned(x, false, consumer.handle());
+  EXPECT_FALSE(pending->is_complete()) << "the export waited on the host";
+  consumer.synchronize();
+  EXPECT_TRUE(pending->is_complete()) << "the consumer's stream did not wait for the producer";
+  t->deleter(t);
+}
+
+// cuBLAS handles are per device, not per thread: GEMMs from several threads on their own streams must not let one
+// thread's cublasSetStream redirect another's GEMM (the simulated cuBLAS aborts when that happens).
+TEST(Cuda, GemmsFromSeveralThreads) {
+  SKIP_WITHOUT_GPU();
+  const Array a = Array::arange(16 * 8, DType::kFloat32).reshape({16, 8}), b = Array::arange(8 * 4, DType::kFloat32).reshape({8, 4});
+  Array want = Array::empty({16, 4}, DType::kFloat32);
+  gemm(a, b, want);
+  const Array da = a.to(Device::cuda(0)), db = b.to(Device::cuda(0));
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      cuda::DeviceGuard guard(0);
+      cuda::Stream s = cuda::Stream::create(0);
+      for (int i = 0; i < 25; ++i) {
+        Array c = Array::zeros({16, 4}, DType::kFloat32, Device::cuda(0));
+        gemm(da, db, c, 1.0, 0.0, s.handle());
+        if (!allclose(c.to(Device::cpu()), want, 0, 0)) ++bad[t];
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad, std::vector<int>(4, 0));
+}
+
+// A thread other than the one that bound the device starts on device 0 (CUDA's rule): kernels and copies the library
+// launches for an array of another device must set that device themselves.
+TEST(Cuda, KernelsFromAFreshThreadUseTheArraysDevice) {
+  SKIP_WITHOUT_GPU();
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs";  // a limit of this machine, not a missing GPU
+  const Array h = Array::arange(12, DType::kFloat32).reshape({3, 4});
+  std::string error;
+  Array out;
+  std::thread worker([&] {
+    try {
+      Array x = h.to(Device::cuda(1));
+      scale(x, 2.0);
+      out = x.permute({1, 0}).to(Device::cpu());  // strided: a kernel on device 1
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  worker.join();
+  ASSERT_EQ(error, "");
+  Array want = h.clone();
+  scale(want, 2.0);
+  EXPECT_TRUE(allclose(out, want.permute({1, 0}).contiguous(), 0, 0));
 }
 
 }  // namespace

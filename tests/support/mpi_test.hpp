@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "gpu_required.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "shardkit/launch/runtime.hpp"
 
@@ -14,9 +15,9 @@ inline Runtime& runtime() { return Runtime::instance(); }
 
 }  // namespace shardkit::testing
 
-/// Skips the current test (cleanly, on every rank alike) when no GPU is visible.
+/// Skips the current test (cleanly, on every rank alike) when no GPU is visible; fails it under SHARDKIT_REQUIRE_GPU=1.
 #define SHARDKIT_SKIP_WITHOUT_GPU()                                                          \
   do {                                                                                       \
     if (::shardkit::cuda::device_count() == 0)                                               \
-      GTEST_SKIP() << "no GPU: " << ::shardkit::cuda::unavailable_reason();                  \
+      SHARDKIT_GPU_SKIP("no GPU: " << ::shardkit::cuda::unavailable_reason());               \
   } while (0)

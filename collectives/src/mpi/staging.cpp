@@ -1,6 +1,7 @@
 #include "mpi/staging.hpp"
 
 #include <bit>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -21,6 +22,7 @@ class PinnedPool {
       if (!free_list.empty()) {
         block = free_list.back();
         free_list.pop_back();
+        idle_ -= cls;
       }
     }
     if (!block) {
@@ -29,20 +31,67 @@ class PinnedPool {
       ++allocated_;
     }
     // The deleter hands the block back; the pool itself lives for the whole process (see pool()).
-    return std::shared_ptr<void>(block, [this, cls](void* p) {
-      std::lock_guard<std::mutex> lock(mu_);
-      free_[cls].push_back(p);
-    });
+    return std::shared_ptr<void>(block, [this, cls](void* p) { release(p, cls); });
   }
   std::size_t allocated() {
     std::lock_guard<std::mutex> lock(mu_);
     return allocated_;
   }
+  std::size_t idle() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return idle_;
+  }
+  std::size_t set_cap(std::size_t bytes) {
+    std::vector<void*> drop;
+    std::size_t old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      old = cap_;
+      cap_ = bytes;
+      trim(0, drop);
+    }
+    for (void* p : drop) cuda::free_host_pinned(p);
+    return old;
+  }
 
  private:
+  // Keeps the returned block if the idle total stays within the cap, making room by freeing larger idle blocks
+  // first (the rarely reused ones); otherwise frees it.
+  void release(void* p, std::size_t cls) {
+    std::vector<void*> drop;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      trim(cls, drop);
+      if (idle_ + cls <= cap_) {
+        free_[cls].push_back(p);
+        idle_ += cls;
+      } else {
+        drop.push_back(p);
+      }
+    }
+    for (void* q : drop) cuda::free_host_pinned(q);  // outside the lock: cudaFreeHost synchronises the device
+  }
+  // Moves idle blocks into `drop` until `incoming` more bytes fit under the cap (or nothing is idle).
+  void trim(std::size_t incoming, std::vector<void*>& drop) {
+    for (auto it = free_.rbegin(); it != free_.rend() && idle_ + incoming > cap_;) {
+      auto& list = it->second;
+      while (!list.empty() && idle_ + incoming > cap_) {
+        drop.push_back(list.back());
+        list.pop_back();
+        idle_ -= it->first;
+      }
+      ++it;
+    }
+  }
+
   std::mutex mu_;
   std::map<std::size_t, std::vector<void*>> free_;
   std::size_t allocated_ = 0;
+  std::size_t idle_ = 0;
+  std::size_t cap_ = [] {
+    const char* v = std::getenv("SHARDKIT_STAGING_POOL_MB");
+    return (v && *v ? static_cast<std::size_t>(std::atoll(v)) : std::size_t{256}) << 20;
+  }();
 };
 
 PinnedPool& pool() {
@@ -61,5 +110,7 @@ Array pinned_like(const Array& like) {
 }
 
 std::size_t pinned_blocks_allocated() { return pool().allocated(); }
+std::size_t pinned_idle_bytes() { return pool().idle(); }
+std::size_t set_pinned_pool_cap(std::size_t bytes) { return pool().set_cap(bytes); }
 
 }  // namespace shardkit::detail

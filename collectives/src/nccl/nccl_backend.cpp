@@ -14,6 +14,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <thread>
 
 #include "backend.hpp"
@@ -36,16 +37,27 @@
 namespace shardkit::detail {
 namespace {
 
-// The NCCL communicator and its abort flag, shared with pending tokens so a timeout can abort it.
+// The NCCL communicator and its abort flag, shared with pending tokens so a timeout can abort it. ncclCommAbort
+// frees the communicator: it runs once (whoever gets there first: a token's timeout, an asynchronous error, the
+// communicator's abort()), and after it nothing may touch the handle again (released()).
 struct NcclState {
   ncclComm_t comm = nullptr;
   int device = 0;
   std::shared_ptr<AbortState> abort;
+  std::atomic<bool> handle_released{false};
+
+  bool released() const noexcept { return handle_released.load(); }
+  void abort_once(std::string reason) noexcept {
+    if (handle_released.exchange(true)) return;
+    abort->aborted = true;
+    if (abort->reason.empty()) abort->reason = std::move(reason);
+    ncclCommAbort(comm);
+  }
   ~NcclState() {
-    if (!comm) return;
-    // After an abort the communicator is already gone; otherwise release it without waiting on a broken peer.
-    if (!abort->aborted && ncclCommDestroy(comm) != ncclSuccess)
-      std::fprintf(stderr, "shardkit: warning: ncclCommDestroy failed\n");
+    if (!comm || released()) return;
+    // The MPI side may have aborted the communicator: then release it without waiting on a broken peer.
+    const ncclResult_t r = abort->aborted ? ncclCommAbort(comm) : ncclCommDestroy(comm);
+    if (r != ncclSuccess) std::fprintf(stderr, "shardkit: warning: ncclCommDestroy/Abort failed\n");
   }
 };
 
@@ -70,9 +82,7 @@ class NcclEvent final : public Waitable {
     for (long spin = 0;; ++spin) {
       if (poll()) return;
       if (ctx_.has_deadline() && Clock::now() >= ctx_.deadline) {
-        state_->abort->aborted = true;
-        state_->abort->reason = ctx_.describe() + " timed out";
-        ncclCommAbort(state_->comm);
+        state_->abort_once(ctx_.describe() + " timed out");
         request_abort_at_exit(state_->abort->reason);
         throw TimeoutError(concat("TimeoutError: ", ctx_.describe(), " did not complete within ",
                                   ctx_.timeout.count() / 1000.0, " s; the NCCL communicator was aborted"));
@@ -82,11 +92,19 @@ class NcclEvent final : public Waitable {
   }
   bool is_complete() override { return done_ || poll(); }
   void enqueue_wait(StreamHandle stream) override {
-    if (!done_) SHARDKIT_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+    if (done_) return;
+    if (state_->released())  // the event will never fire: a device-side wait would stall `stream` for good
+      throw BackendError("NCCL", static_cast<int>(ncclInvalidUsage),
+                         concat(ctx_.describe(), " will not complete: its NCCL communicator was aborted"));
+    SHARDKIT_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
   }
 
  private:
   bool poll() {
+    if (state_->released())
+      throw BackendError("NCCL", static_cast<int>(ncclInvalidUsage),
+                         concat(ctx_.describe(), " will not complete: its NCCL communicator was aborted (",
+                                state_->abort->reason, ")"));
     const cudaError_t e = cudaEventQuery(event_);
     if (e == cudaSuccess) {
       done_ = true;
@@ -97,8 +115,7 @@ class NcclEvent final : public Waitable {
     ncclResult_t async = ncclSuccess;
     SHARDKIT_NCCL_CHECK(ncclCommGetAsyncError(state_->comm, &async));
     if (async != ncclSuccess && async != ncclInProgress) {
-      state_->abort->aborted = true;
-      ncclCommAbort(state_->comm);
+      state_->abort_once(concat(ctx_.describe(), " failed asynchronously"));
       throw BackendError("NCCL", static_cast<int>(async),
                          concat(ctx_.describe(), " failed asynchronously: ", ncclGetErrorString(async)));
     }
@@ -166,14 +183,13 @@ class NcclBackend final : public Backend {
   }
 
   BackendKind kind() const noexcept override { return BackendKind::kNccl; }
-  void abort() noexcept override {
-    state_->abort->aborted = true;
-    ncclCommAbort(state_->comm);
-  }
+  void abort() noexcept override { state_->abort_once("aborted"); }
   const std::shared_ptr<NcclState>& state() const { return state_; }
 
   // Only the operations nccl_supports() declares reach here (the router sends the others to MPI).
   Token run(const BackendCall& c, const OpContext& ctx) override {
+    // The communicator's device for the NCCL calls, events and waits of this operation; the caller's afterwards.
+    cuda::DeviceGuard guard(state_->device);
     const OpArgs& a = *c.args;
     static const Array kNone;
     const Array& send = c.send ? *c.send : kNone;
@@ -326,14 +342,23 @@ class NcclBackend final : public Backend {
 
   // Orders the operation after `after` and after pending writes to its buffers, on the device.
   void begin(const OpContext& ctx, std::initializer_list<Array> arrays) {
-    cuda::set_device(state_->device);
     if (ctx.after) ctx.after->order_stream(s());
     for (const Array& a : arrays)
       if (a.ready_event()) a.ready_event()->enqueue_wait(s());
   }
 
   Token end(const OpContext& ctx, std::initializer_list<Array> arrays) {
+    settle();
     return Token(std::make_shared<NcclEvent>(s(), state_, ctx, std::vector<Array>(arrays)));
+  }
+
+  // The communicator is non-blocking (see nonblocking_config): after a call NCCL may report ncclInProgress while it
+  // finishes enqueueing, and the next call must wait for that. An error is left to the token's poll to report.
+  void settle() {
+    ncclResult_t st = ncclInProgress;
+    do {
+      SHARDKIT_NCCL_CHECK(ncclCommGetAsyncError(comm(), &st));
+    } while (st == ncclInProgress);
   }
 
   template <typename F>
@@ -357,7 +382,42 @@ class NcclBackend final : public Backend {
 
 bool nccl_built() noexcept { return true; }
 
-std::unique_ptr<Backend> make_nccl_backend(MpiCommHandle mpi_comm, int device, std::shared_ptr<AbortState> abort) {
+namespace {
+
+// Non-blocking creation (ncclConfig_t::blocking = 0): a blocking ncclCommInitRank/ncclCommSplit waiting on a lost
+// peer can never time out. The calls return at once; the state is polled against the deadline.
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+void await_created(NcclState& state, std::chrono::milliseconds timeout, const char* what) {
+  const Clock::time_point deadline = timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
+  for (long spin = 0;; ++spin) {
+    ncclResult_t st = ncclInProgress;
+    SHARDKIT_NCCL_CHECK(ncclCommGetAsyncError(state.comm, &st));
+    if (st == ncclSuccess) return;
+    if (st != ncclInProgress) {
+      state.abort_once(concat(what, " failed"));
+      throw BackendError("NCCL", static_cast<int>(st), concat(what, " failed: ", ncclGetErrorString(st), " (",
+                                                              ncclGetLastError(nullptr), ")"));
+    }
+    if (Clock::now() >= deadline) {
+      state.abort_once(concat(what, " timed out"));
+      request_abort_at_exit(state.abort->reason);
+      throw TimeoutError(concat("TimeoutError: ", what, " did not complete within ", timeout.count() / 1000.0,
+                                " s (a rank did not join, or NCCL's bootstrap is blocked); the NCCL communicator was "
+                                "aborted"));
+    }
+    if (spin > 100) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_nccl_backend(MpiCommHandle mpi_comm, int device, std::shared_ptr<AbortState> abort,
+                                           std::chrono::milliseconds timeout) {
   MPI_Comm c = to_mpi<MPI_Comm>(mpi_comm);
   int rank = 0, size = 1;
   SHARDKIT_MPI_CHECK(MPI_Comm_rank(c, &rank));
@@ -369,19 +429,26 @@ std::unique_ptr<Backend> make_nccl_backend(MpiCommHandle mpi_comm, int device, s
   state->device = device;
   state->abort = std::move(abort);
   cuda::DeviceGuard guard(device);
-  SHARDKIT_NCCL_CHECK(ncclCommInitRank(&state->comm, size, id, rank));
+  ncclConfig_t config = nonblocking_config();
+  SHARDKIT_NCCL_CHECK(ncclCommInitRankConfig(&state->comm, size, id, rank, &config));
+  await_created(*state, timeout, "creating the NCCL communicator (ncclCommInitRankConfig)");
   return std::make_unique<NcclBackend>(std::move(state));
 }
 
-std::unique_ptr<Backend> split_nccl_backend(Backend& parent, int color, int key, std::shared_ptr<AbortState> abort) {
+std::unique_ptr<Backend> split_nccl_backend(Backend& parent, int color, int key, std::shared_ptr<AbortState> abort,
+                                            std::chrono::milliseconds timeout) {
   auto& p = dynamic_cast<NcclBackend&>(parent);
   auto state = std::make_shared<NcclState>();
   state->device = p.state()->device;
   state->abort = std::move(abort);
   cuda::DeviceGuard guard(state->device);
+  ncclConfig_t config = nonblocking_config();
   SHARDKIT_NCCL_CHECK(
-      ncclCommSplit(p.state()->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &state->comm, nullptr));
+      ncclCommSplit(p.state()->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &state->comm, &config));
+  // The parent is in progress until the split is done (it is collective over the parent).
+  await_created(*p.state(), timeout, "splitting the NCCL communicator (ncclCommSplit)");
   if (color < 0 || state->comm == nullptr) return nullptr;
+  await_created(*state, timeout, "splitting the NCCL communicator (ncclCommSplit)");
   return std::make_unique<NcclBackend>(std::move(state));
 }
 

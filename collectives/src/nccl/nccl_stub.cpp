@@ -6,11 +6,12 @@ namespace shardkit::detail {
 
 bool nccl_built() noexcept { return false; }
 
-std::unique_ptr<Backend> make_nccl_backend(MpiCommHandle, int, std::shared_ptr<AbortState>) {
+std::unique_ptr<Backend> make_nccl_backend(MpiCommHandle, int, std::shared_ptr<AbortState>, std::chrono::milliseconds) {
   throw BackendError("NCCL", 0, "shardkit was built without NCCL (SHARDKIT_NCCL=OFF or NCCL not found)");
 }
 
-std::unique_ptr<Backend> split_nccl_backend(Backend&, int, int, std::shared_ptr<AbortState>) {
+std::unique_ptr<Backend> split_nccl_backend(Backend&, int, int, std::shared_ptr<AbortState>,
+                                            std::chrono::milliseconds) {
   throw BackendError("NCCL", 0, "shardkit was built without NCCL");
 }
 

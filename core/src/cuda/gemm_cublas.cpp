@@ -22,16 +22,23 @@ namespace {
                                 cublasGetStatusString(shardkit_st_), ") in " #expr " at ", __FILE__, ":", __LINE__)); \
   } while (0)
 
-cublasHandle_t handle_for(int device) {
+// A device's handle with the lock that makes cublasSetStream and the GEMM one critical section: a cuBLAS handle is
+// not thread-safe, and a stream set by another thread in between would run this GEMM on that thread's stream.
+struct Handle {
+  cublasHandle_t handle = nullptr;
+  std::mutex mu;
+};
+
+Handle& handle_for(int device) {
   constexpr int kMax = 64;
-  static std::array<cublasHandle_t, kMax> handles{};
+  static std::array<Handle, kMax> handles{};
   static std::mutex mu;
   SHARDKIT_CHECK(device >= 0 && device < kMax, "device index ", device);
   std::lock_guard<std::mutex> lock(mu);
-  if (!handles[device]) {
+  if (!handles[device].handle) {
     cuda::DeviceGuard guard(device);
     // Kept for the life of the process: destroying handles at exit races the runtime's own teardown.
-    SHARDKIT_CUBLAS_CHECK(cublasCreate(&handles[device]));
+    SHARDKIT_CUBLAS_CHECK(cublasCreate(&handles[device].handle));
   }
   return handles[device];
 }
@@ -60,7 +67,9 @@ TypeInfo type_info(DType d) {
 void cublas_gemm(const GemmArgs& g, int device, StreamHandle stream) {
   const TypeInfo t = type_info(g.dtype);
   cuda::DeviceGuard guard(device);
-  cublasHandle_t h = handle_for(device);
+  Handle& handle = handle_for(device);
+  std::lock_guard<std::mutex> lock(handle.mu);
+  cublasHandle_t h = handle.handle;
   SHARDKIT_CUBLAS_CHECK(cublasSetStream(h, stream));
   // Scalars in the compute precision.
   float af = static_cast<float>(g.alpha), bf = static_cast<float>(g.beta);

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -74,9 +75,15 @@ int main(int argc, char** argv) {
   }
   cuda::set_device(0);
   const StreamHandle stream = cuda::library_stream(0);
+  // Every cuBLAS status is checked: a failing GEMM would otherwise be timed as a very fast one.
+  auto check = [](cublasStatus_t st, const char* what) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    std::fprintf(stderr, "bench_gemm: %s failed: %s (%s)\n", what, cublasGetStatusName(st), cublasGetStatusString(st));
+    std::exit(1);
+  };
   cublasHandle_t handle;
-  cublasCreate(&handle);
-  cublasSetStream(handle, stream);
+  check(cublasCreate(&handle), "cublasCreate");
+  check(cublasSetStream(handle, stream), "cublasSetStream");
   std::printf("# GEMM on %s: shardkit::gemm vs cuBLAS (cublasGemmEx) on the same buffers, %d calls each\n",
               cuda::device_name(0).c_str(), iters);
   std::printf("%8s %10s %14s %14s %8s\n", "n", "dtype", "shardkit TF/s", "cuBLAS TF/s", "ratio");
@@ -99,8 +106,9 @@ int main(int argc, char** argv) {
       const void* beta = dt == DType::kFloat64 ? static_cast<const void*>(&bd) : &bf;
       const int in = static_cast<int>(n);
       const double t_cb = time_on(stream, iters, [&] {
-        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, in, in, in, alpha, b.data(), t, in, a.data(), t, in, beta,
-                     c.data(), t, in, ct, CUBLAS_GEMM_DEFAULT);
+        check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, in, in, in, alpha, b.data(), t, in, a.data(), t, in, beta,
+                           c.data(), t, in, ct, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
       });
       const double flops = 2.0 * n * n * n;
       std::printf("%8lld %10s %14.2f %14.2f %8.3f\n", static_cast<long long>(n), dt_name.c_str(), flops / t_sk / 1e12,
@@ -112,6 +120,6 @@ int main(int argc, char** argv) {
   }
   js << "]}\n";
   if (!json.empty()) std::ofstream(json) << js.str();
-  cublasDestroy(handle);
+  check(cublasDestroy(handle), "cublasDestroy");
   return 0;
 }

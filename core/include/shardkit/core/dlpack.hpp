@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "shardkit/core/array.hpp"
+#include "shardkit/core/cuda.hpp"
 
 struct DLManagedTensorVersioned;
 struct DLManagedTensor;
@@ -31,11 +32,15 @@ Array from_dlpack(DLManagedTensorVersioned* tensor);
 /// Imports a legacy (pre-1.0) tensor; same ownership and checks as the versioned form (no flags exist).
 Array from_dlpack(DLManagedTensor* tensor);
 
-/// Exports `array` as a versioned tensor sharing its storage. Waits for the array's ready event first. The caller
-/// (consumer) must call the returned tensor's deleter exactly once.
+/// Exports `array` as a versioned tensor sharing its storage. The caller (consumer) must call the returned tensor's
+/// deleter exactly once.
 /// @param read_only  additionally mark the export read-only (it is always marked when the array is read-only).
-DLManagedTensorVersioned* to_dlpack_versioned(const Array& array, bool read_only = false);
-/// Exports `array` as a legacy tensor (for consumers that do not accept DLPack 1.x).
-DLManagedTensor* to_dlpack_legacy(const Array& array);
+/// @param consumer_stream  the CUDA stream the consumer will read on (the DLPack `stream` argument), or nullptr.
+///        Given for CUDA memory, that stream waits for the array's pending work on the device and the host does not
+///        block; otherwise the host waits for the array's ready event first.
+DLManagedTensorVersioned* to_dlpack_versioned(const Array& array, bool read_only = false,
+                                              StreamHandle consumer_stream = nullptr);
+/// Exports `array` as a legacy tensor (for consumers that do not accept DLPack 1.x); `consumer_stream` as above.
+DLManagedTensor* to_dlpack_legacy(const Array& array, StreamHandle consumer_stream = nullptr);
 
 }  // namespace shardkit

@@ -1,0 +1,151 @@
+#include "reduce.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace shardkit::sim {
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = (h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
+      bits = sign | ((127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+std::uint16_t float_to_half(float f) {
+  std::uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const std::uint16_t sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
+  const std::uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) return sign | (absx > 0x7f800000u ? 0x7e00 : 0x7c00);
+  if (absx >= 0x477ff000u) return sign | 0x7c00;  // overflow to infinity
+  if (absx < 0x38800000u) {                       // subnormal or zero: round to nearest even
+    const float a = std::fabs(f) * 16777216.0f;   // 2^24
+    return sign | static_cast<std::uint16_t>(std::nearbyint(a));
+  }
+  std::uint32_t m = absx + 0xc8000fffu + ((absx >> 13) & 1u);  // rebias and round to nearest even
+  return sign | static_cast<std::uint16_t>(m >> 13);
+}
+
+float bf16_to_float(std::uint16_t b) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+std::uint16_t float_to_bf16(float f) {
+  std::uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<std::uint16_t>(x >> 16);
+}
+
+std::size_t nccl_type_size(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+namespace {
+
+template <typename T>
+T apply(T a, T b, ncclRedOp_t op) {
+  switch (op) {
+    case ncclSum: case ncclAvg: return static_cast<T>(a + b);
+    case ncclProd: return static_cast<T>(a * b);
+    case ncclMin: return std::min(a, b);
+    case ncclMax: return std::max(a, b);
+    default: return a;
+  }
+}
+
+template <typename T>
+void loop(void* acc, const void* x, std::size_t n, ncclRedOp_t op) {
+  T* a = static_cast<T*>(acc);
+  const T* b = static_cast<const T*>(x);
+  for (std::size_t i = 0; i < n; ++i) a[i] = apply(a[i], b[i], op);
+}
+
+template <float (*Load)(std::uint16_t), std::uint16_t (*Store)(float)>
+void loop16(void* acc, const void* x, std::size_t n, ncclRedOp_t op) {
+  auto* a = static_cast<std::uint16_t*>(acc);
+  const auto* b = static_cast<const std::uint16_t*>(x);
+  for (std::size_t i = 0; i < n; ++i) a[i] = Store(apply(Load(a[i]), Load(b[i]), op));
+}
+
+}  // namespace
+
+bool reduce_into(void* acc, const void* x, std::size_t n, ncclDataType_t t, ncclRedOp_t op) {
+  if (op != ncclSum && op != ncclProd && op != ncclMin && op != ncclMax && op != ncclAvg) return false;
+  switch (t) {
+    case ncclInt8: loop<std::int8_t>(acc, x, n, op); return true;
+    case ncclUint8: loop<std::uint8_t>(acc, x, n, op); return true;
+    case ncclInt32: loop<std::int32_t>(acc, x, n, op); return true;
+    case ncclUint32: loop<std::uint32_t>(acc, x, n, op); return true;
+    case ncclInt64: loop<std::int64_t>(acc, x, n, op); return true;
+    case ncclUint64: loop<std::uint64_t>(acc, x, n, op); return true;
+    case ncclFloat32: loop<float>(acc, x, n, op); return true;
+    case ncclFloat64: loop<double>(acc, x, n, op); return true;
+    case ncclFloat16: loop16<half_to_float, float_to_half>(acc, x, n, op); return true;
+    case ncclBfloat16: loop16<bf16_to_float, float_to_bf16>(acc, x, n, op); return true;
+    default: return false;
+  }
+}
+
+namespace {
+template <typename T>
+void div_loop(void* acc, std::size_t n, int d) {
+  T* a = static_cast<T*>(acc);
+  for (std::size_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] / static_cast<T>(d));
+}
+}  // namespace
+
+void divide(void* acc, std::size_t n, ncclDataType_t t, int d) {
+  switch (t) {
+    case ncclInt8: return div_loop<std::int8_t>(acc, n, d);
+    case ncclUint8: return div_loop<std::uint8_t>(acc, n, d);
+    case ncclInt32: return div_loop<std::int32_t>(acc, n, d);
+    case ncclUint32: return div_loop<std::uint32_t>(acc, n, d);
+    case ncclInt64: return div_loop<std::int64_t>(acc, n, d);
+    case ncclUint64: return div_loop<std::uint64_t>(acc, n, d);
+    case ncclFloat32: return div_loop<float>(acc, n, d);
+    case ncclFloat64: return div_loop<double>(acc, n, d);
+    case ncclFloat16: {
+      auto* a = static_cast<std::uint16_t*>(acc);
+      for (std::size_t i = 0; i < n; ++i) a[i] = float_to_half(half_to_float(a[i]) / static_cast<float>(d));
+      return;
+    }
+    case ncclBfloat16: {
+      auto* a = static_cast<std::uint16_t*>(acc);
+      for (std::size_t i = 0; i < n; ++i) a[i] = float_to_bf16(bf16_to_float(a[i]) / static_cast<float>(d));
+      return;
+    }
+    default: return;
+  }
+}
+
+}  // namespace shardkit::sim
