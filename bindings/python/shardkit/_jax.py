@@ -18,6 +18,8 @@ JVP and a transpose (the transpose of the sum over ranks is the identity on each
 
 from __future__ import annotations
 
+import atexit
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -187,16 +189,16 @@ ad.primitive_transposes[collective_p] = _transpose_rule
 
 # ---- shardkit.mpi's calls with JAX values ---------------------------------------------------------------------------
 
-_comm_handles: dict = {}
+_default_handle = []
 
 
 def comm_handle(comm):
     """The registry handle of a communicator argument (None: the default clone of COMM_WORLD)."""
-    key = id(comm)
-    h = _comm_handles.get(key)
-    if h is None:
-        h = _comm_handles[key] = (_core._jax_comm_handle(comm), comm)  # keeps comm alive with its id
-    return h[0]
+    if comm is None:
+        if not _default_handle:
+            _default_handle.append(_core._jax_comm_handle(None))
+        return _default_handle[0]
+    return _core._jax_comm_handle(comm)
 
 
 def _is_tracing():
@@ -269,5 +271,9 @@ def _translate(e):
             return getattr(_core, cls)(msg[msg.index(tag) + len(tag):])
     return e
 
+
+# Compiled programs and trace caches hold the functions traced, and through them meshes and communicators: let them go
+# while shardkit can still free communicators (before MPI_Finalize and nanobind's shutdown).
+atexit.register(jax.clear_caches)
 
 _core._set_jax_hook(dispatch, type(jnp.zeros(())), _jcore.Tracer, _jcore.Token)

@@ -8,6 +8,7 @@ mesh axes, like jax.lax's collectives inside jax.experimental.shard_map.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any, Callable, Sequence
 
 from . import _core
@@ -149,8 +150,24 @@ def choose_matmul_algorithm(a: ShardedArray, b: ShardedArray) -> str:
 
 # ---- shard_map ------------------------------------------------------------------------------------------------------
 
-def _context() -> _core.ShardContext:
-    """The context of the shard_map body running on this thread (set by the core around the body)."""
+# The contexts of traced shard_map bodies (shardkit._jax_shard_map), innermost last.
+_traced: list = []
+
+
+def _jax_tracer(x) -> bool:
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.core.Tracer)
+
+
+def _context(x=None):
+    """The context of the shard_map body running on this thread (set by the core around the body), or of the traced
+    body being traced; JAX tracers inside an eager body (a jit-compiled body) get the traced collectives."""
+    if _traced:
+        return _traced[-1]
+    if x is not None and _jax_tracer(x):
+        from ._jax_shard_map import TracedContext  # noqa: PLC0415  (JAX is loaded: x is its tracer)
+
+        return TracedContext(_core.current_context().mesh)
     return _core.current_context()
 
 
@@ -179,6 +196,10 @@ def shard_map(f: Callable | None = None, *, mesh: Mesh, in_specs, out_specs, che
     def wrapped(*args):
         ins, _ = _specs(in_specs, len(args), "in_specs")
         outs, single_out = _specs(out_specs, None, "out_specs")
+        if any(_jax_tracer(a) for a in args):  # under jax.jit: the traced shard_map
+            from . import _jax_shard_map  # noqa: PLC0415
+
+            return _jax_shard_map.run(f, mesh, ins, outs, single_out, args, _traced)
         # Blocks and results go back in the framework of the first argument.
         framework = _framework(args[0]) if args else "numpy"
         sharded = []
@@ -212,7 +233,7 @@ psum = _core.psum  # implemented in C++: a NumPy block's sum is computed into a 
 
 def pmean(x, axis_name):
     """Mean over the ranks along the named axes (floating and complex dtypes)."""
-    return _context().pmean(x, axis_name)
+    return _context(x).pmean(x, axis_name)
 
 
 pmax = _core.pmax
@@ -222,28 +243,28 @@ pmin = _core.pmin
 def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False):
     """The blocks of the ranks along the named axes: stacked in a new dimension ``axis`` (tiled=False) or
     concatenated along it (tiled=True)."""
-    return _context().all_gather(x, axis_name, axis, tiled)
+    return _context(x).all_gather(x, axis_name, axis, tiled)
 
 
 def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = False):
     """Sum over the named axes, each rank keeping its part of ``scatter_dimension``."""
-    return _context().psum_scatter(x, axis_name, scatter_dimension, tiled)
+    return _context(x).psum_scatter(x, axis_name, scatter_dimension, tiled)
 
 
 def ppermute(x, axis_name, perm):
     """Sends x along (source, destination) pairs of axis indices; ranks nobody sends to get zeros."""
-    return _context().ppermute(x, axis_name, [tuple(p) for p in perm])
+    return _context(x).ppermute(x, axis_name, [tuple(p) for p in perm])
 
 
 def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool = False):
     """Splits ``split_axis`` across the ranks of the named axes and concatenates what arrives along
     ``concat_axis`` (JAX's shape rules for tiled and untiled)."""
-    return _context().all_to_all(x, axis_name, split_axis, concat_axis, tiled)
+    return _context(x).all_to_all(x, axis_name, split_axis, concat_axis, tiled)
 
 
 def pbroadcast(x, axis_name, source: int):
     """The block of the rank at axis index ``source``, on every rank along the named axes."""
-    return _context().pbroadcast(x, axis_name, source)
+    return _context(x).pbroadcast(x, axis_name, source)
 
 
 def axis_index(axis_name) -> int:

@@ -70,8 +70,17 @@ bool hook_ready() {
 Communicator& jax_comm(std::int64_t handle) {
   std::lock_guard lock(g_registry_mutex);
   auto& r = registry();
-  SHARDKIT_CHECK(handle >= 0 && handle < static_cast<std::int64_t>(r.size()), "unknown communicator handle ", handle);
+  SHARDKIT_CHECK(handle >= 0 && handle < static_cast<std::int64_t>(r.size()), "unknown communicator handle ", handle,
+                 " (communicators are released at shutdown)");
   return *r[static_cast<std::size_t>(handle)];
+}
+
+void clear_jax_comms() {
+  std::vector<CommPtr> drop;
+  {
+    std::lock_guard lock(g_registry_mutex);
+    drop.swap(registry());
+  }
 }
 
 bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out) {
@@ -96,6 +105,11 @@ bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out
   return true;
 }
 
+bool jax_tracer(nb::handle x) {
+  if (std::string_view(Py_TYPE(x.ptr())->tp_name) == "numpy.ndarray" || !hook_ready()) return false;
+  return g_hook.tracer_type && PyType_IsSubtype(Py_TYPE(x.ptr()), g_hook.tracer_type);
+}
+
 void register_jax(nb::module_& m) {
   m.def("_jax_comm_handle", [](nb::handle comm) { return register_comm(comm_from(comm)); }, nb::arg("comm").none(),
         "The integer handle compiled programs use for a communicator (registered once, kept while Python lives).");
@@ -118,11 +132,13 @@ void register_jax(nb::module_& m) {
       if (name == op_name(static_cast<OpKind>(i))) return value_shape(static_cast<OpKind>(i), shape, rank, size, root);
     throw InvalidArgument("unknown operation '" + name + "'");
   }, "The value form's result shape (the operation table's rule), raising InvalidArgument where the rule does.");
-  m.def("_set_jax_hook", [](nb::object fn, nb::object array_type, nb::object tracer_type, nb::object token_type) {
-    g_hook.fn = fn.release().ptr();  // interpreter lifetime
-    g_hook.array_type = reinterpret_cast<PyTypeObject*>(array_type.release().ptr());
-    g_hook.tracer_type = reinterpret_cast<PyTypeObject*>(tracer_type.release().ptr());
-    g_hook.token_type = reinterpret_cast<PyTypeObject*>(token_type.release().ptr());
+  m.def("_set_jax_hook", [m](nb::object fn, nb::object array_type, nb::object tracer_type, nb::object token_type) {
+    // The module holds the references (released with it at shutdown); the hook borrows them.
+    m.attr("_jax_hook_refs") = nb::make_tuple(fn, array_type, tracer_type, token_type);
+    g_hook.fn = fn.ptr();
+    g_hook.array_type = reinterpret_cast<PyTypeObject*>(array_type.ptr());
+    g_hook.tracer_type = reinterpret_cast<PyTypeObject*>(tracer_type.ptr());
+    g_hook.token_type = reinterpret_cast<PyTypeObject*>(token_type.ptr());
     g_hook.tried = true;
   });
   m.def("_jax_ffi_targets", [] {

@@ -22,4 +22,7 @@ Communicator& jax_comm(std::int64_t handle);
 /// when the argument is a NumPy array.
 bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out);
 
+/// True when `x` is a JAX tracer (JAX is loaded and x derives from jax.core.Tracer). A type comparison for NumPy arrays.
+bool jax_tracer(nb::handle x);
+
 }  // namespace shardkit::py
