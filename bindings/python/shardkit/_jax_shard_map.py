@@ -78,10 +78,14 @@ class TracedContext:
         x = jnp.asarray(x)
         me = self.axis_index(axis_name)
         comm = self._comm(axis_name)
+        perm = [(int(s), int(d)) for s, d in perm]
+        n = self.axis_size(axis_name)
+        srcs, dsts = [s for s, _ in perm], [d for _, d in perm]
+        # Checked on the whole list, so every rank raises alike (before any rank enters a collective).
+        if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts) or not all(0 <= i < n for i in srcs + dsts):
+            raise _core.InvalidArgument(f"ppermute: {perm} is not a permutation of axis indices 0..{n - 1}")
         dests = [d for s, d in perm if s == me]
         sources = [s for s, d in perm if d == me]
-        if len(dests) > 1 or len(sources) > 1:
-            raise _core.InvalidArgument(f"ppermute: {list(perm)} is not a permutation")
         if dests and sources:
             (out,) = _jax.bind(x, x, op="sendrecv", comm=comm, dest=dests[0], source=sources[0], send_tag=7,
                                recv_tag=7)

@@ -22,19 +22,35 @@ std::vector<std::pair<std::string, void*>> jax_ffi_handlers();
 namespace {
 
 std::mutex g_registry_mutex;
-// Communicators are added once and never removed: a compiled program may hold a handle as long as the interpreter.
-std::vector<CommPtr>& registry() {
-  static auto* r = new std::vector<CommPtr>();
+// Per communicator handed to the JAX layer: the communicator and the duplicate compiled programs run on. Entries are
+// added once and kept (a compiled program may hold a handle) until shutdown.
+struct Registered {
+  CommPtr original;
+  CommPtr jax;
+};
+std::vector<Registered>& registry() {
+  static auto* r = new std::vector<Registered>();
   return *r;
 }
 
-std::int64_t register_comm(CommPtr c) {
+// Compiled programs run on XLA's threads, asynchronously to the Python thread: their operations get a duplicate of the
+// communicator (its own message space), so they never match an eager operation issued meanwhile. Collective the first
+// time (every rank traces the same program, so every rank registers the same communicators in the same order).
+std::int64_t register_comm(const CommPtr& c) {
+  {
+    std::lock_guard lock(g_registry_mutex);
+    auto& r = registry();
+    for (std::size_t i = 0; i < r.size(); ++i)
+      if (r[i].original.get() == c.get()) return static_cast<std::int64_t>(i);
+  }
+  CommPtr dup;
+  {
+    nb::gil_scoped_release release;
+    dup = c->dup(c->name() + " (jax)");
+  }
   std::lock_guard lock(g_registry_mutex);
-  auto& r = registry();
-  for (std::size_t i = 0; i < r.size(); ++i)
-    if (r[i] == c) return static_cast<std::int64_t>(i);
-  r.push_back(std::move(c));
-  return static_cast<std::int64_t>(r.size() - 1);
+  registry().push_back({c, std::move(dup)});
+  return static_cast<std::int64_t>(registry().size() - 1);
 }
 
 // The Python JAX layer: its dispatch function and the types that mark a JAX value.
@@ -72,11 +88,11 @@ Communicator& jax_comm(std::int64_t handle) {
   auto& r = registry();
   SHARDKIT_CHECK(handle >= 0 && handle < static_cast<std::int64_t>(r.size()), "unknown communicator handle ", handle,
                  " (communicators are released at shutdown)");
-  return *r[static_cast<std::size_t>(handle)];
+  return *r[static_cast<std::size_t>(handle)].jax;
 }
 
 void clear_jax_comms() {
-  std::vector<CommPtr> drop;
+  std::vector<Registered> drop;
   {
     std::lock_guard lock(g_registry_mutex);
     drop.swap(registry());
@@ -112,11 +128,14 @@ bool jax_tracer(nb::handle x) {
 
 void register_jax(nb::module_& m) {
   m.def("_jax_comm_handle", [](nb::handle comm) { return register_comm(comm_from(comm)); }, nb::arg("comm").none(),
-        "The integer handle compiled programs use for a communicator (registered once, kept while Python lives).");
+        "The integer handle compiled programs use for a communicator: a duplicate made at the first registration "
+        "(collective), kept until shutdown.");
   m.def("_jax_comm_info", [](std::int64_t h) {
     Communicator& c = jax_comm(h);
     return nb::make_tuple(c.rank(), c.size());
   }, "(rank, size) of a registered communicator.");
+  m.def("_jax_comm_sequence", [](std::int64_t h) { return jax_comm(h).sequence(); },
+        "Operations issued so far on a registered communicator's duplicate (what compiled programs ran).");
   m.def("_op_code", [](const std::string& name) {
     for (int i = 0; i < kOpCount; ++i)
       if (name == op_name(static_cast<OpKind>(i))) return i;
