@@ -217,8 +217,10 @@ def _accept_token(token):
 def dispatch(name, kw, comm):
     """shardkit._core's hook: runs shardkit.mpi function `name` (arguments `kw`) on JAX values."""
     tracing = _is_tracing()
-    if name == "barrier" and not tracing and not isinstance(kw.get("token"), _jcore.Token):
-        return NotImplemented  # an eager barrier: the native path
+    if not tracing and not isinstance(kw.get("token"), _jcore.Token):
+        # Eager calls on concrete arrays: the native path (DLPack in, the result back as a jax.Array) costs a
+        # fraction of a primitive's dispatch (see examples/benchmarks/jax_overhead.py).
+        return NotImplemented
     if kw.get("status") is not None:
         if tracing:
             raise ValueError(f"{name}: status= cannot be filled inside a JAX transformation (use it eagerly)")

@@ -51,7 +51,7 @@ struct Attrs {
   std::int64_t comm;
 };
 
-// Runs the value form of `a.op` on XLA's buffers; `after` orders the operation (XLA's stream on CUDA). Returns the
+// Runs the value form of `a.op` on XLA's buffers, after `after`. Returns the
 // operation's token.
 Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets rets, Device device,
                    const Token& after) {
@@ -122,16 +122,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(shardkit_collective_cpu, collective_cpu,
                                   .Attr<std::int32_t>("send_tag")
                                   .Attr<std::int32_t>("recv_tag"));
 
-#ifdef SHARDKIT_HAVE_JAX_FFI_CUDA
-XLA_FFI_Error* shardkit_collective_cuda(XLA_FFI_CallFrame* frame);  // ffi_cuda.cpp
-#endif
-
 std::vector<std::pair<std::string, void*>> jax_ffi_handlers() {
   std::vector<std::pair<std::string, void*>> h = {
       {"shardkit_collective_cpu", reinterpret_cast<void*>(&shardkit_collective_cpu)}};
-#ifdef SHARDKIT_HAVE_JAX_FFI_CUDA
-  h.emplace_back("shardkit_collective_cuda", reinterpret_cast<void*>(&shardkit_collective_cuda));
-#endif
   return h;
 }
 
