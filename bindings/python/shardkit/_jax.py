@@ -9,7 +9,9 @@ from the same table (``_core._value_shape``).
 Ordering: the primitive carries an *ordered* effect, so JAX threads one token through every shardkit operation of a
 program in program order: XLA neither reorders nor drops them, whether or not their results or tokens are used. The
 ``token=`` argument accepts shardkit tokens (waited for) and JAX tokens (ordering is already program order); inside a
-trace the returned token is a JAX token, eagerly a (complete) shardkit Token.
+trace the returned token is a JAX token. Eager calls on concrete arrays go back to the native path (DLPack), which
+returns shardkit tokens; an eager call given a JAX token runs the primitive and waits for it. Compiled programs run on
+a duplicate of each communicator (``_core._jax_comm_handle``), so XLA's threads never match eager calls.
 
 Transformations follow mpi4jax 0.7: every operation batches under ``jax.vmap``; ``allreduce`` with ``op=SUM`` has a
 JVP and a transpose (the transpose of the sum over ranks is the identity on each rank, as mpi4jax defines it), and
