@@ -9,10 +9,11 @@ set -euo pipefail
 DEB_PACKAGES=(g++ cmake make openmpi-bin libopenmpi-dev libopenblas-dev libscalapack-openmpi-dev libgtest-dev
               clang libclang-rt-14-dev iproute2)
 # PyPI packages (import name=pip name): build tools, the test runner, the frameworks the tests exchange arrays with,
-# and matplotlib for scripts/plot_bench.py.
+# and matplotlib for scripts/plot_bench.py; mpi4jax is the baseline of examples/benchmarks/jax_overhead.py.
 # apache-tvm-ffi ships the DLPack 1.x header (Debian's libdlpack-dev is 0.6, without versioned tensors).
 PY_PACKAGES=(numpy=numpy pytest=pytest mpi4py=mpi4py nanobind=nanobind scikit_build_core=scikit-build-core
-             jax=jax[cpu] warp=warp-lang tvm_ffi=apache-tvm-ffi matplotlib=matplotlib)
+             jax=jax[cpu] warp=warp-lang tvm_ffi=apache-tvm-ffi matplotlib=matplotlib ml_dtypes=ml_dtypes
+             mpi4jax=mpi4jax)
 
 missing_debs=()
 for p in "${DEB_PACKAGES[@]}"; do

@@ -131,6 +131,7 @@ CommPtr comm_from(nb::handle h) {
 }
 
 void clear_communicator_caches() {
+  clear_jax_comms();
   std::vector<MPI_Comm> wrapped;
   {
     std::lock_guard<std::mutex> lock(g_wrapped_mu);

@@ -14,6 +14,7 @@
 #include "py_array.hpp"
 #include "py_comm.hpp"
 #include "py_fastcall.hpp"
+#include "jax/jax_layer.hpp"
 #include "shardkit/sharding/sharding.hpp"
 
 namespace shardkit::py {
@@ -204,18 +205,17 @@ nb::object reduce_op(ShardContext& c, nb::handle x, nb::handle axes, ReduceOp op
 
 // The axis reductions as module functions (the per-call hot path of shard_map bodies): they act on the context of the
 // running shard_map body.
-nb::object psum(const FastArgs& a) {
-  refuse_axis_index_groups(a.get(Field::kAxisIndexGroups), "psum");
-  return reduce_op(current_context(), a.get(Field::kX), a.get(Field::kAxisName), ReduceOp::kSum);
+// JAX tracers, and bodies traced under jax.jit (no running context), take shardkit._sharding's traced context.
+nb::object axis_reduce(const FastArgs& a, ReduceOp op, const char* name) {
+  refuse_axis_index_groups(a.get(Field::kAxisIndexGroups), name);
+  nb::handle x = a.get(Field::kX);
+  if (!g_context || jax_tracer(x))
+    return nb::module_::import_("shardkit._sharding").attr("_context")(x).attr(name)(x, a.get(Field::kAxisName));
+  return reduce_op(*g_context, x, a.get(Field::kAxisName), op);
 }
-nb::object pmax(const FastArgs& a) {
-  refuse_axis_index_groups(a.get(Field::kAxisIndexGroups), "pmax");
-  return reduce_op(current_context(), a.get(Field::kX), a.get(Field::kAxisName), ReduceOp::kMax);
-}
-nb::object pmin(const FastArgs& a) {
-  refuse_axis_index_groups(a.get(Field::kAxisIndexGroups), "pmin");
-  return reduce_op(current_context(), a.get(Field::kX), a.get(Field::kAxisName), ReduceOp::kMin);
-}
+nb::object psum(const FastArgs& a) { return axis_reduce(a, ReduceOp::kSum, "psum"); }
+nb::object pmax(const FastArgs& a) { return axis_reduce(a, ReduceOp::kMax, "pmax"); }
+nb::object pmin(const FastArgs& a) { return axis_reduce(a, ReduceOp::kMin, "pmin"); }
 
 // ShardContext collectives on Python arrays: the result comes back in the input's framework.
 template <typename F>

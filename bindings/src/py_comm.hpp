@@ -28,6 +28,9 @@ nb::object token_object(const Token& t);
 /// Drops the cached default and mpi4py-wrapping communicators (before MPI_Finalize).
 void clear_communicator_caches();
 
+/// Drops the communicators registered for compiled JAX programs (jax/bind_jax.cpp; part of the above).
+void clear_jax_comms();
+
 /// True when an operation on host buffers is over when the call returns, failed or not: blocking MPI (no timeout,
 /// not async) keeps no reference to its buffers, so NumPy arrays that the calling binding itself holds need no owner.
 inline bool completes_in_call(const Communicator& c) {

@@ -15,6 +15,7 @@
 #include "py_array.hpp"
 #include "py_comm.hpp"
 #include "py_fastcall.hpp"
+#include "jax/jax_layer.hpp"
 #include "shardkit/collectives/communicator.hpp"
 
 namespace shardkit::py {
@@ -192,7 +193,7 @@ std::vector<Param> with_comm(const std::vector<Param>& params) {
   return out;
 }
 
-// The body of every operation, for either view.
+// The body of every operation, for either view (JAX values were handed to shardkit._jax before it).
 nb::object call_op(OpKind op, const FastArgs& a, Communicator& c) {
   OpArgs args;
   if (a.get(F::kOp).ptr() != Py_None) args.reduce = reduce_op_of(a.get(F::kOp));
@@ -228,12 +229,14 @@ nb::object call_op(OpKind op, const FastArgs& a, Communicator& c) {
 
 template <int I>
 nb::object module_function(const FastArgs& a) {
+  if (nb::object r; jax_dispatch(py_ops()[I].op, a, a.get(F::kComm), &r)) return r;  // JAX values: shardkit._jax
   CommPtr c = comm_from(a.get(F::kComm));
   return call_op(py_ops()[I].op, a, *c);
 }
 
 template <int I>
 nb::object method(const FastArgs& a) {
+  if (nb::object r; jax_dispatch(py_ops()[I].op, a, nb::handle(a.self), &r)) return r;
   return call_op(py_ops()[I].op, a, *nb::inst_ptr<Communicator>(nb::handle(a.self)));
 }
 

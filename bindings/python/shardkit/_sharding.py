@@ -8,6 +8,7 @@ mesh axes, like jax.lax's collectives inside jax.experimental.shard_map.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any, Callable, Sequence
 
 from . import _core
@@ -149,8 +150,24 @@ def choose_matmul_algorithm(a: ShardedArray, b: ShardedArray) -> str:
 
 # ---- shard_map ------------------------------------------------------------------------------------------------------
 
-def _context() -> _core.ShardContext:
-    """The context of the shard_map body running on this thread (set by the core around the body)."""
+# The contexts of traced shard_map bodies (shardkit._jax_shard_map), innermost last.
+_traced: list = []
+
+
+def _jax_tracer(x) -> bool:
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.core.Tracer)
+
+
+def _context(x=None):
+    """The context of the shard_map body running on this thread (set by the core around the body), or of the traced
+    body being traced; JAX tracers inside an eager body (a jit-compiled body) get the traced collectives."""
+    if _traced:
+        return _traced[-1]
+    if x is not None and _jax_tracer(x):
+        from ._jax_shard_map import TracedContext  # noqa: PLC0415  (JAX is loaded: x is its tracer)
+
+        return TracedContext(_core.current_context().mesh)
     return _core.current_context()
 
 
@@ -243,6 +260,12 @@ def shard_map(f: Callable | None = None, /, *, out_specs, in_specs=Infer, mesh: 
         m = _mesh_of(mesh, args)
         _check_axis_names(m, axis_names)
         outs, single_out = _specs(out_specs, None, "out_specs")
+        if any(_jax_tracer(a) for a in args):  # under jax.jit: the traced shard_map
+            from . import _jax_shard_map  # noqa: PLC0415
+
+            # Traced arguments are global arrays every rank holds: replicated unless in_specs says otherwise.
+            ins = [P()] * len(args) if in_specs is Infer else _specs(in_specs, len(args), "in_specs")[0]
+            return _jax_shard_map.run(f, m, ins, outs, single_out, args, _traced)
         # Blocks and results go back in the framework of the first argument.
         framework = _framework(args[0]) if args else "numpy"
         sharded = []
@@ -284,7 +307,7 @@ def pmean(x, axis_name, *, axis_index_groups=None):
     """Mean over the ranks along the named axes. Integers and bool give JAX's psum(x) / n: float64 for 64-bit
     integers, float32 for the others; a Python scalar gives a Python float."""
     _core.refuse_axis_index_groups(axis_index_groups, "pmean")
-    return _context().pmean(x, axis_name)
+    return _context(x).pmean(x, axis_name)
 
 
 pmax = _core.pmax
@@ -301,30 +324,30 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis: int = 0, tiled: bo
         raise _core.InvalidArgument(
             f"all_gather: to={to!r} is not supported: shardkit has no reduced values; use to='varying' (the default) "
             "or to='invarying' (the same values)")
-    return _context().all_gather(x, axis_name, axis, tiled)
+    return _context(x).all_gather(x, axis_name, axis, tiled)
 
 
 def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, axis_index_groups=None, tiled: bool = False):
     """Sum over the named axes, each rank keeping its part of ``scatter_dimension``."""
     _core.refuse_axis_index_groups(axis_index_groups, "psum_scatter")
-    return _context().psum_scatter(x, axis_name, scatter_dimension, tiled)
+    return _context(x).psum_scatter(x, axis_name, scatter_dimension, tiled)
 
 
 def ppermute(x, axis_name, perm):
     """Sends x along (source, destination) pairs of axis indices; ranks nobody sends to get zeros."""
-    return _context().ppermute(x, axis_name, [tuple(p) for p in perm])
+    return _context(x).ppermute(x, axis_name, [tuple(p) for p in perm])
 
 
 def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, axis_index_groups=None, tiled: bool = False):
     """Splits ``split_axis`` across the ranks of the named axes and concatenates what arrives along
     ``concat_axis`` (JAX's shape rules for tiled and untiled)."""
     _core.refuse_axis_index_groups(axis_index_groups, "all_to_all")
-    return _context().all_to_all(x, axis_name, split_axis, concat_axis, tiled)
+    return _context(x).all_to_all(x, axis_name, split_axis, concat_axis, tiled)
 
 
 def pbroadcast(x, axis_name, source: int):
     """The block of the rank at axis index ``source``, on every rank along the named axes."""
-    return _context().pbroadcast(x, axis_name, source)
+    return _context(x).pbroadcast(x, axis_name, source)
 
 
 def axis_index(axis_name) -> int:

@@ -1,0 +1,283 @@
+"""shardkit's collectives as JAX primitives: inside jax.jit, vmap, grad, lax loops and custom_vjp.
+
+Loaded by shardkit._core the first time a shardkit.mpi function (or Communicator method) is handed a JAX array, tracer
+or token while JAX is imported; shardkit never imports JAX itself. Every operation is one primitive,
+``shardkit_collective``, whose parameters name the operation and its arguments; it lowers to the C++ XLA FFI handler
+(bindings/src/jax/ffi_handlers.cpp), which runs the operation table's value form on XLA's buffers. Result shapes come
+from the same table (``_core._value_shape``).
+
+Ordering: the primitive carries an *ordered* effect, so JAX threads one token through every shardkit operation of a
+program in program order: XLA neither reorders nor drops them, whether or not their results or tokens are used. The
+``token=`` argument accepts shardkit tokens (waited for) and JAX tokens (ordering is already program order); inside a
+trace the returned token is a JAX token. Eager calls on concrete arrays go back to the native path (DLPack), which
+returns shardkit tokens; an eager call given a JAX token runs the primitive and waits for it. Compiled programs run on
+a duplicate of each communicator (``_core._jax_comm_handle``), so XLA's threads never match eager calls.
+
+Transformations follow mpi4jax 0.7: every operation batches under ``jax.vmap``; ``allreduce`` with ``op=SUM`` has a
+JVP and a transpose (the transpose of the sum over ranks is the identity on each rank, as mpi4jax defines it), and
+``sendrecv`` has a JVP and a transpose (the reverse exchange); other reductions and operations raise as mpi4jax does.
+"""
+
+from __future__ import annotations
+
+import atexit
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import core as _jcore
+from jax._src import dispatch as _dispatch
+from jax._src import effects as _effects
+from jax._src.interpreters import ad, batching
+from jax._src.interpreters import mlir
+from jax._src.lib.mlir import ir
+from jax._src.lib.mlir.dialects import hlo
+
+from . import _core
+
+__all__ = ["collective_p", "available", "bind"]
+
+
+class ShardkitEffect(_effects.Effect):
+    """The ordered side effect of every shardkit operation: one chain, in program order."""
+
+    __str__ = lambda self: "shardkit"  # noqa: E731
+
+
+_effect = ShardkitEffect()
+for _set in (_effects.lowerable_effects, _effects.ordered_effects, _effects.control_flow_allowed_effects,
+             _effects.custom_derivatives_allowed_effects, _effects.remat_allowed_effects):
+    _set.add_type(ShardkitEffect)
+
+_TARGETS = _core._jax_ffi_targets()
+for _name, _capsule in _TARGETS.items():
+    jax.ffi.register_ffi_target(_name, _capsule, platform="cuda" if _name.endswith("_cuda") else "cpu")
+available = "shardkit_collective_cpu" in _TARGETS
+
+_SUM = int(_core.ReduceOp.SUM)
+_NO_VALUE = ("send", "barrier")  # operations whose only result is the token
+
+collective_p = _jcore.Primitive("shardkit_collective")
+collective_p.multiple_results = True
+collective_p.def_impl(lambda *args, **params: _dispatch.apply_primitive(collective_p, *args, **params))
+
+
+def bind(*args, op, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0, recv_tag=-1, transpose=False):
+    """Binds the primitive: ``args`` are x (and sendbuf for sendrecv); returns the list of results."""
+    return collective_p.bind(*args, op=op, comm=comm, reduce=reduce, root=root, dest=dest, source=source,
+                             send_tag=send_tag, recv_tag=recv_tag, transpose=transpose)
+
+
+def _out_shape(op, shape, comm, root):
+    rank, size = _core._jax_comm_info(comm)
+    return tuple(_core._value_shape(op, list(shape), rank, size, root))
+
+
+def _abstract_eval(*args, op, comm, root, transpose, **_):
+    if op in _NO_VALUE:
+        return (), {_effect}
+    x = args[0]
+    shape = x.shape if transpose else _out_shape(op, x.shape, comm, root)
+    return (_jcore.ShapedArray(shape, x.dtype),), {_effect}
+
+
+collective_p.def_effectful_abstract_eval(_abstract_eval)
+
+
+def _i32(v):
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(32), int(v))
+
+
+def _layout(aval):
+    return tuple(range(len(aval.shape) - 1, -1, -1))
+
+
+def _lowering(target):
+    def rule(ctx, *args, op, comm, reduce, root, dest, source, send_tag, recv_tag, transpose):
+        token = ctx.tokens_in.get(_effect)
+        if transpose:  # allreduce's transpose: the identity on each rank
+            ctx.set_tokens_out(ctx.tokens_in)
+            return [args[0]]
+        result_types = [hlo.TokenType.get()] + [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
+        attrs = {"op": _i32(_core._op_code(op)),
+                 "comm": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(comm)),
+                 "reduce": _i32(reduce), "root": _i32(root), "dest": _i32(dest), "source": _i32(source),
+                 "send_tag": _i32(send_tag), "recv_tag": _i32(recv_tag)}
+        call = mlir.custom_call(
+            target, result_types=result_types, operands=[token, *args], backend_config=attrs, api_version=4,
+            has_side_effect=True, operand_layouts=[()] + [_layout(a) for a in ctx.avals_in],
+            result_layouts=[()] + [_layout(a) for a in ctx.avals_out])
+        ctx.set_tokens_out(mlir.TokenSet({_effect: call.results[0]}))
+        return list(call.results[1:])
+    return rule
+
+
+if available:
+    mlir.register_lowering(collective_p, _lowering("shardkit_collective_cpu"), platform="cpu")
+if "shardkit_collective_cuda" in _TARGETS:
+    mlir.register_lowering(collective_p, _lowering("shardkit_collective_cuda"), platform="cuda")
+
+
+# ---- vmap -----------------------------------------------------------------------------------------------------------
+
+def _batch_rule(args, dims, *, op, comm, root, **params):
+    rank, _ = _core._jax_comm_info(comm)
+    # Where the batch axis goes in x: after the leading nproc axis for the operations that split x along it.
+    leading = op in ("alltoall", "reduce_scatter") or (op == "scatter" and rank == root)
+    pos = 1 if leading else 0
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    moved = []
+    for a, d in zip(args, dims):
+        if d is None:
+            a = jnp.broadcast_to(jnp.expand_dims(a, pos), a.shape[:pos] + (size,) + a.shape[pos:])
+        else:
+            a = batching.moveaxis(a, d, pos)
+        moved.append(a)
+    out = bind(*moved, op=op, comm=comm, root=root, **params)
+    if op in _NO_VALUE:
+        return out, []
+    if op == "allgather" or (op == "gather" and rank == root):
+        out_dim = 1  # a new leading nproc axis
+    elif op in ("reduce_scatter", "scatter") and leading:
+        out_dim = 0  # the nproc axis is dropped
+    else:
+        out_dim = pos
+    return out, [out_dim]
+
+
+batching.primitive_batchers[collective_p] = _batch_rule
+
+
+# ---- jvp and transpose (mpi4jax 0.7: allreduce with SUM, sendrecv) ---------------------------------------------------
+
+def _jvp_rule(primals, tangents, *, op, reduce, **params):
+    if op == "allreduce":
+        if reduce != _SUM:
+            raise NotImplementedError("The adjoint of allreduce is only defined for op=MPI.SUM")
+        out = bind(*primals, op=op, reduce=reduce, **params)
+        tan = bind(ad.instantiate_zeros(tangents[0]), op=op, reduce=reduce, **params)
+        return out, tan
+    if op == "sendrecv":
+        # sendrecv(sendbuf, recvbuf): linear in sendbuf; recvbuf only gives shape and dtype.
+        out = bind(*primals, op=op, reduce=reduce, **params)
+        tan = bind(primals[0], ad.instantiate_zeros(tangents[1]), op=op, reduce=reduce, **params)
+        return out, tan
+    raise NotImplementedError(f"Differentiation rule for '{op}' (shardkit) not implemented")
+
+
+def _transpose_rule(cts, *args, op, reduce, transpose, **params):
+    ct = ad.instantiate_zeros(cts[0])
+    if op == "allreduce":
+        if reduce != _SUM:
+            raise NotImplementedError("The linear transpose of allreduce is only defined for op=MPI.SUM")
+        (res,) = bind(ct, op=op, reduce=reduce, transpose=not transpose, **params)
+        return [res]
+    if op == "sendrecv":
+        recv_like, send = args
+        if params["source"] < 0:
+            raise NotImplementedError("The linear transpose of sendrecv needs a definite source (not ANY_SOURCE)")
+        aval = send.aval if ad.is_undefined_primal(send) else _jcore.get_aval(send)
+        like = jnp.zeros(aval.shape, aval.dtype)
+        p = dict(params, source=params["dest"], dest=params["source"],
+                 send_tag=max(params["recv_tag"], 0), recv_tag=params["send_tag"])
+        (res,) = bind(like, ct, op=op, reduce=reduce, transpose=transpose, **p)
+        return [None, res]
+    raise NotImplementedError(f"Transpose rule for '{op}' (shardkit) not implemented")
+
+
+ad.primitive_jvps[collective_p] = _jvp_rule
+ad.primitive_transposes[collective_p] = _transpose_rule
+
+
+# ---- shardkit.mpi's calls with JAX values ---------------------------------------------------------------------------
+
+_default_handle = []
+
+
+def comm_handle(comm):
+    """The registry handle of a communicator argument (None: the default clone of COMM_WORLD)."""
+    if comm is None:
+        if not _default_handle:
+            _default_handle.append(_core._jax_comm_handle(None))
+        return _default_handle[0]
+    return _core._jax_comm_handle(comm)
+
+
+def _is_tracing():
+    return not _jcore.trace_state_clean()
+
+
+def _accept_token(token):
+    if token is None or isinstance(token, (_jcore.Token, _jcore.Tracer)):
+        return  # JAX tokens: ordering is program order already
+    if isinstance(token, _core.Token):
+        token.wait()
+        return
+    raise TypeError(f"token must be a shardkit Token, a JAX token or None, not {type(token).__name__}")
+
+
+def dispatch(name, kw, comm):
+    """shardkit._core's hook: runs shardkit.mpi function `name` (arguments `kw`) on JAX values."""
+    tracing = _is_tracing()
+    if not tracing and not isinstance(kw.get("token"), _jcore.Token):
+        # Eager calls on concrete arrays: the native path (DLPack in, the result back as a jax.Array) costs a
+        # fraction of a primitive's dispatch (see examples/benchmarks/jax_overhead.py).
+        return NotImplemented
+    if kw.get("status") is not None:
+        if tracing:
+            raise ValueError(f"{name}: status= cannot be filled inside a JAX transformation (use it eagerly)")
+        return NotImplemented  # eager with status: the native path fills it
+    _accept_token(kw.get("token"))
+    h = comm_handle(comm)
+    p = {"op": name, "comm": h}
+    if "op" in kw:
+        p["reduce"] = _core._reduce_code(kw["op"])
+    for field, param in (("root", "root"), ("dest", "dest"), ("source", "source")):
+        if field in kw:
+            p[param] = int(kw[field])
+    if "tag" in kw:
+        p["send_tag" if name == "send" else "recv_tag"] = int(kw["tag"])
+    if "sendtag" in kw:
+        p["send_tag"] = int(kw["sendtag"])
+    if "recvtag" in kw:
+        p["recv_tag"] = int(kw["recvtag"])
+    if name == "sendrecv":
+        args = (jnp.asarray(kw["recvbuf"]), jnp.asarray(kw["sendbuf"]))
+    elif name == "barrier":
+        args = ()
+    else:
+        args = (jnp.asarray(kw["x"]),)
+    if "reduce" in p and args and not _core._reduce_supports(p["reduce"], args[0].dtype.name):
+        raise _core.InvalidArgument(f"{name}: reduction {_core.ReduceOp(p['reduce']).name.lower()} is not defined "
+                                    f"for {args[0].dtype.name}")
+    try:
+        out = bind(*args, **p)
+    except jax.errors.JaxRuntimeError as e:  # the handler's shardkit error, raised again as its class
+        raise _translate(e) from None
+    if tracing:
+        token = jax.lax.create_token()
+    else:
+        try:
+            jax.block_until_ready(out)  # the next eager call may use the same communicator from this thread
+        except jax.errors.JaxRuntimeError as e:
+            raise _translate(e) from None
+        token = _core._complete_token
+    if name in _NO_VALUE:
+        return token
+    return out[0], token
+
+
+def _translate(e):
+    msg = str(e)
+    for cls in ("MismatchError", "InvalidArgument", "TimeoutError", "BackendError"):
+        tag = f"shardkit.{cls}: "
+        if tag in msg:
+            return getattr(_core, cls)(msg[msg.index(tag) + len(tag):])
+    return e
+
+
+# Compiled programs and trace caches hold the functions traced, and through them meshes and communicators: let them go
+# while shardkit can still free communicators (before MPI_Finalize and nanobind's shutdown).
+atexit.register(jax.clear_caches)
+
+_core._set_jax_hook(dispatch, type(jnp.zeros(())), _jcore.Tracer, _jcore.Token)

@@ -1,0 +1,131 @@
+// XLA FFI handlers: shardkit's operations inside compiled JAX programs. One handler body serves every operation: the
+// operation's code and arguments arrive as attributes, the communicator as a handle into the registry (jax_layer.hpp),
+// and the body runs the operation table's value form (value_shape / bind_value / Communicator::run) on XLA's buffers,
+// wrapped as borrowed Arrays. Operands: (ordering token, x[, sendbuf]); results: (token[, result]). The token is the
+// one JAX threads through ordered effects, so XLA runs the calls in program order and never drops one.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "jax_layer.hpp"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace shardkit::py {
+namespace {
+
+DType dtype_of(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::PRED: return DType::kBool;
+    case ffi::DataType::S8: return DType::kInt8;
+    case ffi::DataType::S16: return DType::kInt16;
+    case ffi::DataType::S32: return DType::kInt32;
+    case ffi::DataType::S64: return DType::kInt64;
+    case ffi::DataType::U8: return DType::kUInt8;
+    case ffi::DataType::U16: return DType::kUInt16;
+    case ffi::DataType::U32: return DType::kUInt32;
+    case ffi::DataType::U64: return DType::kUInt64;
+    case ffi::DataType::F16: return DType::kFloat16;
+    case ffi::DataType::BF16: return DType::kBFloat16;
+    case ffi::DataType::F32: return DType::kFloat32;
+    case ffi::DataType::F64: return DType::kFloat64;
+    case ffi::DataType::C64: return DType::kComplex64;
+    case ffi::DataType::C128: return DType::kComplex128;
+    default: break;
+  }
+  throw InvalidArgument(shardkit::detail::concat("XLA element type ", static_cast<int>(t), " has no shardkit dtype"));
+}
+
+// An XLA buffer as a borrowed Array: XLA owns the memory for the duration of the call.
+Array wrap(ffi::AnyBuffer b, Device device, bool read_only) {
+  auto dims = b.dimensions();
+  return Array::borrow(b.untyped_data(), Shape(dims.begin(), dims.end()), dtype_of(b.element_type()), device, nullptr,
+                       {}, read_only);
+}
+
+// The arguments of one call, as attributes.
+struct Attrs {
+  std::int32_t op, reduce, root, dest, source, send_tag, recv_tag;
+  std::int64_t comm;
+};
+
+// Runs the value form of `a.op` on XLA's buffers, after `after`. Returns the
+// operation's token.
+Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets rets, Device device,
+                   const Token& after) {
+  Communicator& c = jax_comm(at.comm);
+  const auto op = static_cast<OpKind>(at.op);
+  OpArgs a{.reduce = static_cast<ReduceOp>(at.reduce), .root = at.root, .dest = at.dest, .source = at.source,
+           .send_tag = at.send_tag, .recv_tag = at.recv_tag};
+  auto arg = [&](std::size_t i) {
+    auto b = args.get<ffi::AnyBuffer>(i);
+    if (b.has_error()) throw InvalidArgument(shardkit::detail::concat(op_name(op), ": operand ", i, " is not an array"));
+    return wrap(*b, device, true);
+  };
+  if (op == OpKind::kBarrier) return c.run(op, a, after);
+  Array x = arg(1);
+  if (op == OpKind::kSend) {
+    a.send = &x;
+    return c.run(op, a, after);
+  }
+  std::optional<Array> send;
+  if (op == OpKind::kSendrecv) a.send = &send.emplace(arg(2));
+  auto r = rets.get<ffi::AnyBuffer>(1);
+  if (r.has_error()) throw InvalidArgument(shardkit::detail::concat(op_name(op), ": no result buffer"));
+  Array out = wrap(**r, device, false);
+  const bool same = value_is_input(op, c.rank(), a.root);
+  bind_value(op, x, out, a, c.rank());
+  Token t = c.run(op, a, after);
+  if (same) {  // the value form returns x itself here; XLA's result buffer must hold it
+    t.wait();
+    out.copy_from(x);
+  }
+  return t;
+}
+
+ffi::Error to_ffi_error(const std::exception& e) {
+  // The message keeps the shardkit exception's class, which shardkit._jax raises again as that class.
+  const char* kind = dynamic_cast<const MismatchError*>(&e)     ? "MismatchError"
+                     : dynamic_cast<const InvalidArgument*>(&e) ? "InvalidArgument"
+                     : dynamic_cast<const TimeoutError*>(&e)    ? "TimeoutError"
+                     : dynamic_cast<const BackendError*>(&e)    ? "BackendError"
+                                                                : "Error";
+  return ffi::Error(ffi::ErrorCode::kInternal, shardkit::detail::concat("shardkit.", kind, ": ", e.what()));
+}
+
+ffi::Error collective_cpu(ffi::RemainingArgs args, ffi::RemainingRets rets, std::int32_t op, std::int64_t comm,
+                          std::int32_t reduce, std::int32_t root, std::int32_t dest, std::int32_t source,
+                          std::int32_t send_tag, std::int32_t recv_tag) {
+  try {
+    Token t = run_value_on({op, reduce, root, dest, source, send_tag, recv_tag, comm}, args, rets, Device::cpu(), {});
+    t.wait();  // XLA:CPU reads the results when the handler returns
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_ffi_error(e);
+  }
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(shardkit_collective_cpu, collective_cpu,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::int32_t>("op")
+                                  .Attr<std::int64_t>("comm")
+                                  .Attr<std::int32_t>("reduce")
+                                  .Attr<std::int32_t>("root")
+                                  .Attr<std::int32_t>("dest")
+                                  .Attr<std::int32_t>("source")
+                                  .Attr<std::int32_t>("send_tag")
+                                  .Attr<std::int32_t>("recv_tag"));
+
+std::vector<std::pair<std::string, void*>> jax_ffi_handlers() {
+  std::vector<std::pair<std::string, void*>> h = {
+      {"shardkit_collective_cpu", reinterpret_cast<void*>(&shardkit_collective_cpu)}};
+  return h;
+}
+
+}  // namespace shardkit::py

@@ -1,0 +1,257 @@
+"""shardkit.mpi on JAX values: every operation eagerly, inside jax.jit and under jax.vmap, the derivatives mpi4jax
+defines (allreduce with SUM, sendrecv), inside lax loops, custom_vjp and cg; ordering under jit; each error.
+
+Expected values come from a NumPy model of the operation over every rank's input (each rank can compute every other
+rank's input, a function of the rank), so they hold at any world size."""
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp  # noqa: E402
+
+MPI = pytest.importorskip("mpi4py.MPI")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+
+@pytest.fixture(scope="module")
+def mpi(sk):
+    if not sk._core._jax_ffi_targets():
+        pytest.skip("shardkit was built without jaxlib's headers")
+    return sk.mpi
+
+
+ROOT_OF = lambda size: size - 1  # noqa: E731  (not 0, so a root/rank mix-up shows)
+
+
+def rank_input(op, r, size, n, dtype, shift=0):
+    """Rank r's x for `op`: small integers (exact in float16 / bfloat16 sums over 4 ranks)."""
+    leading = op in ("alltoall",) or (op == "scatter" and r == ROOT_OF(size))
+    shape = (size, n) if leading else (n,)
+    v = np.arange(int(np.prod(shape))).reshape(shape) % 7 + 3 * r + 1 + shift
+    return v.astype(dtype)
+
+
+def reference(op, r, size, xs):
+    """What rank r gets from `op` given every rank's input xs."""
+    root = ROOT_OF(size)
+    acc = np.float64 if xs[0].dtype.kind == "f" or xs[0].dtype == ml_dtypes.bfloat16 else xs[0].dtype
+    total = lambda arrs: np.sum([a.astype(acc) for a in arrs], axis=0).astype(xs[0].dtype)  # noqa: E731
+    if op == "allreduce":
+        return total(xs)
+    if op == "reduce":
+        return total(xs) if r == root else xs[r]
+    if op == "bcast":
+        return xs[root]
+    if op == "allgather":
+        return np.stack(xs)
+    if op == "gather":
+        return np.stack(xs) if r == root else xs[r]
+    if op == "scatter":
+        return xs[root][r]
+    if op == "alltoall":
+        return np.stack([xs[j][r] for j in range(size)])
+    if op == "scan":
+        return total(xs[: r + 1])
+    raise AssertionError(op)
+
+
+def call(mpi, op, x):
+    root = ROOT_OF(mpi_size(mpi))
+    if op in ("allreduce", "scan"):
+        return getattr(mpi, op)(x, op=MPI.SUM)[0]
+    if op == "reduce":
+        return mpi.reduce(x, op=MPI.SUM, root=root)[0]
+    if op in ("bcast", "gather", "scatter"):
+        return getattr(mpi, op)(x, root)[0]
+    return getattr(mpi, op)(x)[0]
+
+
+def mpi_size(mpi):
+    return MPI.COMM_WORLD.Get_size()
+
+
+OPS = ["allreduce", "reduce", "bcast", "allgather", "gather", "scatter", "alltoall", "scan"]
+
+
+def check(got, want):
+    got = np.asarray(got)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    np.testing.assert_array_equal(got.astype(np.float64) if want.dtype == ml_dtypes.bfloat16 else got,
+                                  want.astype(np.float64) if want.dtype == ml_dtypes.bfloat16 else want)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+@pytest.mark.parametrize("mode", ["eager", "jit", "vmap"])
+@pytest.mark.parametrize("op", OPS)
+def test_every_operation_eager_jit_vmap(mpi, rank, size, op, mode, n):
+    xs = [rank_input(op, r, size, n, np.float32) for r in range(size)]
+    f = lambda x: call(mpi, op, x)  # noqa: E731
+    if mode == "vmap":
+        xb = [np.stack([rank_input(op, r, size, n, np.float32, b) for b in range(3)]) for r in range(size)]
+        got = jax.vmap(f)(jnp.asarray(xb[rank]))
+        want = np.stack([reference(op, rank, size, [x[b] for x in xb]) for b in range(3)])
+    else:
+        got = (jax.jit(f) if mode == "jit" else f)(jnp.asarray(xs[rank]))
+        want = reference(op, rank, size, xs)
+    assert isinstance(got, jax.Array)
+    check(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.int32, np.int64,
+                                   np.complex64, np.uint8])
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize("op", ["allreduce", "bcast", "allgather", "alltoall"])
+def test_dtypes(mpi, rank, size, op, mode, dtype):
+    xs = [rank_input(op, r, size, 3, dtype) for r in range(size)]
+    f = lambda x: call(mpi, op, x)  # noqa: E731
+    got = (jax.jit(f) if mode == "jit" else f)(jnp.asarray(xs[rank]))
+    check(got, reference(op, rank, size, xs))
+
+
+def test_vmap_batch_axis_not_leading(mpi, rank, size):
+    xb = [np.stack([rank_input("allgather", r, size, 4, np.float32, b) for b in range(2)], axis=1) for r in range(size)]
+    got = jax.vmap(lambda x: mpi.allgather(x)[0], in_axes=1, out_axes=1)(jnp.asarray(xb[rank]))
+    want = np.stack([np.stack([x[:, b] for x in xb]) for b in range(2)], axis=1)
+    check(got, want)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit", "vmap"])
+def test_sendrecv_ring(mpi, rank, size, mode):
+    src, dst = (rank - 1) % size, (rank + 1) % size
+    f = lambda x: mpi.sendrecv(x, x, src, dst)[0]  # noqa: E731
+    x = jnp.arange(5.0) + 10 * rank
+    if mode == "vmap":
+        got = jax.vmap(f)(jnp.stack([x, x + 1]))
+        want = np.stack([np.arange(5.0) + 10 * src, np.arange(5.0) + 10 * src + 1])
+    else:
+        got = (jax.jit(f) if mode == "jit" else f)(x)
+        want = np.arange(5.0) + 10 * src
+    np.testing.assert_array_equal(got, want)
+
+
+def test_hot_potato_ring_under_jit_without_tokens(mpi, rank, size):
+    # Rank 0 sends then receives; the others receive then send. Reordered, the ring would deadlock.
+    if size < 2:
+        pytest.skip("needs 2 ranks")
+
+    @jax.jit
+    def ring(x):
+        if rank == 0:
+            mpi.send(x, 1)
+            y, _ = mpi.recv(x, size - 1)
+        else:
+            y, _ = mpi.recv(x, rank - 1)
+            mpi.send(y + 1, (rank + 1) % size)
+        return y
+
+    got = ring(jnp.zeros(3))
+    np.testing.assert_array_equal(got, np.full(3, size - 1 if rank == 0 else rank - 1))
+
+
+def test_tokens_chain_send_recv_and_accept_both_kinds(mpi, sk, rank, size):
+    if size < 2:
+        pytest.skip("needs 2 ranks")
+
+    @jax.jit
+    def chain(x):
+        tok = jax.lax.create_token()
+        if rank == 0:
+            tok = mpi.send(x, 1, token=tok)
+            y, tok = mpi.recv(x, 1, token=tok)
+        elif rank == 1:
+            y, tok = mpi.recv(x, 0, token=tok)
+            tok = mpi.send(y * 2, 0, token=tok)
+        else:
+            y = x
+        return y
+
+    got = chain(jnp.ones(2))
+    np.testing.assert_array_equal(got, np.full(2, 2.0 if rank == 0 else 1.0))
+    r, tok = mpi.allreduce(jnp.ones(2), op=MPI.SUM, token=sk.Token())  # a shardkit token, eagerly
+    r2, _ = mpi.allreduce(r, op=MPI.SUM, token=tok)
+    np.testing.assert_array_equal(r2, np.full(2, size * size))
+
+
+def test_unused_result_still_runs(mpi, sk, size):
+    f = jax.jit(lambda x: (mpi.allreduce(x, op=MPI.SUM), x * 2)[1])
+    jax.block_until_ready(f(jnp.ones(3)))  # traced: the default communicator is registered
+    h = sk._jax.comm_handle(None)
+    seq = sk._core._jax_comm_sequence(h)
+    jax.block_until_ready(f(jnp.ones(3)))
+    assert sk._core._jax_comm_sequence(h) == seq + 1
+
+
+def test_allreduce_jvp_grad_vjp_transpose(mpi, rank, size):
+    x = jnp.arange(4.0) + rank
+    f = lambda x: mpi.allreduce(x, op=MPI.SUM)[0]  # noqa: E731
+    y, t = jax.jvp(f, (x,), (jnp.ones(4) * (rank + 1),))
+    np.testing.assert_array_equal(y, np.arange(4.0) * size + size * (size - 1) / 2)
+    np.testing.assert_array_equal(t, np.full(4, size * (size + 1) / 2))
+    # mpi4jax's convention: the transpose of the sum over ranks is the identity on each rank.
+    g = jax.jit(jax.grad(lambda x: (f(x * x)).sum()))(x)
+    np.testing.assert_array_equal(g, 2 * np.asarray(x))
+    _, vjp = jax.vjp(f, x)
+    np.testing.assert_array_equal(vjp(jnp.full(4, 3.0))[0], np.full(4, 3.0))
+    (ct,) = jax.linear_transpose(f, x)(jnp.full(4, 5.0))
+    np.testing.assert_array_equal(ct, np.full(4, 5.0))
+
+
+def test_sendrecv_grad_is_the_reverse_exchange(mpi, rank, size):
+    src, dst = (rank - 1) % size, (rank + 1) % size
+    x = jnp.arange(3.0) + rank
+    w = jnp.arange(3.0) + 100 * rank  # the cotangent each rank applies to what it received
+    g = jax.grad(lambda x: (mpi.sendrecv(x, x, src, dst)[0] * w).sum())(x)
+    # d/dx_r sum_s w_s * x_{s-1} = w_{r+1}
+    np.testing.assert_array_equal(g, np.arange(3.0) + 100 * dst)
+
+
+def test_inside_loops_custom_vjp_and_cg(mpi, rank, size):
+    f = lambda x: mpi.allreduce(x, op=MPI.SUM)[0]  # noqa: E731
+    x = jnp.ones(3) * (rank + 1)
+    got = jax.jit(lambda x: jax.lax.fori_loop(0, 3, lambda i, v: f(v) / size, x))(x)
+    np.testing.assert_allclose(got, np.full(3, (size + 1) / 2))
+    got, _ = jax.lax.scan(lambda c, _: (f(c), None), x, None, length=2)
+    np.testing.assert_allclose(got, np.full(3, size * size * (size + 1) / 2))
+    got = jax.lax.while_loop(lambda v: v[0] < 100, lambda v: f(v) + 1, x)
+    assert float(got[0]) >= 100
+
+    @jax.custom_vjp
+    def g(x):
+        return f(x)
+
+    g.defvjp(lambda x: (f(x), None), lambda _, ct: (f(ct),))
+    np.testing.assert_allclose(jax.grad(lambda x: g(x).sum())(x), np.full(3, size))
+
+    # A replicated SPD system A = sum_r D_r (diagonal, D_r owned by rank r): local inner products are global ones.
+    n = 6
+    d = lambda r: np.arange(n) + r + 1.0  # noqa: E731
+    b = jnp.arange(n) + 1.0
+    sol, _ = jax.jit(lambda b: jax.scipy.sparse.linalg.cg(lambda v: f(jnp.asarray(d(rank)) * v), b, tol=1e-12))(b)
+    np.testing.assert_allclose(sol, np.asarray(b) / sum(d(r) for r in range(size)), rtol=1e-10)
+
+
+def test_errors(mpi, sk, rank, size):
+    x = jnp.ones(3)
+    with pytest.raises(NotImplementedError, match="only defined for op=MPI.SUM"):
+        jax.grad(lambda x: mpi.allreduce(x, op=MPI.MAX)[0].sum())(x)
+    with pytest.raises(NotImplementedError, match="only defined for op=MPI.SUM"):
+        jax.linear_transpose(lambda x: mpi.allreduce(x, op=MPI.MAX)[0], x)(x)
+    with pytest.raises(NotImplementedError, match="allgather"):
+        jax.grad(lambda x: mpi.allgather(x)[0].sum())(x)
+    with pytest.raises(sk.InvalidArgument, match=r"alltoall: the input must have shape"):
+        jax.jit(lambda x: mpi.alltoall(x)[0])(jnp.ones((size + 1, 2)))
+    with pytest.raises(TypeError, match="token must be"):
+        mpi.allreduce(x, op=MPI.SUM, token=3)
+    with pytest.raises(sk.InvalidArgument, match="band"):
+        jax.jit(lambda x: mpi.allreduce(x, op=MPI.BAND)[0])(x)
+    with pytest.raises(ValueError, match="status"):
+        jax.jit(lambda x: mpi.recv(x, 0, status=MPI.Status())[0])(x)
+
+
+def test_numpy_inputs_stay_on_the_native_path(mpi, size):
+    r, tok = mpi.allreduce(np.ones(3), op=MPI.SUM)
+    assert type(r) is np.ndarray and isinstance(tok, mpi.Token)
+    np.testing.assert_array_equal(r, np.full(3, size))

@@ -1,0 +1,120 @@
+"""sk.shard_map traced by JAX: jax.jit(sk.shard_map(...)) and jit-compiled bodies give what the eager shard_map gives
+(the C++ implementation, on NumPy arrays), for every axis collective, on 1-d meshes and a 2-d mesh at 4 ranks; the two
+seed programs under jax.jit."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, mpirun
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def skj(sk):
+    if not sk._core._jax_ffi_targets():
+        pytest.skip("shardkit was built without jaxlib's headers")
+    return sk
+
+
+def meshes(sk):
+    n = sk.size()
+    out = [("x", sk.Mesh(np.arange(n), ("x",)))]
+    if n == 4:
+        out.append((("x", "y"), sk.Mesh(np.arange(4).reshape(2, 2), ("x", "y"))))
+    return out
+
+
+BODIES = {
+    "psum": lambda sk, ax: lambda b: sk.psum(b, ax),
+    "pmean": lambda sk, ax: lambda b: sk.pmean(b, ax),
+    "pmax": lambda sk, ax: lambda b: sk.pmax(b * (sk.axis_index(ax) + 1), ax),
+    "pmin": lambda sk, ax: lambda b: sk.pmin(b - sk.axis_index(ax), ax),
+    "all_gather": lambda sk, ax: lambda b: sk.all_gather(b, ax, axis=1, tiled=True),
+    "all_gather_untiled": lambda sk, ax: lambda b: sk.all_gather(b, ax, axis=0).sum(axis=0),
+    "psum_scatter": lambda sk, ax: lambda b: sk.psum_scatter(
+        jnp.concatenate([b] * sk.axis_size(ax), axis=1) if isinstance(b, jax.Array) or hasattr(b, "aval")
+        else np.concatenate([b] * sk.axis_size(ax), axis=1), ax, scatter_dimension=1, tiled=True),
+    "ppermute": lambda sk, ax: lambda b: sk.ppermute(
+        b, ax, [(i, (i + 1) % sk.axis_size(ax)) for i in range(sk.axis_size(ax))]),
+    "ppermute_chain": lambda sk, ax: lambda b: sk.ppermute(b, ax, [(i, i + 1) for i in range(sk.axis_size(ax) - 1)]),
+    "all_to_all": lambda sk, ax: lambda b: sk.all_to_all(
+        jnp.tile(b, (1, sk.axis_size(ax))) if hasattr(b, "aval") or isinstance(b, jax.Array)
+        else np.tile(b, (1, sk.axis_size(ax))), ax, 1, 0, tiled=True),
+    "pbroadcast": lambda sk, ax: lambda b: sk.pbroadcast(b, ax, sk.axis_size(ax) - 1),
+}
+
+
+@pytest.mark.parametrize("cols", [1, 3])
+@pytest.mark.parametrize("name", sorted(BODIES))
+def test_jit_shard_map_matches_eager(skj, name, cols):
+    sk = skj
+    for ax, mesh in meshes(sk):
+        rows = 2 * sk.size()
+        x = (np.arange(rows * cols, dtype=np.float32).reshape(rows, cols) % 5) + 1
+        spec = sk.P(ax)
+        body = BODIES[name](sk, ax)
+        out_spec = sk.P(ax)
+        eager = sk.process_allgather(sk.shard_map(body, mesh=mesh, in_specs=(spec,), out_specs=out_spec,
+                                                  check_rep=False)(x))
+        got = jax.jit(lambda a: sk.shard_map(body, mesh=mesh, in_specs=(spec,), out_specs=out_spec,
+                                             check_rep=False)(a))(jnp.asarray(x))
+        assert isinstance(got, jax.Array)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(eager), rtol=1e-6)
+
+
+def test_jit_compiled_body_inside_eager_shard_map(skj):
+    sk = skj
+    mesh = sk.Mesh(np.arange(sk.size()), ("x",))
+    x = np.arange(2.0 * sk.size()).reshape(sk.size(), 2)
+    body = jax.jit(lambda b: sk.psum(b * 2, "x") + sk.all_gather(b, "x", tiled=True).sum(axis=0))
+    got = sk.process_allgather(sk.shard_map(body, mesh=mesh, in_specs=(sk.P("x"),), out_specs=sk.P("x"),
+                                            check_rep=False)(x))
+    want = np.tile(2 * x.sum(axis=0) + x.sum(axis=0), (sk.size(), 1))
+    np.testing.assert_allclose(np.asarray(got), want)
+
+
+def test_traced_shard_map_under_grad(skj):
+    sk = skj
+    mesh = sk.Mesh(np.arange(sk.size()), ("x",))
+    f = sk.shard_map(lambda b: sk.psum((b * b).sum(), "x"), mesh=mesh, in_specs=(sk.P("x"),), out_specs=sk.P())
+    x = jnp.arange(2.0 * sk.size())
+    g = np.asarray(jax.jit(jax.grad(lambda a: f(a)))(x))
+    # mpi4jax's convention (the transpose of psum is the identity on each rank): each rank's gradient covers its own
+    # block; their sum over ranks is the gradient of the global function.
+    own = np.zeros(2 * sk.size())
+    own[2 * sk.rank():2 * sk.rank() + 2] = 1
+    np.testing.assert_allclose(g, 2 * np.asarray(x) * own)
+    total, _ = sk.mpi.allreduce(g, op="sum")
+    np.testing.assert_allclose(total, 2 * np.asarray(x))
+
+
+def test_errors_in_traced_bodies(skj):
+    sk = skj
+    mesh = sk.Mesh(np.arange(sk.size()), ("x",))
+    if sk.size() > 1:  # every length divides over one rank
+        with pytest.raises(sk.InvalidArgument):
+            jax.jit(sk.shard_map(lambda b: b, mesh=mesh, in_specs=(sk.P("x"),), out_specs=sk.P("x")))(
+                jnp.ones(2 * sk.size() + 1))
+    with pytest.raises(sk.InvalidArgument, match="not a permutation"):
+        jax.jit(sk.shard_map(lambda b: sk.ppermute(b, "x", [(0, 0), (0, 0)]), mesh=mesh, in_specs=(sk.P("x"),),
+                             out_specs=sk.P("x")))(jnp.ones(sk.size()))
+    with pytest.raises(sk.InvalidArgument):
+        jax.jit(lambda a: sk.shard_map(lambda b: sk.psum(b, "nope"), mesh=mesh, in_specs=(sk.P("x"),),
+                                       out_specs=sk.P("x"))(a))(jnp.ones(sk.size()))
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("np_", [1, 2, 3])
+@pytest.mark.parametrize("example,last", [("multiply_by_two.py", "allclose: True"),
+                                          ("distributed_matmul.py", "Allclose: True")])
+def test_seed_examples_under_jit(np_, example, last):
+    pytest.importorskip("warp")
+    r = mpirun(np_, [sys.executable, os.path.join(REPO, "examples/jax", example)], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"Running on {np_} process(es)" in r.stdout
+    assert r.stdout.strip().endswith(last), r.stdout
