@@ -93,15 +93,21 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   const Array* send = active(spec.send, rank, a.root) ? a.send : nullptr;
   Array* recv = active(spec.recv, rank, a.root) ? a.recv : nullptr;
 
-  // Route: from the backends' declarations, the setting and where this rank's buffers live.
-  RouteRequest req{op, options.backend, placement_of(send, recv)};
-  if (const Array* first = send ? send : recv) req.dtype = first->dtype();
-  req.reduce = a.reduce;
-  if (needs_nccl(req) && !nccl_decided) decide_nccl();
-  req.nccl_available = nccl != nullptr;
-  Backend& b = route(req) == BackendKind::kNccl ? *nccl : *mpi;
+  // Route: from the backends' declarations, the setting and where this rank's buffers live. Host buffers on a setting
+  // that is not forced to NCCL always go to MPI (route()'s first answer, taken without asking).
+  const Placement where = placement_of(send, recv);
+  Backend* chosen = mpi.get();
+  if (where != Placement::kHost || options.backend == BackendKind::kNccl) {
+    RouteRequest req{op, options.backend, where};
+    if (const Array* first = send ? send : recv) req.dtype = first->dtype();
+    req.reduce = a.reduce;
+    if (needs_nccl(req) && !nccl_decided) decide_nccl();
+    req.nccl_available = nccl != nullptr;
+    if (route(req) == BackendKind::kNccl) chosen = nccl.get();
+  }
+  Backend& b = *chosen;
   // Operations on one communicator run in call order, also across backends.
-  Token& other = &b == mpi.get() ? last_nccl : last_mpi;
+  Token& other = chosen == mpi.get() ? last_nccl : last_mpi;
   if (other.waitable()) {
     other.wait();
     other = Token();
@@ -139,7 +145,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   }
   if (send && !in_place) in.emplace(*send);
   BackendCall call{op, in_place ? &out->buf() : in ? &in->get() : nullptr, out ? &out->buf() : nullptr, &a};
-  std::vector<std::int64_t> sd, rd;
+  std::vector<std::int64_t> sd, rd;  // stay empty (no allocation) but for the v-operations
   if (op == OpKind::kAllgatherv || op == OpKind::kAlltoallv) {
     sd = displacements(a.send_counts);
     rd = displacements(a.recv_counts);
