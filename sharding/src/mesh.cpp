@@ -17,8 +17,8 @@ struct MeshState {
   std::vector<std::int64_t> shape;
   std::vector<std::string> names;
   std::int64_t size = 1;
-  std::vector<int> devices;   // rank at each row-major position
-  std::vector<int> position;  // row-major position of each rank (the inverse of devices)
+  std::vector<int> devices;   // rank at each row-major position (empty when row-major)
+  std::vector<int> position;  // row-major position of each rank, the inverse of devices (empty when row-major)
   bool row_major = true;      // devices[p] == p for every p
   std::shared_ptr<Communicator> comm;  // null for an abstract mesh
   std::mutex mu;
@@ -119,12 +119,13 @@ Mesh::Mesh(AbstractTag, std::vector<std::int64_t> shape, std::vector<std::string
     state_->size *= shape[i];
   }
   const auto n = static_cast<std::size_t>(state_->size);
-  if (devices.empty()) {
-    devices.resize(n);
-    for (std::size_t p = 0; p < n; ++p) devices[p] = static_cast<int>(p);
-  }
+  state_->shape = std::move(shape);
+  state_->names = std::move(axis_names);
+  // Row-major (no device array): rank p at position p, with no per-position tables (abstract meshes may have up to
+  // INT_MAX positions).
+  if (devices.empty()) return;
   SHARDKIT_CHECK_EQ(devices.size(), n, "Mesh: the device array must hold one rank per position of the shape ",
-                    shape_to_string(shape));
+                    shape_to_string(state_->shape));
   // A JAX mesh holds each device once; here a device is a rank, so the array must be a permutation of the ranks.
   state_->position.assign(n, -1);
   for (std::size_t p = 0; p < n; ++p) {
@@ -136,9 +137,11 @@ Mesh::Mesh(AbstractTag, std::vector<std::int64_t> shape, std::vector<std::string
     state_->position[r] = static_cast<int>(p);
     state_->row_major = state_->row_major && r == static_cast<int>(p);
   }
+  if (state_->row_major) {
+    state_->position.clear();
+    return;
+  }
   state_->devices = std::move(devices);
-  state_->shape = std::move(shape);
-  state_->names = std::move(axis_names);
 }
 
 Mesh Mesh::line(std::string name, std::shared_ptr<Communicator> comm) {
@@ -157,7 +160,12 @@ const std::vector<std::string>& Mesh::axis_names() const noexcept { return state
 std::int64_t Mesh::size() const noexcept { return state_->size; }
 int Mesh::rank() const noexcept { return state_->comm ? state_->comm->rank() : -1; }
 bool Mesh::is_abstract() const noexcept { return state_->comm == nullptr; }
-const std::vector<int>& Mesh::devices() const noexcept { return state_->devices; }
+std::vector<int> Mesh::devices() const {
+  if (!state_->row_major) return state_->devices;
+  std::vector<int> d(static_cast<std::size_t>(state_->size));
+  for (std::size_t p = 0; p < d.size(); ++p) d[p] = static_cast<int>(p);
+  return d;
+}
 bool Mesh::is_row_major() const noexcept { return state_->row_major; }
 const std::shared_ptr<Communicator>& Mesh::comm() const noexcept { return state_->comm; }
 
@@ -192,7 +200,7 @@ std::vector<std::int64_t> Mesh::coords(int rank) const {
   SHARDKIT_CHECK(rank >= 0 && rank < state_->size, "rank ", rank, " outside ", to_string(),
                  state_->comm ? "" : " (an abstract mesh has no rank of its own)");
   std::vector<std::int64_t> c(state_->shape.size());
-  std::int64_t r = state_->position[static_cast<std::size_t>(rank)];
+  std::int64_t r = state_->row_major ? rank : state_->position[static_cast<std::size_t>(rank)];
   for (std::size_t i = state_->shape.size(); i-- > 0;) {
     c[i] = r % state_->shape[i];
     r /= state_->shape[i];
@@ -208,7 +216,7 @@ int Mesh::rank_at(const std::vector<std::int64_t>& coords) const {
                    state_->names[i], "'");
     r = r * state_->shape[i] + coords[i];
   }
-  return state_->devices[static_cast<std::size_t>(r)];
+  return state_->row_major ? static_cast<int>(r) : state_->devices[static_cast<std::size_t>(r)];
 }
 
 std::int64_t Mesh::axis_index(const Axes& axes, int rank) const {
@@ -262,7 +270,7 @@ std::string Mesh::to_string() const {
 bool operator==(const Mesh& a, const Mesh& b) noexcept {
   return a.state_ == b.state_ ||
          (a.state_->shape == b.state_->shape && a.state_->names == b.state_->names &&
-          a.state_->devices == b.state_->devices && a.state_->comm == b.state_->comm);
+          a.state_->row_major == b.state_->row_major && a.state_->devices == b.state_->devices && a.state_->comm == b.state_->comm);
 }
 
 }  // namespace shardkit

@@ -66,7 +66,7 @@ class Mesh {
   /// Product of the sizes of `axes`. @throws InvalidArgument for unknown or repeated axes.
   std::int64_t axis_size(const Axes& axes) const;
   /// The rank at each row-major position (JAX's mesh.devices, flattened; 0..size-1 in order unless permuted).
-  const std::vector<int>& devices() const noexcept;
+  std::vector<int> devices() const;
   /// True when rank p sits at row-major position p.
   bool is_row_major() const noexcept;
   /// Mesh coordinates of a rank. @throws InvalidArgument for a rank outside the mesh.
