@@ -66,7 +66,14 @@ void allgatherv_sizes(const OpArgs& a, const CommShape& c, bool, bool) {
 void alltoallv_sizes(const OpArgs& a, const CommShape& c, bool, bool) {
   check_counts(a.send_counts, c.size, "alltoallv", "send_counts");
   check_counts(a.recv_counts, c.size, "alltoallv", "recv_counts");
-  SHARDKIT_CHECK_EQ(a.send->numel(), total(a.send_counts), "send size differs from the sum of send_counts");
+  if (!a.send_displs.empty()) {
+    check_counts(a.send_displs, c.size, "alltoallv", "send_displs");
+    for (int j = 0; j < c.size; ++j)
+      SHARDKIT_CHECK_LE(a.send_displs[j] + a.send_counts[j], a.send->numel(), "the elements for rank ", j,
+                        " lie outside the send buffer");
+  } else {
+    SHARDKIT_CHECK_EQ(a.send->numel(), total(a.send_counts), "send size differs from the sum of send_counts");
+  }
   SHARDKIT_CHECK_EQ(a.recv->numel(), total(a.recv_counts), "receive size differs from the sum of recv_counts");
 }
 

@@ -147,7 +147,8 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   BackendCall call{op, in_place ? &out->buf() : in ? &in->get() : nullptr, out ? &out->buf() : nullptr, &a};
   std::vector<std::int64_t> sd, rd;  // stay empty (no allocation) but for the v-operations
   if (op == OpKind::kAllgatherv || op == OpKind::kAlltoallv) {
-    sd = displacements(a.send_counts);
+    sd = a.send_displs.empty() ? displacements(a.send_counts)
+                               : std::vector<std::int64_t>(a.send_displs.begin(), a.send_displs.end());
     rd = displacements(a.recv_counts);
     call.send_displs = sd;
     call.recv_displs = rd;

@@ -217,8 +217,25 @@ ReshardPlan plan_reshard(const Shape& global, const NamedSharding& from, const N
     plan.recv_counts[q] = numel_of(plan.recv[q]);
   }
   plan.self = intersect(plan.source, plan.target);
-  // Pieces that follow each other in rank order in the source (target) block go (arrive) without staging.
-  if (!consecutive_run(plan.send, plan.source)) plan.send_staging = plan.elements_sent();
+  // Pieces that follow each other in rank order in the source (target) block go (arrive) without staging. Otherwise
+  // each distinct piece is packed once: members that get the same piece (a block the target replicates) read the
+  // same copy, so the staging holds disjoint parts of the source block, at most one block.
+  plan.send_displs.assign(p, 0);
+  std::int64_t off = 0;
+  const bool send_run = consecutive_run(plan.send, plan.source).has_value();
+  for (int q = 0; q < p; ++q) {
+    if (plan.send_counts[q] == 0) continue;
+    int first = -1;
+    for (int j = 0; j < q && first < 0 && !send_run; ++j)
+      if (plan.send_counts[j] > 0 && plan.send[j] == plan.send[q]) first = j;
+    if (first >= 0) {
+      plan.send_displs[q] = plan.send_displs[first];
+    } else {
+      plan.send_displs[q] = off;
+      off += plan.send_counts[q];
+    }
+  }
+  if (!send_run) plan.send_staging = off;
   if (!consecutive_run(plan.recv, plan.target)) plan.recv_staging = plan.elements_received();
   return plan;
 }
@@ -281,22 +298,27 @@ ShardedArray reshard(const ShardedArray& x, const NamedSharding& target) {
     send = flat_in.slice(0, run.start, run.stop);
   } else {
     send = Array::empty({plan.send_staging}, x.dtype(), x.device());
-    std::int64_t off = 0;
-    for (const Box& b : plan.send) {
-      const std::int64_t n = numel_of(b);
-      if (n == 0) continue;
-      Array dst = send.slice(0, off, off + n).reshape(shape_of(b));
-      dst.copy_from(view_of(in, plan.source, b));
-      off += n;
+    std::int64_t packed_to = 0;  // pieces are placed in order; a shared piece's later members point back
+    for (std::size_t q = 0; q < plan.send.size(); ++q) {
+      const std::int64_t n = plan.send_counts[q], at = plan.send_displs[q];
+      if (n == 0 || at < packed_to) continue;
+      Array dst = send.slice(0, at, at + n).reshape(shape_of(plan.send[q]));
+      dst.copy_from(view_of(in, plan.source, plan.send[q]));
+      packed_to = at + n;
     }
   }
+  auto exchange = [&](Array& recv) {
+    OpArgs args{.send = &send, .recv = &recv, .send_counts = plan.send_counts, .recv_counts = plan.recv_counts,
+                .send_displs = plan.send_displs};
+    comm.run(OpKind::kAlltoallv, args).wait();
+  };
   if (plan.recv_staging == 0) {
     const IndexRange run = *consecutive_run(plan.recv, plan.target);
     Array recv = flat_out.slice(0, run.start, run.stop);
-    comm.alltoallv(send, plan.send_counts, recv, plan.recv_counts).wait();
+    exchange(recv);
   } else {
     Array recv = Array::empty({plan.recv_staging}, x.dtype(), x.device());
-    comm.alltoallv(send, plan.send_counts, recv, plan.recv_counts).wait();
+    exchange(recv);
     unpack(recv, plan.recv);
   }
   return ShardedArray(x.shape(), target, out);

@@ -89,6 +89,24 @@ TEST_F(Chunked, VariableCounts) {
                      input(d, {1200 * n}, q, Pattern::kData).slice(0, r * 1200, (r + 1) * 1200).contiguous()));
 }
 
+// Explicit send displacements may overlap: every rank sends the same elements to everyone (one copy in its buffer),
+// in one call and split into pieces.
+TEST_F(Chunked, AlltoallvSendsOverlappingRegions) {
+  for (Communicator* c : {world().get(), &comm()}) {
+    const int r = c->rank(), n = c->size();
+    const DType d = DType::kInt32;
+    const std::int64_t k = 1500;  // above the lowered limit on comm()
+    Array send = input(d, {k}, r, Pattern::kData);
+    std::vector<std::int64_t> counts(n, k), displs(n, 0);
+    Array recv = Array::empty({k * n}, d);
+    c->run(OpKind::kAlltoallv, {.send = &send, .recv = &recv, .send_counts = counts, .recv_counts = counts,
+                                .send_displs = displs})
+        .wait();
+    for (int q = 0; q < n; ++q)
+      EXPECT_TRUE(same(recv.slice(0, q * k, (q + 1) * k).contiguous(), input(d, {k}, q, Pattern::kData)));
+  }
+}
+
 TEST_F(Chunked, StridedBuffersAreMadeContiguous) {
   // A column of a matrix as the send buffer, a strided view as the receive buffer.
   Communicator& c = comm();

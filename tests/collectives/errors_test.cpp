@@ -47,6 +47,13 @@ TEST(InvalidArguments, MismatchedBufferSizes) {
   std::vector<std::int64_t> negative(n, 4);
   negative[0] = -1;
   expect_invalid([&](Communicator& c) { c.alltoallv(x, negative, y, counts); }, "negative send_counts");
+  std::vector<std::int64_t> one(n, 1), past_end(n, 0);
+  past_end[n - 1] = 4;  // elements 4..4 of a 4-element buffer
+  Array recv_n = Array::zeros({n}, DType::kFloat32);
+  expect_invalid([&](Communicator& c) {
+    c.run(OpKind::kAlltoallv, {.send = &x, .recv = &recv_n, .send_counts = one, .recv_counts = one,
+                               .send_displs = past_end});
+  }, "lie outside the send buffer");
 }
 
 TEST(InvalidArguments, DtypesAndReductions) {

@@ -69,6 +69,9 @@ struct OpArgs {
   RecvStatus* status = nullptr;  ///< recv, sendrecv: filled when the receive completes
   std::span<const std::int64_t> send_counts;  ///< alltoallv: elements to each rank
   std::span<const std::int64_t> recv_counts;  ///< allgatherv: every rank's count; alltoallv: elements from each rank
+  /// alltoallv: where rank j's elements start in `send` (empty: packed in rank order). The regions may overlap (the
+  /// same elements sent to several ranks).
+  std::span<const std::int64_t> send_displs;
 };
 
 /// How the value form of an operation makes its result from its input `x` (mpi4jax's per-rank shape rules).

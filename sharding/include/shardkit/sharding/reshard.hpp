@@ -57,6 +57,9 @@ struct ReshardPlan {
   /// Elements of the staging buffers the executor allocates besides the result: packed sends and received data
   /// to unpack. Zero when the pieces already lie consecutively in the source block (send) or target block (recv).
   std::int64_t send_staging = 0, recv_staging = 0;
+  /// kAllToAll: where the piece for each member starts in the send buffer (the staging buffer, or the consecutive run
+  /// of the source block); members that get the same piece share its one copy.
+  std::vector<std::int64_t> send_displs;
 
   /// Collectives issued: 0 or 1.
   int collectives() const noexcept { return kind == ReshardKind::kAllGather || kind == ReshardKind::kAllToAll ? 1 : 0; }
