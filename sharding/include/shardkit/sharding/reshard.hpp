@@ -32,11 +32,10 @@ std::string to_string(ReshardKind kind);
 /// source block take turns, in rank order, over the ranks that need part of it). A rank thus receives the fewest
 /// elements possible: its target block minus what it already holds.
 ///
-/// Staging (besides the result): receiving needs at most one target block; sending at most what the rank sends,
-/// which for even shardings is at most one block of the larger of the two shardings. A block goes to several ranks
-/// when the target replicates it over an axis the source cuts while another axis moves (P(x, y) -> P(y) on a 2x2
-/// mesh sends each block to two ranks: one target block); uneven blocks do not nest, and a holder of a block that
-/// many ranks lack may stage more.
+/// Staging (besides the result): receiving needs at most one target block; sending at most one source block, even
+/// or uneven: the pieces for different target blocks are disjoint parts of the source block, and a piece that
+/// several ranks need (the target replicates it) is packed once and read by all of them (overlapping send
+/// displacements of one all_to_all-v).
 struct ReshardPlan {
   ReshardKind kind = ReshardKind::kKeep;
   /// kAllGather: the mesh axes (in mesh order) whose communicator runs it (all of them: the mesh communicator).
