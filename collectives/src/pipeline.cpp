@@ -147,10 +147,10 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   BackendCall call{op, in_place ? &out->buf() : in ? &in->get() : nullptr, out ? &out->buf() : nullptr, &a};
   std::vector<std::int64_t> sd, rd;  // stay empty (no allocation) but for the v-operations
   if (op == OpKind::kAllgatherv || op == OpKind::kAlltoallv) {
-    sd = a.send_displs.empty() ? displacements(a.send_counts)
-                               : std::vector<std::int64_t>(a.send_displs.begin(), a.send_displs.end());
+    // The caller's send displacements when given (alltoallv), else the counts packed in rank order.
+    if (a.send_displs.empty()) sd = displacements(a.send_counts);
     rd = displacements(a.recv_counts);
-    call.send_displs = sd;
+    call.send_displs = a.send_displs.empty() ? std::span<const std::int64_t>(sd) : a.send_displs;
     call.recv_displs = rd;
   }
   Token t = b.run(call, ctx);
