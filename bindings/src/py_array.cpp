@@ -344,8 +344,11 @@ Array numpy_empty(Shape shape, DType dtype, nb::object* out, bool owned) {
                        owner_of(arr, owned));
 }
 
+PyTypeObject* g_ndarray_type = nullptr;
+
 void init_numpy_api() {
   if (_import_array() < 0) throw nb::python_error();
+  g_ndarray_type = &PyArray_Type;
 }
 
 void register_arrays(nb::module_& m) {

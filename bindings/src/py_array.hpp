@@ -26,6 +26,11 @@ Framework framework_of(nb::handle obj);
 /// @throws InvalidArgument for objects that cannot be imported (with the producer's reason).
 Array array_from_py(nb::handle obj, Framework* framework = nullptr);
 
+/// NumPy's ndarray type (set when the module loads: register_arrays).
+extern PyTypeObject* g_ndarray_type;
+/// Whether `obj` is exactly a NumPy ndarray (a pointer compare: on every call's hot path).
+inline bool is_ndarray(nb::handle obj) { return Py_TYPE(obj.ptr()) == g_ndarray_type; }
+
 /// A NumPy ndarray (exactly that type) imported directly, read-only; nothing for other objects and for dtypes or layouts
 /// the DLPack path handles. With `owned` false the Array holds no reference: for a call that holds `obj` itself and
 /// drops every handle to the Array before it returns.

@@ -55,36 +55,44 @@ Token token_of(nb::handle t) {
   return nb::cast<Token>(t);
 }
 
+namespace {
+
+// Runs `op` (its buffers bound in `args`) on NumPy memory that the caller's objects hold, complete on return.
+void run_on_numpy(Communicator& c, OpKind op, OpArgs& args, Token& token, nb::handle x, nb::handle result, bool owned) {
+  try {
+    nb::gil_scoped_release release;
+    token = c.run(op, args, token);
+    token.wait();  // NumPy reads the memory right away
+  } catch (const InvalidArgument&) {
+    throw;  // raised before anything was sent (as MismatchError is)
+  } catch (const MismatchError&) {
+    throw;
+  } catch (...) {
+    // A failure after requests were posted: MPI may still use the memory, which the Arrays do not own here.
+    if (!owned) {
+      result.inc_ref();
+      x.inc_ref();
+    }
+    throw;
+  }
+}
+
+}  // namespace
+
 nb::object value_py(Communicator& c, OpKind op, nb::handle x, OpArgs& args, Token& token) {
   const int rank = c.rank();
   if (value_rule(op) != ValueRule::kConcat) {
     const bool owned = !completes_in_call(c);
     if (std::optional<Array> a = numpy_input(x, owned)) {
-      const bool same = value_is_input(op, rank, args.root);
-      nb::object result = nb::borrow(x);
-      std::optional<Array> out;
-      if (!same) out.emplace(numpy_empty(value_shape(op, a->shape(), rank, c.size(), args.root), a->dtype(), &result,
-                                         owned));
-      try {
-        nb::gil_scoped_release release;
-        if (same)
-          args.send = &*a;
-        else
-          bind_value(op, *a, *out, args, rank);
-        token = c.run(op, args, token);
-        token.wait();  // NumPy reads the memory right away
-      } catch (const InvalidArgument&) {
-        throw;  // raised before anything was sent (as MismatchError is)
-      } catch (const MismatchError&) {
-        throw;
-      } catch (...) {
-        // A failure after requests were posted: MPI may still use the memory, which the Arrays do not own here.
-        if (!owned) {
-          result.inc_ref();
-          nb::handle(x).inc_ref();
-        }
-        throw;
+      if (value_is_input(op, rank, args.root)) {
+        args.send = &*a;
+        run_on_numpy(c, op, args, token, x, x, owned);
+        return nb::borrow(x);
       }
+      nb::object result;
+      Array out = numpy_empty(value_shape(op, a->shape(), rank, c.size(), args.root), a->dtype(), &result, owned);
+      bind_value(op, *a, out, args, rank);
+      run_on_numpy(c, op, args, token, x, result, owned);
       return result;
     }
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../py_array.hpp"
 #include "../py_comm.hpp"
 #include "jax_layer.hpp"
 
@@ -102,9 +103,8 @@ void clear_jax_comms() {
 bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out) {
   nb::handle x = a.get(op == OpKind::kSendrecv ? Field::kSendbuf : Field::kX);
   nb::handle token = a.get(Field::kToken);
-  PyTypeObject* xt = Py_TYPE(x.ptr());
-  // The NumPy hot path: an ndarray (or nothing, for barrier) with no token pays two comparisons.
-  if (token.is_none() && op != OpKind::kBarrier && std::string_view(xt->tp_name) == "numpy.ndarray") return false;
+  // The NumPy hot path: an ndarray with no token pays three comparisons.
+  if (token.is_none() && op != OpKind::kBarrier && is_ndarray(x)) return false;
   if (!hook_ready()) return false;
   const bool jax_input = is_jax_value(x) || is_jax_value(token) ||
                          (op == OpKind::kSendrecv && is_jax_value(a.get(Field::kRecvbuf)));
@@ -122,7 +122,7 @@ bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out
 }
 
 bool jax_tracer(nb::handle x) {
-  if (std::string_view(Py_TYPE(x.ptr())->tp_name) == "numpy.ndarray" || !hook_ready()) return false;
+  if (is_ndarray(x) || !hook_ready()) return false;
   return g_hook.tracer_type && PyType_IsSubtype(Py_TYPE(x.ptr()), g_hook.tracer_type);
 }
 
