@@ -6,7 +6,8 @@
 // Misuse that real NCCL answers with a crash or a hang is fatal here: any call on a communicator after
 // ncclCommAbort or ncclCommDestroy, and two ranks of one communicator on the same GPU of one host.
 // Creation with a non-blocking config (ncclConfig_t::blocking = 0) bootstraps on a thread and reports ncclInProgress
-// through ncclCommGetAsyncError until done. SHARDKIT_SIM_NCCL_INIT_STALL_RANK=<world rank> makes that rank's bootstrap
+// through ncclCommGetAsyncError until done; so does ncclCommFinalize on such a communicator until every operation
+// issued on it has completed (ncclCommDestroy without it waits for them, as NCCL's does). SHARDKIT_SIM_NCCL_INIT_STALL_RANK=<world rank> makes that rank's bootstrap
 // never start (a lost peer, a blocked network), so that creation without a deadline hangs as it would on a cluster.
 
 #include <mpi.h>
@@ -33,6 +34,8 @@ struct ncclComm {
   std::atomic<bool> dead{false};
   std::atomic<int> async_error{ncclSuccess};
   std::atomic<int> pending{0};
+  bool blocking = true;                 // created with ncclConfig_t::blocking != 0 (or no config)
+  std::atomic<bool> finalized{false};  // ncclCommFinalize called: no more operations
 };
 
 namespace {
@@ -142,8 +145,13 @@ std::function<void()> wrap(ncclComm_t c, OpFn fn) {
   };
 }
 
-ncclResult_t submit(ncclComm_t c, cudaStream_t s, const char* call, OpFn fn, bool empty = false) {
+void check_open(ncclComm_t c, const char* call) {
   check_live(c, call);
+  if (c->finalized) fatal(std::string(call) + " on an NCCL communicator after ncclCommFinalize");
+}
+
+ncclResult_t submit(ncclComm_t c, cudaStream_t s, const char* call, OpFn fn, bool empty = false) {
+  check_open(c, call);
   if (empty) fn = [](ncclComm_t) { return true; };  // nothing to move (the count is the same on every rank)
   auto st = stream_of(s);
   if (st->device() != c->device)
@@ -165,7 +173,7 @@ bool bytes_ok(std::size_t count, ncclDataType_t t, int* bytes) {
 
 ncclResult_t p2p(const void* buf, std::size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s,
                  bool send, const char* call) {
-  check_live(c, call);
+  check_open(c, call);
   int bytes = 0;
   if (!bytes_ok(count, t, &bytes)) return error(ncclInvalidArgument, std::string(call) + ": bad type or count");
   if (peer < 0 || peer >= c->size) return error(ncclInvalidArgument, std::string(call) + ": peer out of range");
@@ -241,6 +249,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   // Non-blocking: the handle exists at once, in progress until the bootstrap thread finishes.
   ncclComm_t c = new_comm();
   c->device = device;
+  c->blocking = false;
   c->async_error = ncclInProgress;
   *comm = c;
   std::thread([c, nranks, id, rank, device] {
@@ -317,7 +326,7 @@ ncclResult_t init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, 
 }
 }  // namespace
 
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* /*config*/) {
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   check_live(comm, "ncclCommSplit");
   *newcomm = nullptr;
   MPI_Comm data = MPI_COMM_NULL;
@@ -328,11 +337,33 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     return r;
   }
   *newcomm = make_comm(data, comm->device);
+  (*newcomm)->blocking = !config || config->blocking != 0;
   return ncclSuccess;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  check_live(comm, "ncclCommFinalize");
+  if (comm->finalized.exchange(true)) return error(ncclInvalidArgument, "ncclCommFinalize called twice");
+  const auto quiet = [comm] {
+    while (comm->pending > 0 && !comm->aborted) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  };
+  if (comm->blocking) {
+    quiet();
+    return ncclSuccess;
+  }
+  comm->async_error = ncclInProgress;
+  std::thread([comm, quiet] {  // communicators are never freed (new_comm): the thread may outlive the handle
+    quiet();
+    int expected = ncclInProgress;
+    comm->async_error.compare_exchange_strong(expected, ncclSuccess);
+  }).detach();
+  return ncclInProgress;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   check_live(comm, "ncclCommDestroy");
+  if (comm->finalized && comm->async_error == ncclInProgress)
+    fatal("ncclCommDestroy before ncclCommFinalize completed (poll ncclCommGetAsyncError until ncclSuccess)");
   comm->dead = true;
   // Operations already enqueued still complete (they may need the peers), then the MPI side is released.
   while (comm->pending > 0) std::this_thread::sleep_for(std::chrono::microseconds(50));

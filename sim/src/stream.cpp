@@ -72,6 +72,9 @@ struct StreamTable {
   std::mutex mu;
   std::map<cudaStream_t, std::shared_ptr<Stream>> live;
   std::map<int, std::shared_ptr<Stream>> defaults;
+  // Destroyed streams still finishing their queues (their workers hold the last reference): device-wide
+  // synchronisation (cudaDeviceSynchronize, cudaFree) waits for them too, as it does for CUDA's.
+  std::vector<std::weak_ptr<Stream>> retired;
 };
 StreamTable& table() {
   static auto* t = new StreamTable();
@@ -157,6 +160,8 @@ bool destroy_stream(cudaStream_t h) {
     if (it == table().live.end()) return false;
     s = std::move(it->second);
     table().live.erase(it);
+    std::erase_if(table().retired, [](const std::weak_ptr<Stream>& w) { return w.expired(); });
+    table().retired.push_back(s);
   }
   s->retire();
   return true;
@@ -182,6 +187,8 @@ void synchronize_device(int device) {
       if (device < 0 || s->device() == device) all.push_back(s);
     for (auto& [d, s] : table().defaults)
       if (device < 0 || d == device) all.push_back(s);
+    for (auto& w : table().retired)
+      if (auto s = w.lock(); s && (device < 0 || s->device() == device)) all.push_back(std::move(s));
   }
   for (auto& s : all) s->synchronize();
 }

@@ -7,6 +7,9 @@
 //                                communicator; waiting on it again must not touch the aborted handle
 //   timeout_main nccl-init       NCCL's creation itself does not complete (the simulated GPU stalls one rank's
 //                                bootstrap): creating the communicator raises TimeoutError on every rank
+//   timeout_main destroy gpu     the waiting ranks drop the communicator (and the operation's token and buffers) with
+//                                the allreduce still pending: destroying its NCCL communicator must give up after the
+//                                timeout (aborting it) instead of waiting for good for a peer that never comes
 
 #include <chrono>
 #include <cstdio>
@@ -43,6 +46,18 @@ int main(int argc, char** argv) {
   auto comm = Communicator::world(rt, o);
   const int skipper = comm->size() - 1;
   const auto start = std::chrono::steady_clock::now();
+  if (argc > 1 && std::strcmp(argv[1], "destroy") == 0 && comm->rank() != skipper) {
+    const int rank = comm->rank();
+    {
+      auto [y, t] = comm->allreduce(Array::zeros({16}, DType::kFloat32, where), ReduceOp::kSum);
+      comm.reset();
+    }  // the last handles to the communicator and the pending operation go here
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("rank %d: destroyed the communicator with its allreduce pending after %.1f s\n", rank, s);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    return 0;
+  }
   if (comm->rank() == skipper) {
     // Skips the collective; stays alive long enough for the others to give up, then leaves.
     std::this_thread::sleep_for(std::chrono::seconds(4));

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -79,6 +80,26 @@ TEST(SimGpu, EventQueryIsNotReadyUntilTheStreamGetsThere) {
   EXPECT_EQ(cudaEventQuery(e), cudaSuccess);
   cudaEventDestroy(e);
   cudaStreamDestroy(s);
+}
+
+// cudaStreamDestroy returns at once and the stream finishes its queue; device-wide synchronisation (here cudaFree's)
+// still waits for that work, so a kernel of a destroyed stream never runs on freed memory.
+TEST(SimGpu, FreeWaitsForTheWorkOfDestroyedStreams) {
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  void* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, 4096), cudaSuccess);
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 20; ++i)
+    ASSERT_EQ(shardkit::sim::launch(s, [dev, &ran] {
+                std::memset(shardkit::sim::worker_view(dev), 1, 4096);
+                ++ran;
+              }),
+              cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_LT(ran.load(), 20);  // 20 operations of up to 2 ms each are still queued
+  EXPECT_EQ(cudaFree(dev), cudaSuccess);
+  EXPECT_EQ(ran.load(), 20);
 }
 
 TEST(SimGpu, KernelsOnAnotherDevicesStreamAreRefused) {

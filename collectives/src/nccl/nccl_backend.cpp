@@ -14,121 +14,15 @@
 #include <mpi.h>
 #include <nccl.h>
 
-#include <atomic>
 #include <thread>
 
-#include "backend.hpp"
-#include "shardkit/core/error.hpp"
-#include "shardkit/core/waitable.hpp"
+#include "nccl_state.hpp"
+#include "shardkit/core/cuda.hpp"
 #include "shardkit/launch/mpi.hpp"
 #include "shardkit/launch/runtime.hpp"
 
-#define SHARDKIT_NCCL_CHECK(expr)                                                                          \
-  do {                                                                                                     \
-    const ncclResult_t shardkit_nccl_st_ = (expr);                                                         \
-    if (shardkit_nccl_st_ != ncclSuccess && shardkit_nccl_st_ != ncclInProgress)                           \
-      throw ::shardkit::BackendError(                                                                      \
-          "NCCL", static_cast<int>(shardkit_nccl_st_),                                                     \
-          ::shardkit::detail::concat("NCCL error ", static_cast<int>(shardkit_nccl_st_), " (",             \
-                                     ncclGetErrorString(shardkit_nccl_st_), ": ", ncclGetLastError(nullptr), \
-                                     ") in " #expr " at ", __FILE__, ":", __LINE__));                      \
-  } while (0)
-
 namespace shardkit::detail {
 namespace {
-
-// The NCCL communicator and its abort flag, shared with pending tokens so a timeout can abort it. ncclCommAbort
-// frees the communicator: it runs once (whoever gets there first: a token's timeout, an asynchronous error, the
-// communicator's abort()), and after it nothing may touch the handle again (released()).
-struct NcclState {
-  ncclComm_t comm = nullptr;
-  int device = 0;
-  std::shared_ptr<AbortState> abort;
-  std::atomic<bool> handle_released{false};
-
-  bool released() const noexcept { return handle_released.load(); }
-  void abort_once(std::string reason) noexcept {
-    if (handle_released.exchange(true)) return;
-    abort->aborted = true;
-    if (abort->reason.empty()) abort->reason = std::move(reason);
-    ncclCommAbort(comm);
-  }
-  ~NcclState() {
-    if (!comm || released()) return;
-    // The MPI side may have aborted the communicator: then release it without waiting on a broken peer.
-    const ncclResult_t r = abort->aborted ? ncclCommAbort(comm) : ncclCommDestroy(comm);
-    if (r != ncclSuccess) std::fprintf(stderr, "shardkit: warning: ncclCommDestroy/Abort failed\n");
-  }
-};
-
-class NcclEvent final : public Waitable {
- public:
-  NcclEvent(cudaStream_t stream, std::shared_ptr<NcclState> state, const OpContext& ctx, std::vector<Array> keep)
-      : state_(std::move(state)), ctx_(ctx), name_(*ctx.comm_name), keep_(std::move(keep)) {
-    ctx_.comm_name = &name_;
-    ctx_.after = nullptr;
-    cuda::DeviceGuard guard(state_->device);
-    SHARDKIT_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
-    SHARDKIT_CUDA_CHECK(cudaEventRecord(event_, stream));
-  }
-  ~NcclEvent() override {
-    if (event_) cudaEventDestroy(event_);
-  }
-  NcclEvent(const NcclEvent&) = delete;
-  NcclEvent& operator=(const NcclEvent&) = delete;
-
-  void wait() override {
-    if (done_) return;
-    for (long spin = 0;; ++spin) {
-      if (poll()) return;
-      if (ctx_.has_deadline() && Clock::now() >= ctx_.deadline) {
-        state_->abort_once(ctx_.describe() + " timed out");
-        request_abort_at_exit(state_->abort->reason);
-        throw TimeoutError(concat("TimeoutError: ", ctx_.describe(), " did not complete within ",
-                                  ctx_.timeout.count() / 1000.0, " s; the NCCL communicator was aborted"));
-      }
-      if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-  bool is_complete() override { return done_ || poll(); }
-  void enqueue_wait(StreamHandle stream) override {
-    if (done_) return;
-    if (state_->released())  // the event will never fire: a device-side wait would stall `stream` for good
-      throw BackendError("NCCL", static_cast<int>(ncclInvalidUsage),
-                         concat(ctx_.describe(), " will not complete: its NCCL communicator was aborted"));
-    SHARDKIT_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
-  }
-
- private:
-  bool poll() {
-    if (state_->released())
-      throw BackendError("NCCL", static_cast<int>(ncclInvalidUsage),
-                         concat(ctx_.describe(), " will not complete: its NCCL communicator was aborted (",
-                                state_->abort->reason, ")"));
-    const cudaError_t e = cudaEventQuery(event_);
-    if (e == cudaSuccess) {
-      done_ = true;
-      keep_.clear();
-      return true;
-    }
-    if (e != cudaErrorNotReady) SHARDKIT_CUDA_CHECK(e);
-    ncclResult_t async = ncclSuccess;
-    SHARDKIT_NCCL_CHECK(ncclCommGetAsyncError(state_->comm, &async));
-    if (async != ncclSuccess && async != ncclInProgress) {
-      state_->abort_once(concat(ctx_.describe(), " failed asynchronously"));
-      throw BackendError("NCCL", static_cast<int>(async),
-                         concat(ctx_.describe(), " failed asynchronously: ", ncclGetErrorString(async)));
-    }
-    return false;
-  }
-
-  cudaEvent_t event_ = nullptr;
-  std::shared_ptr<NcclState> state_;
-  OpContext ctx_;
-  std::string name_;
-  std::vector<Array> keep_;
-  bool done_ = false;
-};
 
 ncclDataType_t nccl_type(DType d) {
   switch (d) {
@@ -349,7 +243,8 @@ class NcclBackend final : public Backend {
 
   Token end(const OpContext& ctx, std::initializer_list<Array> arrays) {
     settle();
-    return Token(std::make_shared<NcclEvent>(s(), state_, ctx, std::vector<Array>(arrays)));
+    state_->reap();
+    return Token(std::make_shared<NcclEvent>(s(), state_, ctx, arrays));
   }
 
   // The communicator is non-blocking (see nonblocking_config): after a call NCCL may report ncclInProgress while it
@@ -428,6 +323,7 @@ std::unique_ptr<Backend> make_nccl_backend(MpiCommHandle mpi_comm, int device, s
   auto state = std::make_shared<NcclState>();
   state->device = device;
   state->abort = std::move(abort);
+  state->timeout = timeout;
   cuda::DeviceGuard guard(device);
   ncclConfig_t config = nonblocking_config();
   SHARDKIT_NCCL_CHECK(ncclCommInitRankConfig(&state->comm, size, id, rank, &config));
@@ -441,6 +337,7 @@ std::unique_ptr<Backend> split_nccl_backend(Backend& parent, int color, int key,
   auto state = std::make_shared<NcclState>();
   state->device = p.state()->device;
   state->abort = std::move(abort);
+  state->timeout = timeout;
   cuda::DeviceGuard guard(state->device);
   ncclConfig_t config = nonblocking_config();
   SHARDKIT_NCCL_CHECK(
