@@ -11,7 +11,7 @@
 # $SHARDKIT_SIM_BUILD_DIR) and runs the `gpu`-labelled tests at 1-4 ranks under several delay seeds
 # (SHARDKIT_SIM_SEEDS, default "1 2"), once more with every rank of the node on one GPU (SHARDKIT_SIM_GPUS=1: NCCL
 # must be refused and MPI used), with SHARDKIT_REQUIRE_GPU=1 so that a skipped GPU test fails. With --sanitize as well,
-# the same under AddressSanitizer and UndefinedBehaviorSanitizer (build-sim-sanitize/; a longer build, not run by CI).
+# the same under AddressSanitizer and UndefinedBehaviorSanitizer (build-sim-sanitize/; a longer build, CI's last step).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
