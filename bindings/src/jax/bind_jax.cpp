@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,6 +24,8 @@ std::vector<std::pair<std::string, void*>> jax_ffi_handlers();
 namespace {
 
 std::mutex g_registry_mutex;
+// Counts the registry's clearings (at shutdown): a communicator remembered from before is gone.
+std::atomic<std::uint64_t> g_registry_generation{1};
 // Per communicator handed to the JAX layer: the communicator and the duplicate compiled programs run on. Entries are
 // added once and kept (a compiled program may hold a handle) until shutdown.
 struct Registered {
@@ -107,11 +110,20 @@ bool hook_ready() {
 }  // namespace
 
 Communicator& jax_comm(std::int64_t handle) {
+  // Every call of a compiled operation looks its communicator up: each thread remembers its last answer, valid until
+  // the registry is cleared (entries never move or go before that).
+  thread_local std::int64_t last_handle = -1;
+  thread_local std::uint64_t last_generation = 0;
+  thread_local Communicator* last = nullptr;
+  if (handle == last_handle && last_generation == g_registry_generation.load(std::memory_order_acquire)) return *last;
   std::lock_guard lock(g_registry_mutex);
   auto& r = registry();
   SHARDKIT_CHECK(handle >= 0 && handle < static_cast<std::int64_t>(r.size()), "unknown communicator handle ", handle,
                  " (communicators are released at shutdown)");
-  return *r[static_cast<std::size_t>(handle)].jax;
+  last = r[static_cast<std::size_t>(handle)].jax.get();
+  last_handle = handle;
+  last_generation = g_registry_generation.load(std::memory_order_relaxed);
+  return *last;
 }
 
 void clear_jax_comms() {
@@ -119,6 +131,7 @@ void clear_jax_comms() {
   {
     std::lock_guard lock(g_registry_mutex);
     drop.swap(registry());
+    g_registry_generation.fetch_add(1, std::memory_order_release);
   }
 }
 
