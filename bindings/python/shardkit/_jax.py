@@ -29,6 +29,9 @@ import numpy as np
 from jax._src import core as _jcore
 from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects
+# The concrete jax.Array type by name, not as type(jnp.zeros(())): this module may be loaded while JAX traces, when
+# jnp.zeros makes a tracer.
+from jax._src.array import ArrayImpl as _ArrayImpl
 from jax._src.interpreters import ad, batching
 from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir
@@ -302,7 +305,7 @@ def _host_importer():
         device = jax.devices("cpu")[0]
         args = (device, None, None, 1) if jaxlib_extension_version >= 467 else (device, None, None)  # kDLCPU = 1
         probe = fn(np.full(3, 7, np.float32).__dlpack__(), *args)
-        if (type(probe) is type(jnp.zeros(())) and probe.devices() == {device} and probe.dtype == np.float32
+        if (type(probe) is _ArrayImpl and probe.devices() == {device} and probe.dtype == np.float32
                 and np.array_equal(np.asarray(probe), np.full(3, 7, np.float32))):
             return fn, args
     except Exception:  # noqa: BLE001  (any failure: keep the public path)
@@ -310,5 +313,5 @@ def _host_importer():
     return None, None
 
 
-_core._set_jax_hook(dispatch, type(jnp.zeros(())), _jcore.Tracer, _jcore.Token, _jcore.trace_state_clean,
+_core._set_jax_hook(dispatch, _ArrayImpl, _jcore.Tracer, _jcore.Token, _jcore.trace_state_clean,
                     _trace_probe(), *_host_importer())
