@@ -208,6 +208,12 @@ Array array_from_py(nb::handle obj, Framework* framework) {
     if (framework) *framework = Framework::kNumpy;
     if (std::optional<Array> a = import_numpy(obj.ptr(), true)) return *std::move(a);
   }
+  if (is_jax_array(obj)) {
+    if (framework) *framework = Framework::kJax;
+    if (std::optional<Array> a = jax_host_input(obj)) return *std::move(a);
+    if (nb::cast<bool>(obj.attr("is_deleted")()))  // JAX's DLPack export would fail obscurely
+      throw InvalidArgument("cannot use a deleted jax.Array (donated to a jitted function, or deleted)");
+  }
   const Framework fw = framework_of(obj);
   if (framework) *framework = fw == Framework::kOther ? Framework::kNumpy : fw;
   if (is_scalar(obj)) return array_from_py(numpy().attr("asarray")(obj));

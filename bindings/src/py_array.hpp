@@ -51,6 +51,27 @@ nb::object to_numpy(Array a, bool read_only = false);
 /// (or -1 for none), ordered after the array's pending work.
 nb::object to_capsule(const Array& a, bool versioned, long long stream);
 
+// ---- JAX arrays on the host (py_array_jax.cpp) ---------------------------------------------------------------------
+
+/// jaxlib's ArrayImpl type, once the JAX layer has loaded (nullptr before).
+extern PyTypeObject* g_jax_array_type;
+/// Whether `obj` is exactly a jax.Array (ArrayImpl) and the JAX layer has loaded: a pointer compare.
+inline bool is_jax_array(nb::handle obj) { return g_jax_array_type && Py_TYPE(obj.ptr()) == g_jax_array_type; }
+
+/// A single-device CPU jax.Array imported through the buffer protocol (ready, read-only, holding jaxlib's reference
+/// to the buffer); nothing for arrays that do not export that way (bfloat16, other devices, deleted arrays), which
+/// DLPack imports or rejects with JAX's own error.
+std::optional<Array> jax_host_input(nb::handle obj);
+
+/// A host Array as a jax.Array on the CPU device that owns its memory from now on (no copy); a null object when the
+/// JAX layer has not installed jaxlib's importer or `a` is not in host memory (the caller converts through DLPack).
+/// The dtype is kept as is: for results of operations on jax.Arrays, whose dtype JAX made.
+nb::object jax_host_result(const Array& a);
+
+/// Installs the JAX side (shardkit._jax): ArrayImpl's type and jaxlib's DLPack importer, called as
+/// importer(capsule, *importer_args); importer None keeps the DLPack converter. The references stay borrowed.
+void set_jax_host(nb::handle array_type, nb::handle importer, nb::handle importer_args);
+
 /// Registers the module's functions and the Array class.
 void register_arrays(nb::module_& m);
 

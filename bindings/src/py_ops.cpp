@@ -104,6 +104,14 @@ nb::object value_py(Communicator& c, OpKind op, nb::handle x, OpArgs& args, Toke
     r.emplace(c.run_value(op, a, args, token));
   }
   token = r->token;
+  if (fw == Framework::kJax) {
+    // As for NumPy: where the value is the input, the caller gets its own array back (JAX arrays are immutable).
+    if (value_is_input(op, rank, args.root) && is_jax_array(x)) {
+      token.wait();
+      return nb::borrow(x);
+    }
+    if (nb::object j = jax_host_result(r->value); j.is_valid()) return j;
+  }
   return array_to_py(std::move(r->value), fw);
 }
 

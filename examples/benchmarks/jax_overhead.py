@@ -7,36 +7,103 @@ For each size (float64 elements), the time per call of
   - mpi4jax eager mpi4jax.allreduce(x, op=MPI.SUM) on a jax.Array
   - sk numpy      shardkit.mpi.allreduce on a NumPy array (the native path, for reference)
   - psum jit      sk.psum in a fori_loop inside jax.jit(sk.shard_map(...)) on the global array
+  - jax gloo psum JAX's own multi-process psum likewise (jax.shard_map over every process's CPU device, with
+                  jax.distributed and the gloo CPU collectives), run by one helper process per rank: jax.distributed
+                  must be set up before JAX computes anything, and it changes what jax.devices() means, so it stays
+                  out of the processes measuring shardkit (which use MPI, not jax.distributed)
 alternating them over repeats, with the min and median over repeats and the ratios to mpi4jax. Results are checked
-first (a fast wrong answer is no result). mpi4jax is optional (scripts/setup.sh installs it as the baseline).
+first (a fast wrong answer is no result). mpi4jax is optional (scripts/setup.sh installs it as the baseline); where
+JAX's gloo baseline cannot run, the table says why instead of giving a number.
 
-    mpirun -np 2 python examples/benchmarks/jax_overhead.py [--sizes 8,4096] [--iters 500] [--repeats 5]
+    mpirun -np 2 python examples/benchmarks/jax_overhead.py [--sizes 8,4096] [--iters 500] [--repeats 5] [--no-gloo]
 """
 
 import argparse
 import json
+import os
+import socket
 import statistics
+import subprocess
 import sys
 import time
 
 import jax
 import numpy as np
-from mpi4py import MPI
 
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 
-import shardkit as sk  # noqa: E402
-from shardkit import P  # noqa: E402
+GLOO_CHILD = "--jax-gloo-child"
 
-try:
-    import mpi4jax
-except ImportError:  # the baseline is optional
-    mpi4jax = None
+
+def gloo_child(address, rank, size, sizes, iters, repeats):
+    """One process of JAX's own multi-process psum (no MPI here): prints {elements: [seconds per psum, ...]}."""
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=address, num_processes=size, process_id=rank)
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as JP
+
+    mesh = jax.make_mesh((size,), ("x",), devices=jax.devices())
+    # As the shardkit loop: v -> psum(v) / size keeps v == x. check_vma=False: psum's replicated result is carried in
+    # the loop as the varying block it equals.
+    loop = jax.jit(jax.shard_map(lambda b: jax.lax.fori_loop(0, iters, lambda i, v: jax.lax.psum(v, "x") / size, b),
+                                 mesh=mesh, in_specs=JP("x"), out_specs=JP("x"), check_vma=False))
+    out = {}
+    for n in sizes:
+        xn = np.arange(n, dtype=np.float64)
+        g = jax.make_array_from_process_local_data(NamedSharding(mesh, JP("x")), xn)
+        got = np.asarray(loop(g).addressable_data(0))
+        if not np.array_equal(got, xn):
+            raise SystemExit(f"JAX's gloo psum gives a wrong sum at {n} elements")
+        samples = []
+        for _ in range(repeats):
+            jax.block_until_ready(loop(g))  # both processes enter the timed loop together
+            t0 = time.perf_counter()
+            jax.block_until_ready(loop(g))
+            samples.append((time.perf_counter() - t0) / iters)
+        out[n] = samples
+    print(json.dumps(out))
+
+
+def run_gloo_baseline(comm, sizes, iters, repeats):
+    """JAX's gloo psum measured by one helper process per rank: ({elements: [seconds, ...]}, None) or (None, why)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    port = None
+    if rank == 0:
+        with socket.socket() as s:  # a free port for jax.distributed's coordinator (in rank 0's helper)
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    port = comm.bcast(port, root=0)
+    # The helpers are no MPI processes: without the launcher's variables, nothing in them tries to join this job.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
+    env["JAX_PLATFORMS"] = "cpu"
+    cmd = [sys.executable, os.path.abspath(__file__), GLOO_CHILD, f"127.0.0.1:{port}", str(rank), str(size),
+           ",".join(map(str, sizes)), str(iters), str(repeats)]
+    why = None
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+            why = f"rank {rank}'s helper failed: {lines[-1] if lines else f'exit code {p.returncode}'}"
+        else:
+            samples = {int(k): v for k, v in json.loads(p.stdout.strip().splitlines()[-1]).items()}
+    except subprocess.TimeoutExpired:
+        why = f"rank {rank}'s helper did not finish in 300 s"
+    whys = [w for w in comm.allgather(why) if w]
+    if whys:
+        return None, whys[0]
+    # The slowest rank's time, per sample.
+    from mpi4py import MPI
+
+    return {n: [comm.allreduce(t, op=MPI.MAX) for t in v] for n, v in samples.items()}, None
 
 
 def timed(fn, iters):
     """Seconds per call of fn() (its result waited for), the slowest rank's."""
+    from mpi4py import MPI
+
+    import shardkit as sk
+
     sk.mpi.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
@@ -51,8 +118,18 @@ def main():
     parser.add_argument("--sizes", default="8,4096")
     parser.add_argument("--iters", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-gloo", action="store_true", help="skip JAX's own multi-process psum (gloo)")
     parser.add_argument("--json", default=None, help="write results to this file ('-': stdout)")
     args = parser.parse_args()
+    from mpi4py import MPI
+
+    import shardkit as sk
+    from shardkit import P
+
+    try:
+        import mpi4jax
+    except ImportError:  # the baseline is optional
+        mpi4jax = None
     size = MPI.COMM_WORLD.Get_size()
     mesh = sk.Mesh((size,), ("x",))
     it = args.iters
@@ -98,11 +175,19 @@ def main():
             row[f"{k}_us_min"] = 1e6 * min(v)
             row[f"{k}_us_median"] = 1e6 * statistics.median(v)
         results.append(row)
+    gloo, gloo_why = (None, "skipped (--no-gloo)") if args.no_gloo else run_gloo_baseline(
+        MPI.COMM_WORLD, [r["elements"] for r in results], it, args.repeats)
+    names = list(cases)
+    if gloo is not None:
+        names.append("jax gloo psum")
+        for r in results:
+            v = gloo[r["elements"]]
+            r["jax gloo psum_us_min"] = 1e6 * min(v)
+            r["jax gloo psum_us_median"] = 1e6 * statistics.median(v)
 
     if MPI.COMM_WORLD.Get_rank() == 0:
         print(f"# per-call time in microseconds, {size} ranks, {args.iters} calls x {args.repeats} repeats "
               f"(min / median over repeats)")
-        names = list(cases)
         print(f"{'elements':>9} " + " ".join(f"{k:>19}" for k in names))
         for r in results:
             cells = [f"{r[k + '_us_min']:8.2f} / {r[k + '_us_median']:8.2f}" for k in names]
@@ -113,8 +198,19 @@ def main():
                       f"{r['sk jit_us_median'] / r['mpi4jax jit_us_median']:.2f} (median), "
                       f"{r['sk jit_us_min'] / r['mpi4jax jit_us_min']:.2f} (min); sk eager / mpi4jax eager = "
                       f"{r['sk eager_us_median'] / r['mpi4jax eager_us_median']:.3f}")
+        for r in results:
+            print(f"{r['elements']:>9} elements: sk eager - sk numpy = "
+                  f"{r['sk eager_us_min'] - r['sk numpy_us_min']:.2f} us (min), "
+                  f"{r['sk eager_us_median'] - r['sk numpy_us_median']:.2f} us (median)")
+            if gloo is not None:
+                print(f"{r['elements']:>9} elements: psum jit / jax gloo psum = "
+                      f"{r['psum jit_us_median'] / r['jax gloo psum_us_median']:.3f} (median), "
+                      f"{r['psum jit_us_min'] / r['jax gloo psum_us_min']:.3f} (min)")
+        if gloo is None:
+            print(f"# jax gloo psum: no result: {gloo_why}")
         if args.json:
-            text = json.dumps({"benchmark": "jax_overhead", "results": results}, indent=2)
+            text = json.dumps({"benchmark": "jax_overhead", "results": results,
+                               "jax_gloo_psum": "measured" if gloo is not None else gloo_why}, indent=2)
             if args.json == "-":
                 print(text)
             else:
@@ -123,4 +219,7 @@ def main():
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == GLOO_CHILD:
+        a = sys.argv[2:]
+        sys.exit(gloo_child(a[0], int(a[1]), int(a[2]), [int(n) for n in a[3].split(",")], int(a[4]), int(a[5])))
     sys.exit(main())

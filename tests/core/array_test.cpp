@@ -114,6 +114,23 @@ class CountingEvent : public Waitable {
   bool done = false;
 };
 
+TEST(Array, RetargetKeepsTheLayoutAndDropsOwnerAndReadyEvent) {
+  auto owner = std::make_shared<std::vector<int>>(std::vector<int>{1, 2, 3, 4, 5, 6});
+  std::weak_ptr<std::vector<int>> watch = owner;
+  Array a = Array::borrow(owner->data(), {2, 3}, DType::kInt32, Device::cpu(), owner, {1, 2}, /*read_only=*/true);
+  a.set_ready(std::make_shared<CountingEvent>());
+  owner.reset();
+  std::vector<int> other = {10, 20, 30, 40, 50, 60};
+  a.retarget(other.data());
+  EXPECT_TRUE(watch.expired());
+  EXPECT_EQ(a.ready_event(), nullptr);
+  EXPECT_EQ(a.data(), other.data());
+  EXPECT_EQ(a.shape(), (Shape{2, 3}));
+  EXPECT_EQ(a.strides(), (Strides{1, 2}));
+  EXPECT_TRUE(a.read_only());
+  EXPECT_EQ(a.to_vector<std::int32_t>(), (std::vector<int>{10, 30, 50, 20, 40, 60}));
+}
+
 TEST(Array, HostAccessWaitsForTheReadyEvent) {
   Array a = Array::arange(3, DType::kInt32);
   auto ev = std::make_shared<CountingEvent>();

@@ -255,3 +255,30 @@ def test_numpy_inputs_stay_on_the_native_path(mpi, size):
     r, tok = mpi.allreduce(np.ones(3), op=MPI.SUM)
     assert type(r) is np.ndarray and isinstance(tok, mpi.Token)
     np.testing.assert_array_equal(r, np.full(3, size))
+
+
+def test_compiled_operations_of_mixed_shapes_and_dtypes(mpi, rank, size):
+    # The handler re-points its per-thread views when an operand's layout repeats: alternate layouts in one program
+    # and in a loop, so every view is both rebuilt and re-used, and check every value.
+    src, dst = (rank - 1) % size, (rank + 1) % size
+
+    @jax.jit
+    def f(a, b, c):
+        def body(i, carry):
+            a, b, c = carry
+            a = mpi.allreduce(a, op=MPI.SUM)[0] / size
+            b = mpi.allgather(b)[0][rank] + 1
+            c = mpi.sendrecv(c, c, src, dst)[0]
+            a = mpi.allreduce(a, op=MPI.SUM)[0] / size
+            return a, b, c
+
+        return jax.lax.fori_loop(0, size, body, (a, b, c))
+
+    a = jnp.arange(3.0, dtype=jnp.float32) + rank
+    b = jnp.arange(5, dtype=jnp.int64).reshape(5, 1) + rank
+    c = jnp.full((2, 2), rank, dtype=jnp.float64)
+    for _ in range(2):
+        ga, gb, gc = f(a, b, c)
+        np.testing.assert_allclose(ga, np.arange(3.0) + (size - 1) / 2, rtol=1e-6)
+        np.testing.assert_array_equal(gb, np.arange(5).reshape(5, 1) + rank + size)
+        np.testing.assert_array_equal(gc, np.full((2, 2), rank))  # size hops around the ring

@@ -1,5 +1,6 @@
 """Tests that start their own processes: import without mpirun, mpi4py import order and MPI ownership, a
-mismatched MPI, the examples at 1, 2 and 4 ranks, and a timed-out collective ending the job."""
+mismatched MPI, the JAX layer loaded inside a trace, the examples and benchmarks at 1, 2 and 4 ranks, and a timed-out
+collective ending the job."""
 
 import json
 import os
@@ -97,6 +98,39 @@ def test_overhead_benchmark_runs_and_checks_its_results():
     for row in rows:
         for k in ("mpi4py", "mpi4py+new", "shardkit.mpi", "psum"):
             assert row[f"{k}_us_min"] > 0 and row[f"{k}_us_median"] >= row[f"{k}_us_min"]
+
+
+def test_jax_layer_loaded_while_tracing_keeps_the_direct_eager_route():
+    # shardkit._jax loads at the first JAX value shardkit meets: here inside a trace, where jnp makes tracers.
+    pytest.importorskip("jax")
+    code = textwrap.dedent("""
+        import jax, jax.numpy as jnp, numpy as np, shardkit as sk
+        from jax._src.array import ArrayImpl
+        assert jax.jit(lambda x: sk.mpi.allreduce(x, op="sum")[0])(jnp.ones(2))[0] == 1
+        refs = sk._core._jax_hook_refs
+        assert refs[1] is ArrayImpl and refs[5] is not None and refs[6] is not None, refs
+        r, _ = sk.mpi.allreduce(jnp.arange(3.0), op="sum")
+        assert type(r) is ArrayImpl and np.array_equal(r, np.arange(3.0))
+        print("ok")
+    """)
+    r = python(code)
+    assert r.returncode == 0 and r.stdout.split() == ["ok"], r.stdout + r.stderr
+
+
+def test_jax_overhead_benchmark_runs_and_checks_its_results():
+    pytest.importorskip("jax")
+    r = mpirun(2, [sys.executable, os.path.join(REPO, "examples/benchmarks/jax_overhead.py"), "--sizes", "8",
+                   "--iters", "20", "--repeats", "2", "--json", "-"], timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout[r.stdout.index("{"):])
+    (row,) = out["results"]
+    for k in ("sk jit", "sk eager", "sk numpy", "psum jit"):
+        assert row[f"{k}_us_min"] > 0 and row[f"{k}_us_median"] >= row[f"{k}_us_min"]
+    # JAX's own gloo psum: a time, or the reason there is none (never a made-up number).
+    if out["jax_gloo_psum"] == "measured":
+        assert row["jax gloo psum_us_min"] > 0
+    else:
+        assert "jax gloo psum_us_min" not in row and out["jax_gloo_psum"]
 
 
 def test_a_skipped_collective_times_out_and_ends_the_job():

@@ -9,8 +9,9 @@ from the same table (``_core._value_shape``).
 Ordering: the primitive carries an *ordered* effect, so JAX threads one token through every shardkit operation of a
 program in program order: XLA neither reorders nor drops them, whether or not their results or tokens are used. The
 ``token=`` argument accepts shardkit tokens (waited for) and JAX tokens (ordering is already program order); inside a
-trace the returned token is a JAX token. Eager calls on concrete arrays go back to the native path (DLPack), which
-returns shardkit tokens; an eager call given a JAX token runs the primitive and waits for it. Compiled programs run on
+trace the returned token is a JAX token. Eager calls on concrete arrays go back to the native path, which
+returns shardkit tokens: jax.Arrays on the CPU come in through the buffer protocol (others through DLPack), and results
+go back through jaxlib's DLPack importer without a copy; an eager call given a JAX token runs the primitive and waits for it. Compiled programs run on
 a duplicate of each communicator (``_core._jax_comm_handle``), so XLA's threads never match eager calls.
 
 Transformations follow mpi4jax 0.7: every operation batches under ``jax.vmap``; ``allreduce`` with ``op=SUM`` has a
@@ -28,6 +29,9 @@ import numpy as np
 from jax._src import core as _jcore
 from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects
+# The concrete jax.Array type by name, not as type(jnp.zeros(())): this module may be loaded while JAX traces, when
+# jnp.zeros makes a tracer.
+from jax._src.array import ArrayImpl as _ArrayImpl
 from jax._src.interpreters import ad, batching
 from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir
@@ -220,8 +224,7 @@ def dispatch(name, kw, comm):
     """shardkit._core's hook: runs shardkit.mpi function `name` (arguments `kw`) on JAX values."""
     tracing = _is_tracing()
     if not tracing and not isinstance(kw.get("token"), _jcore.Token):
-        # Eager calls on concrete arrays: the native path (DLPack in, the result back as a jax.Array) costs a
-        # fraction of a primitive's dispatch (see examples/benchmarks/jax_overhead.py).
+        # Eager calls on concrete arrays: the native path (the C++ side sends them there before calling this).
         return NotImplemented
     if kw.get("status") is not None:
         if tracing:
@@ -280,4 +283,35 @@ def _translate(e):
 # while shardkit can still free communicators (before MPI_Finalize and nanobind's shutdown).
 atexit.register(jax.clear_caches)
 
-_core._set_jax_hook(dispatch, type(jnp.zeros(())), _jcore.Tracer, _jcore.Token)
+def _trace_probe():
+    """(state, value, state, value): JAX is not tracing when both states hold these values (what trace_state_clean
+    compares), for the C++ side to read without a Python call; None where JAX's internals differ."""
+    try:  # (this module may be loaded while JAX traces: the values are not compared here)
+        probe = (_jcore.trace_state_strong_ref, _jcore.eval_trace, _jcore.axis_env_state, _jcore.top_axis_env)
+        probe[0].value, probe[2].value  # noqa: B018  (readable, as the C++ side reads them)
+        return probe
+    except AttributeError:
+        return None
+
+
+def _host_importer():
+    """jaxlib's DLPack importer and its arguments after the capsule, for eager results on the CPU device: what
+    jax.dlpack.from_dlpack calls, without its Python layers (a result of an operation on jax.Arrays already has the
+    dtype JAX made). (None, None) where jaxlib's function differs: results then go through jax.dlpack."""
+    try:
+        from jax._src.lib import _jax as _jaxlib, jaxlib_extension_version
+
+        fn = _jaxlib.dlpack_managed_tensor_to_buffer
+        device = jax.devices("cpu")[0]
+        args = (device, None, None, 1) if jaxlib_extension_version >= 467 else (device, None, None)  # kDLCPU = 1
+        probe = fn(np.full(3, 7, np.float32).__dlpack__(), *args)
+        if (type(probe) is _ArrayImpl and probe.devices() == {device} and probe.dtype == np.float32
+                and np.array_equal(np.asarray(probe), np.full(3, 7, np.float32))):
+            return fn, args
+    except Exception:  # noqa: BLE001  (any failure: keep the public path)
+        pass
+    return None, None
+
+
+_core._set_jax_hook(dispatch, _ArrayImpl, _jcore.Tracer, _jcore.Token, _jcore.trace_state_clean,
+                    _trace_probe(), *_host_importer())

@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,6 +24,8 @@ std::vector<std::pair<std::string, void*>> jax_ffi_handlers();
 namespace {
 
 std::mutex g_registry_mutex;
+// Counts the registry's clearings (at shutdown): a communicator remembered from before is gone.
+std::atomic<std::uint64_t> g_registry_generation{1};
 // Per communicator handed to the JAX layer: the communicator and the duplicate compiled programs run on. Entries are
 // added once and kept (a compiled program may hold a handle) until shutdown.
 struct Registered {
@@ -60,7 +63,15 @@ struct Hook {
   PyTypeObject* array_type = nullptr;   // jaxlib's ArrayImpl
   PyTypeObject* tracer_type = nullptr;  // jax.core.Tracer (every tracer derives from it)
   PyTypeObject* token_type = nullptr;   // jax.core.Token
-  bool tried = false;                   // shardkit._jax was imported (or failed to be)
+  // Whether JAX is tracing: the two states of jax.core's trace context and their values at the top level (no
+  // trace), compared by identity as jax.core.trace_state_clean does; or, where JAX's internals differ, that
+  // function itself (`clean`).
+  PyObject* trace_state = nullptr;
+  PyObject* top_trace = nullptr;
+  PyObject* axis_state = nullptr;
+  PyObject* top_axis = nullptr;
+  PyObject* clean = nullptr;
+  bool tried = false;  // shardkit._jax was imported (or failed to be)
 };
 Hook g_hook;
 
@@ -68,6 +79,20 @@ bool is_jax_value(nb::handle h) {
   PyTypeObject* t = Py_TYPE(h.ptr());
   return t == g_hook.array_type || t == g_hook.token_type ||
          (g_hook.tracer_type && PyType_IsSubtype(t, g_hook.tracer_type));
+}
+
+// True when no JAX transformation is tracing on this thread (concrete arrays are then used as they are).
+bool at_top_level() {
+  if (g_hook.trace_state) {
+    static PyObject* value = PyUnicode_InternFromString("value");
+    nb::object trace = nb::steal(PyObject_GetAttr(g_hook.trace_state, value));
+    if (!trace.is_valid()) throw nb::python_error();
+    if (trace.ptr() != g_hook.top_trace) return false;
+    nb::object axis = nb::steal(PyObject_GetAttr(g_hook.axis_state, value));
+    if (!axis.is_valid()) throw nb::python_error();
+    return axis.ptr() == g_hook.top_axis;
+  }
+  return nb::cast<bool>(nb::borrow(g_hook.clean)());
 }
 
 // Loads shardkit._jax (which installs the hook) once JAX itself is loaded: JAX stays optional and is never imported by
@@ -85,11 +110,20 @@ bool hook_ready() {
 }  // namespace
 
 Communicator& jax_comm(std::int64_t handle) {
+  // Every call of a compiled operation looks its communicator up: each thread remembers its last answer, valid until
+  // the registry is cleared (entries never move or go before that).
+  thread_local std::int64_t last_handle = -1;
+  thread_local std::uint64_t last_generation = 0;
+  thread_local Communicator* last = nullptr;
+  if (handle == last_handle && last_generation == g_registry_generation.load(std::memory_order_acquire)) return *last;
   std::lock_guard lock(g_registry_mutex);
   auto& r = registry();
   SHARDKIT_CHECK(handle >= 0 && handle < static_cast<std::int64_t>(r.size()), "unknown communicator handle ", handle,
                  " (communicators are released at shutdown)");
-  return *r[static_cast<std::size_t>(handle)].jax;
+  last = r[static_cast<std::size_t>(handle)].jax.get();
+  last_handle = handle;
+  last_generation = g_registry_generation.load(std::memory_order_relaxed);
+  return *last;
 }
 
 void clear_jax_comms() {
@@ -97,6 +131,7 @@ void clear_jax_comms() {
   {
     std::lock_guard lock(g_registry_mutex);
     drop.swap(registry());
+    g_registry_generation.fetch_add(1, std::memory_order_release);
   }
 }
 
@@ -106,6 +141,9 @@ bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out
   // The NumPy hot path: an ndarray with no token pays three comparisons.
   if (token.is_none() && op != OpKind::kBarrier && is_ndarray(x)) return false;
   if (!hook_ready()) return false;
+  // Outside any trace, without a JAX token, the native path runs the call on concrete arrays directly (jax.Arrays
+  // through the buffer protocol, results back as jax.Arrays), as shardkit._jax's dispatch would send it there.
+  if (Py_TYPE(token.ptr()) != g_hook.token_type && at_top_level()) return false;
   const bool jax_input = is_jax_value(x) || is_jax_value(token) ||
                          (op == OpKind::kSendrecv && is_jax_value(a.get(Field::kRecvbuf)));
   if (!jax_input && op != OpKind::kBarrier) return false;  // barrier asks the hook whether JAX is tracing
@@ -151,15 +189,32 @@ void register_jax(nb::module_& m) {
       if (name == op_name(static_cast<OpKind>(i))) return value_shape(static_cast<OpKind>(i), shape, rank, size, root);
     throw InvalidArgument("unknown operation '" + name + "'");
   }, "The value form's result shape (the operation table's rule), raising InvalidArgument where the rule does.");
-  m.def("_set_jax_hook", [m](nb::object fn, nb::object array_type, nb::object tracer_type, nb::object token_type) {
+  m.def("_set_jax_hook", [m](nb::object fn, nb::object array_type, nb::object tracer_type, nb::object token_type,
+                             nb::object trace_clean, nb::object trace_probe, nb::object importer,
+                             nb::object importer_args) {
     // The module holds the references (released with it at shutdown); the hook borrows them.
-    m.attr("_jax_hook_refs") = nb::make_tuple(fn, array_type, tracer_type, token_type);
+    m.attr("_jax_hook_refs") = nb::make_tuple(fn, array_type, tracer_type, token_type, trace_clean, trace_probe,
+                                              importer, importer_args);
     g_hook.fn = fn.ptr();
     g_hook.array_type = reinterpret_cast<PyTypeObject*>(array_type.ptr());
     g_hook.tracer_type = reinterpret_cast<PyTypeObject*>(tracer_type.ptr());
     g_hook.token_type = reinterpret_cast<PyTypeObject*>(token_type.ptr());
+    g_hook.clean = trace_clean.ptr();
+    if (!trace_probe.is_none()) {
+      nb::tuple p = nb::cast<nb::tuple>(trace_probe);
+      SHARDKIT_CHECK_EQ(p.size(), 4u, "trace probe: (trace state, top-level trace, axis state, top-level axis env)");
+      g_hook.trace_state = p[0].ptr();
+      g_hook.top_trace = p[1].ptr();
+      g_hook.axis_state = p[2].ptr();
+      g_hook.top_axis = p[3].ptr();
+    }
+    set_jax_host(array_type, importer, importer_args);
     g_hook.tried = true;
-  });
+  }, "Installs shardkit._jax: its dispatch function, JAX's value types, how to tell that JAX is tracing "
+     "(trace_state_clean, or a (state, value, state, value) probe of it; None: call the function) and jaxlib's "
+     "DLPack importer for eager results (None: jax.dlpack).",
+     nb::arg("fn"), nb::arg("array_type"), nb::arg("tracer_type"), nb::arg("token_type"), nb::arg("trace_clean"),
+     nb::arg("trace_probe").none(), nb::arg("importer").none(), nb::arg("importer_args").none());
   m.def("_jax_ffi_targets", [] {
     nb::dict d;
 #ifdef SHARDKIT_HAVE_JAX_FFI

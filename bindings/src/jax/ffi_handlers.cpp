@@ -4,6 +4,9 @@
 // wrapped as borrowed Arrays. Operands: (ordering token, x[, sendbuf]); results: (token[, result]). The token is the
 // one JAX threads through ordered effects, so XLA runs the calls in program order and never drops one.
 
+#include <algorithm>
+#include <array>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,11 +41,21 @@ DType dtype_of(ffi::DataType t) {
   throw InvalidArgument(shardkit::detail::concat("XLA element type ", static_cast<int>(t), " has no shardkit dtype"));
 }
 
-// An XLA buffer as a borrowed Array: XLA owns the memory for the duration of the call.
-Array wrap(ffi::AnyBuffer b, Device device, bool read_only) {
+// An XLA buffer as a borrowed Array: XLA owns the memory for the duration of the call. An instruction gets buffers
+// of the same shapes every time it runs, so each thread keeps its last view per operand position and points it at
+// the new memory when the layout matches (building one allocates its shape and strides).
+Array& wrap(ffi::AnyBuffer b, Device device, bool read_only, std::size_t slot) {
+  thread_local std::array<std::optional<Array>, 3> views;
+  std::optional<Array>& v = views[slot];
   auto dims = b.dimensions();
-  return Array::borrow(b.untyped_data(), Shape(dims.begin(), dims.end()), dtype_of(b.element_type()), device, nullptr,
-                       {}, read_only);
+  const DType dtype = dtype_of(b.element_type());
+  if (v && v->dtype() == dtype && v->device() == device && v->read_only() == read_only &&
+      std::equal(dims.begin(), dims.end(), v->shape().begin(), v->shape().end())) {
+    v->retarget(b.untyped_data());
+    return *v;
+  }
+  return v.emplace(
+      Array::borrow(b.untyped_data(), Shape(dims.begin(), dims.end()), dtype, device, nullptr, {}, read_only));
 }
 
 // The arguments of one call, as attributes.
@@ -59,22 +72,21 @@ Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets 
   const auto op = static_cast<OpKind>(at.op);
   OpArgs a{.reduce = static_cast<ReduceOp>(at.reduce), .root = at.root, .dest = at.dest, .source = at.source,
            .send_tag = at.send_tag, .recv_tag = at.recv_tag};
-  auto arg = [&](std::size_t i) {
+  auto arg = [&](std::size_t i) -> Array& {
     auto b = args.get<ffi::AnyBuffer>(i);
     if (b.has_error()) throw InvalidArgument(shardkit::detail::concat(op_name(op), ": operand ", i, " is not an array"));
-    return wrap(*b, device, true);
+    return wrap(*b, device, true, i - 1);
   };
   if (op == OpKind::kBarrier) return c.run(op, a, after);
-  Array x = arg(1);
+  Array& x = arg(1);
   if (op == OpKind::kSend) {
     a.send = &x;
     return c.run(op, a, after);
   }
-  std::optional<Array> send;
-  if (op == OpKind::kSendrecv) a.send = &send.emplace(arg(2));
+  if (op == OpKind::kSendrecv) a.send = &arg(2);
   auto r = rets.get<ffi::AnyBuffer>(1);
   if (r.has_error()) throw InvalidArgument(shardkit::detail::concat(op_name(op), ": no result buffer"));
-  Array out = wrap(**r, device, false);
+  Array& out = wrap(**r, device, false, 2);
   const bool same = value_is_input(op, c.rank(), a.root);
   bind_value(op, x, out, a, c.rank());
   Token t = c.run(op, a, after);

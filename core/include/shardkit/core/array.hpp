@@ -93,6 +93,15 @@ class Array {
   template <typename T>
   std::vector<T> to_vector() const;
 
+  /// Points this array at other memory laid out the same way (shape, strides, dtype, device): for views re-made on
+  /// every call over buffers that only move, such as the XLA handler's. The owner and the ready event are dropped:
+  /// the caller guarantees the memory's lifetime and readiness.
+  void retarget(void* data) noexcept {
+    data_ = data;
+    storage_.reset();
+    ready_.reset();
+  }
+
   /// Attaches the event that must complete before the data may be read.
   void set_ready(std::shared_ptr<Waitable> ready) { ready_ = std::move(ready); }
   /// The pending event, or nullptr when the data is ready.
