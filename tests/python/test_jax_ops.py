@@ -63,21 +63,35 @@ def root_of(size):
     return size - 1  # not 0, so a root/rank mix-up shows
 
 
-def rank_input(r, shape, dt, salt=0):
-    """Rank r's data: small integers in [-3, 3] ([0, 6] for uint8: see test_uint8_sum_wraps), so that sums and
-    products over 4 ranks are exact in every dtype."""
+LOGICAL = ("land", "lor", "lxor", "band", "bor", "bxor")
+# Which of ranks 0-3 hold a nonzero at an index: 0 and 15 (none, all) among any 7 consecutive entries.
+NONZERO_RANKS = np.array([15, 0, 5, 10, 3, 12, 6, 9, 1, 14, 7, 8, 2, 13, 4, 11])
+
+
+def kind(red, dt):
+    return "logical" if red in LOGICAL or dt == "bool" else "arithmetic"
+
+
+def rank_input(r, shape, dt, salt=0, red=None):
+    """Rank r's data for reduction `red` (None: data movement). Arithmetic: small nonzero integers in [-3, 3] ([1, 6]
+    for uint8: see test_integer_sum_wraps), a stride that differs per rank, so that sums and products over 4 ranks
+    are exact in every dtype and differ from every rank's input. Logical and bitwise: zeros where NONZERO_RANKS says
+    (so that land, lor and lxor vary along the array), else 8 plus [1, 7] (a bit that band keeps)."""
     i = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    v = (3 * i + 5 * r + 2 * salt) % 7 - (0 if dt == "uint8" else 3)
-    if dt == "bool":
-        return v % 3 == 0
+    if kind(red, dt) == "logical":
+        nonzero = (NONZERO_RANKS[(i - salt) % 16] >> (r % 4)) & 1
+        v = (8 | ((i * (r + 1) + 2 * r) % 7 + 1)) * nonzero
+        return v.astype(bool) if dt == "bool" else v.astype(DTYPES[dt])
+    v = (i * (r + 1) + 2 * r + 3 * salt) % 6
+    v = v + 1 if dt == "uint8" else np.where(v < 3, v - 3, v - 2)
     if dt == "complex64":
         return (v + 1j * ((i + 2 * r + salt) % 5 - 2)).astype(np.complex64)
     return v.astype(np.float64).astype(DTYPES[dt]) if dt in FLOATS else v.astype(DTYPES[dt])
 
 
-def op_input(op, r, size, shape, dt, salt=0):
+def op_input(op, r, size, shape, dt, salt=0, red=None):
     leading = op == "alltoall" or (op == "scatter" and r == root_of(size))
-    return rank_input(r, ((size,) if leading else ()) + shape, dt, salt)
+    return rank_input(r, ((size,) if leading else ()) + shape, dt, salt, red)
 
 
 def combine(red, arrs):
@@ -165,22 +179,26 @@ def _run(mpi, op, dt, mode, rank, size):
     cases = [(red, s) for red in reds for s in SHAPES]
     batched = mode in ("vmap", "jit_vmap")
     salts = range(BATCH) if batched else [0]
-    xs = {s: [np.stack([op_input(op, r, size, SHAPES[s], dt, b) for b in salts]) for r in range(size)]
-          for s in SHAPES}
-    if not batched:
-        xs = {s: [x[0] for x in v] for s, v in xs.items()}
+    # Every rank's input per (kind of reduction, shape): a list over ranks of (batch, *shape) arrays, or *shape ones.
+    inputs = {}
+    for red, s in cases:
+        k = (kind(red, dt), s)
+        if k not in inputs:
+            v = [np.stack([op_input(op, r, size, SHAPES[s], dt, b, red) for b in salts]) for r in range(size)]
+            inputs[k] = v if batched else [x[0] for x in v]
     want = {}
     for red, s in cases:
+        xs = inputs[kind(red, dt), s]
         if batched:
-            want[red, s] = np.stack([reference(op, rank, size, [x[b] for x in xs[s]], red) for b in salts])
+            want[red, s] = np.stack([reference(op, rank, size, [x[b] for x in xs], red) for b in salts])
         else:
-            want[red, s] = reference(op, rank, size, xs[s], red)
+            want[red, s] = reference(op, rank, size, xs, red)
 
-    local = [jnp.asarray(xs[s][rank]) for s in SHAPES]
-    index = {s: i for i, s in enumerate(SHAPES)}
+    keys = list(inputs)
+    local = [jnp.asarray(inputs[k][rank]) for k in keys]
 
     def program(*args):
-        return [call(mpi, op, args[index[s]], red, rank, size) for red, s in cases]
+        return [call(mpi, op, args[keys.index((kind(red, dt), s))], red, rank, size) for red, s in cases]
 
     if mode == "eager":
         got = program(*local)
