@@ -337,3 +337,21 @@ def test_integer_sum_wraps(mpi, rank, size, dt, mode):
         # OMPI_MCA_op=^avx turns it off.
         pytest.xfail(f"this MPI library's own MPI_SUM on {dt} saturates instead of wrapping ({raw[:3]} != {want[:3]})")
     check(got, want)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit", "vmap", "jit_vmap"])
+def test_barrier(mpi, sk, rank, size, mode):
+    # barrier returns only a token; inside a program it runs though nothing uses that token (one more collective
+    # on the compiled programs' communicator per call).
+    f = lambda x: (mpi.barrier(), x + 1)[1]  # noqa: E731
+    x = jnp.arange(3.0)
+    if mode == "eager":
+        assert isinstance(mpi.barrier(), sk.Token)
+        return
+    g = {"jit": jax.jit(f), "vmap": jax.vmap(f), "jit_vmap": jax.jit(jax.vmap(f))}[mode]
+    xb = x if mode == "jit" else jnp.stack([x, x])
+    jax.block_until_ready(g(xb))  # traced (the default communicator is registered)
+    h = sk._jax.comm_handle(None)
+    seq = sk._core._jax_comm_sequence(h)
+    np.testing.assert_array_equal(g(xb), np.asarray(xb) + 1)
+    assert sk._core._jax_comm_sequence(h) == seq + 1
