@@ -129,6 +129,9 @@ def _batch_rule(args, dims, *, op, comm, root, **params):
     # Where the batch axis goes in x: after the leading nproc axis for the operations that split x along it.
     leading = op in ("alltoall", "reduce_scatter") or (op == "scatter" and rank == root)
     pos = 1 if leading else 0
+    if leading:  # the shape rule on one example (its nproc axis), before the batch axis goes behind that axis
+        x, d = args[0], dims[0]
+        _out_shape(op, x.shape if d is None else x.shape[:d] + x.shape[d + 1:], comm, root)
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     moved = []
     for a, d in zip(args, dims):
@@ -253,6 +256,7 @@ def dispatch(name, kw, comm):
     if "reduce" in p and args and not _core._reduce_supports(p["reduce"], args[0].dtype.name):
         raise _core.InvalidArgument(f"{name}: reduction {_core.ReduceOp(p['reduce']).name.lower()} is not defined "
                                     f"for {args[0].dtype.name}")
+    _check_peers(name, p, args)
     try:
         out = bind(*args, **p)
     except jax.errors.JaxRuntimeError as e:  # the handler's shardkit error, raised again as its class
@@ -268,6 +272,23 @@ def dispatch(name, kw, comm):
     if name in _NO_VALUE:
         return token
     return out[0], token
+
+
+def _check_peers(name, p, args):
+    """The operation table's argument checks that no result shape makes, made while tracing: inside a compiled program
+    the handler's InvalidArgument would reach the caller as a JaxRuntimeError, after the program started."""
+    _, size = _core._jax_comm_info(p["comm"])
+    for param, what in (("root", "root"), ("dest", "destination"), ("source", "source")):
+        v = p.get(param)
+        if v is not None and not (0 <= v < size or (param == "source" and v == _core.ANY_SOURCE)):
+            raise _core.InvalidArgument(f"{name}: {what} {v} out of range for a communicator of size {size}")
+    for param in ("send_tag", "recv_tag"):
+        v = p.get(param)
+        if v is not None and v < 0 and not (param == "recv_tag" and v == _core.ANY_TAG):
+            raise _core.InvalidArgument(f"{name}: tag {v} out of range")
+    if name == "sendrecv" and args[0].dtype != args[1].dtype:
+        raise _core.InvalidArgument(f"{name}: send dtype {args[1].dtype.name} differs from receive dtype "
+                                    f"{args[0].dtype.name}")
 
 
 def _translate(e):
