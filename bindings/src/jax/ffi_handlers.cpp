@@ -3,6 +3,12 @@
 // and the body runs the operation table's value form (value_shape / bind_value / Communicator::run) on XLA's buffers,
 // wrapped as borrowed Arrays. Operands: (ordering token, x[, sendbuf]); results: (token[, result]). The token is the
 // one JAX threads through ordered effects, so XLA runs the calls in program order and never drops one.
+//
+// XLA:CPU (shardkit_collective_cpu) reads the results when the handler returns: the handler waits for the operation.
+// XLA:GPU (shardkit_collective_cuda, CUDA builds) passes the stream its program runs on: the operation starts after
+// the work already on that stream (an event recorded there is its `after` token), and the stream's later work waits
+// for it on the device (the token's order_stream). The host never synchronises, and NCCL runs on the communicator's
+// own stream as for any other device operation.
 
 #include <algorithm>
 #include <array>
@@ -12,6 +18,8 @@
 #include <vector>
 
 #include "jax_layer.hpp"
+#include "shardkit/config.hpp"
+#include "shardkit/core/cuda.hpp"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -64,10 +72,10 @@ struct Attrs {
   std::int64_t comm;
 };
 
-// Runs the value form of `a.op` on XLA's buffers, after `after`. Returns the
-// operation's token.
+// Runs the value form of `a.op` on XLA's buffers, after `after`. Returns the operation's token. `stream`: XLA's
+// stream for device buffers (nullptr on the host), on which a copy the operation needs is ordered.
 Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets rets, Device device,
-                   const Token& after) {
+                   const Token& after, StreamHandle stream = nullptr) {
   Communicator& c = jax_comm(at.comm);
   const auto op = static_cast<OpKind>(at.op);
   OpArgs a{.reduce = static_cast<ReduceOp>(at.reduce), .root = at.root, .dest = at.dest, .source = at.source,
@@ -91,8 +99,13 @@ Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets 
   bind_value(op, x, out, a, c.rank());
   Token t = c.run(op, a, after);
   if (same) {  // the value form returns x itself here; XLA's result buffer must hold it
-    t.wait();
-    out.copy_from(x);
+    if (stream) {
+      t.order_stream(stream);
+      cuda::memcpy_async(out.data(), x.data(), static_cast<std::size_t>(x.nbytes()), stream);
+    } else {
+      t.wait();
+      out.copy_from(x);
+    }
   }
   return t;
 }
@@ -119,7 +132,43 @@ ffi::Error collective_cpu(ffi::RemainingArgs args, ffi::RemainingRets rets, std:
   }
 }
 
+#if SHARDKIT_HAVE_CUDA
+ffi::Error collective_cuda(StreamHandle stream, ffi::RemainingArgs args, ffi::RemainingRets rets, std::int32_t op,
+                           std::int64_t comm, std::int32_t reduce, std::int32_t root, std::int32_t dest,
+                           std::int32_t source, std::int32_t send_tag, std::int32_t recv_tag) {
+  try {
+    // The device of the program's buffers (barrier has none: the calling thread's, which XLA sets).
+    int index = -1;
+    if (auto x = args.get<ffi::AnyBuffer>(1); !x.has_error()) index = cuda::pointer_info(x->untyped_data()).device;
+    if (index < 0) index = cuda::current_device();
+    const Token after = Token::from_stream(stream, index);  // XLA's work so far on its stream
+    Token t = run_value_on({op, reduce, root, dest, source, send_tag, recv_tag, comm}, args, rets,
+                           Device::cuda(index), after, stream);
+    t.order_stream(stream);  // XLA's later work on the stream waits for the operation, on the device
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return to_ffi_error(e);
+  }
+}
+#endif
+
 }  // namespace
+
+#if SHARDKIT_HAVE_CUDA
+XLA_FFI_DEFINE_HANDLER_SYMBOL(shardkit_collective_cuda, collective_cuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<StreamHandle>>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::int32_t>("op")
+                                  .Attr<std::int64_t>("comm")
+                                  .Attr<std::int32_t>("reduce")
+                                  .Attr<std::int32_t>("root")
+                                  .Attr<std::int32_t>("dest")
+                                  .Attr<std::int32_t>("source")
+                                  .Attr<std::int32_t>("send_tag")
+                                  .Attr<std::int32_t>("recv_tag"));
+#endif
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(shardkit_collective_cpu, collective_cpu,
                               ffi::Ffi::Bind()
@@ -137,6 +186,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(shardkit_collective_cpu, collective_cpu,
 std::vector<std::pair<std::string, void*>> jax_ffi_handlers() {
   std::vector<std::pair<std::string, void*>> h = {
       {"shardkit_collective_cpu", reinterpret_cast<void*>(&shardkit_collective_cpu)}};
+#if SHARDKIT_HAVE_CUDA
+  h.emplace_back("shardkit_collective_cuda", reinterpret_cast<void*>(&shardkit_collective_cuda));
+#endif
   return h;
 }
 
