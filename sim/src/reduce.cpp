@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace shardkit::sim {
 
@@ -72,11 +73,25 @@ std::size_t nccl_type_size(ncclDataType_t t) {
 
 namespace {
 
+// Integer sums and products wrap modulo 2^bits, as on the device: computed in an unsigned type at least as wide as
+// `unsigned` (signed overflow is undefined in C++, and narrow types promote to a signed int).
+template <typename T, bool = std::is_integral_v<T>>
+struct ArithOf {
+  using type = T;
+};
+template <typename T>
+struct ArithOf<T, true> {
+  using type = std::make_unsigned_t<std::conditional_t<(sizeof(T) < sizeof(int)), int, T>>;
+};
+template <typename T>
+using Arith = typename ArithOf<T>::type;
+
 template <typename T>
 T apply(T a, T b, ncclRedOp_t op) {
+  using A = Arith<T>;
   switch (op) {
-    case ncclSum: case ncclAvg: return static_cast<T>(a + b);
-    case ncclProd: return static_cast<T>(a * b);
+    case ncclSum: case ncclAvg: return static_cast<T>(static_cast<A>(a) + static_cast<A>(b));
+    case ncclProd: return static_cast<T>(static_cast<A>(a) * static_cast<A>(b));
     case ncclMin: return std::min(a, b);
     case ncclMax: return std::max(a, b);
     default: return a;

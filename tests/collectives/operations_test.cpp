@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 #include <thread>
+#include <type_traits>
 
 #include "collective_test_util.hpp"
 
@@ -319,16 +320,20 @@ TEST(IntegerSums, WrapAround) {
         SCOPED_TRACE(::testing::Message() << dtype_name(dt));
         const T top = std::numeric_limits<T>::max();
         constexpr std::int64_t kLen = 67;
-        T total = 0, prefix = 0;  // the sums modulo 2^bits, element by element as C++20 defines the conversion
+        // The sums modulo 2^bits, added in the unsigned type (signed overflow is undefined, and int32 + int32 does
+        // not promote) and converted back as C++20 defines the conversion.
+        using U = std::make_unsigned_t<T>;
+        U total = 0, prefix = 0;
         for (int q = 0; q < n; ++q) {
-          total = static_cast<T>(total + static_cast<T>(top - q));
-          if (q <= r) prefix = static_cast<T>(prefix + static_cast<T>(top - q));
+          const U term = static_cast<U>(top - q);
+          total = static_cast<U>(total + term);
+          if (q <= r) prefix = static_cast<U>(prefix + term);
         }
         const Array x = Array::from_values<T>(std::vector<T>(kLen, static_cast<T>(top - r))).to(buffer_device());
         auto [sum, t1] = c.allreduce(x, ReduceOp::kSum);
-        EXPECT_EQ(sum.to_vector<T>(), std::vector<T>(kLen, total));
+        EXPECT_EQ(sum.to_vector<T>(), std::vector<T>(kLen, static_cast<T>(total)));
         auto [scan, t2] = c.scan(x, ReduceOp::kSum);
-        EXPECT_EQ(scan.to_vector<T>(), std::vector<T>(kLen, prefix));
+        EXPECT_EQ(scan.to_vector<T>(), std::vector<T>(kLen, static_cast<T>(prefix)));
       }
     });
   }
