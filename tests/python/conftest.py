@@ -42,6 +42,25 @@ def sk():
 
 
 @pytest.fixture(scope="session")
+def mpi(sk):
+    return sk.mpi
+
+
+def require_jax():
+    """For a module of JAX tests, at import: jax (with 64-bit types on, as the suites' int64 / float64 values need),
+    or the whole module skipped where JAX, ml_dtypes or shardkit's JAX layer (built only with jaxlib's FFI headers)
+    is missing."""
+    jax = pytest.importorskip("jax")
+    pytest.importorskip("ml_dtypes")
+    import shardkit
+
+    if not shardkit._core._jax_ffi_targets():
+        pytest.skip("shardkit was built without jaxlib's headers", allow_module_level=True)
+    jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+@pytest.fixture(scope="session")
 def rank(sk):
     return sk.rank()
 

@@ -13,19 +13,13 @@ import functools
 import numpy as np
 import pytest
 
-jax = pytest.importorskip("jax")
-jax.config.update("jax_enable_x64", True)
+from conftest import require_jax
+
+jax = require_jax()
 import jax.numpy as jnp  # noqa: E402
+import ml_dtypes  # noqa: E402
 
 MPI = pytest.importorskip("mpi4py.MPI")
-ml_dtypes = pytest.importorskip("ml_dtypes")
-
-
-@pytest.fixture(scope="module")
-def mpi(sk):
-    if not sk._core._jax_ffi_targets():
-        pytest.skip("shardkit was built without jaxlib's headers")
-    return sk.mpi
 
 
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32, "float64": np.float64,

@@ -8,17 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, mpirun
+from conftest import REPO, mpirun, require_jax
 
-jax = pytest.importorskip("jax")
+jax = require_jax()
 import jax.numpy as jnp  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def skj(sk):
-    if not sk._core._jax_ffi_targets():
-        pytest.skip("shardkit was built without jaxlib's headers")
-    return sk
 
 
 def meshes(sk):
@@ -51,8 +44,7 @@ BODIES = {
 
 @pytest.mark.parametrize("cols", [1, 3])
 @pytest.mark.parametrize("name", sorted(BODIES))
-def test_jit_shard_map_matches_eager(skj, name, cols):
-    sk = skj
+def test_jit_shard_map_matches_eager(sk, name, cols):
     for ax, mesh in meshes(sk):
         rows = 2 * sk.size()
         x = (np.arange(rows * cols, dtype=np.float32).reshape(rows, cols) % 5) + 1
@@ -67,8 +59,7 @@ def test_jit_shard_map_matches_eager(skj, name, cols):
         np.testing.assert_allclose(np.asarray(got), np.asarray(eager), rtol=1e-6)
 
 
-def test_jit_compiled_body_inside_eager_shard_map(skj):
-    sk = skj
+def test_jit_compiled_body_inside_eager_shard_map(sk):
     mesh = sk.Mesh(np.arange(sk.size()), ("x",))
     x = np.arange(2.0 * sk.size()).reshape(sk.size(), 2)
     body = jax.jit(lambda b: sk.psum(b * 2, "x") + sk.all_gather(b, "x", tiled=True).sum(axis=0))
@@ -78,8 +69,7 @@ def test_jit_compiled_body_inside_eager_shard_map(skj):
     np.testing.assert_allclose(np.asarray(got), want)
 
 
-def test_traced_shard_map_under_grad(skj):
-    sk = skj
+def test_traced_shard_map_under_grad(sk):
     mesh = sk.Mesh(np.arange(sk.size()), ("x",))
     f = sk.shard_map(lambda b: sk.psum((b * b).sum(), "x"), mesh=mesh, in_specs=(sk.P("x"),), out_specs=sk.P())
     x = jnp.arange(2.0 * sk.size())
@@ -93,8 +83,7 @@ def test_traced_shard_map_under_grad(skj):
     np.testing.assert_allclose(total, 2 * np.asarray(x))
 
 
-def test_errors_in_traced_bodies(skj):
-    sk = skj
+def test_errors_in_traced_bodies(sk):
     mesh = sk.Mesh(np.arange(sk.size()), ("x",))
     if sk.size() > 1:  # every length divides over one rank
         with pytest.raises(sk.InvalidArgument):

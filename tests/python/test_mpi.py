@@ -12,11 +12,6 @@ from conftest import has_module
 MPI = pytest.importorskip("mpi4py.MPI")
 
 
-@pytest.fixture
-def mpi(sk):
-    return sk.mpi
-
-
 def test_has_cuda_support_reports_the_build(sk, mpi):
     assert mpi.has_cuda_support() == (sk._core.cuda_built() and sk._core.nccl_built())
 

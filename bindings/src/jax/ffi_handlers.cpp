@@ -152,36 +152,30 @@ ffi::Error collective_cuda(StreamHandle stream, ffi::RemainingArgs args, ffi::Re
 }
 #endif
 
+// Both handlers' operands and attributes (what shardkit/_jax.py passes), after each one's context arguments.
+template <typename Binding>
+auto collective_signature(Binding b) {
+  return std::move(b)
+      .RemainingArgs()
+      .RemainingRets()
+      .template Attr<std::int32_t>("op")
+      .template Attr<std::int64_t>("comm")
+      .template Attr<std::int32_t>("reduce")
+      .template Attr<std::int32_t>("root")
+      .template Attr<std::int32_t>("dest")
+      .template Attr<std::int32_t>("source")
+      .template Attr<std::int32_t>("send_tag")
+      .template Attr<std::int32_t>("recv_tag");
+}
+
 }  // namespace
 
 #if SHARDKIT_HAVE_CUDA
 XLA_FFI_DEFINE_HANDLER_SYMBOL(shardkit_collective_cuda, collective_cuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<StreamHandle>>()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<std::int32_t>("op")
-                                  .Attr<std::int64_t>("comm")
-                                  .Attr<std::int32_t>("reduce")
-                                  .Attr<std::int32_t>("root")
-                                  .Attr<std::int32_t>("dest")
-                                  .Attr<std::int32_t>("source")
-                                  .Attr<std::int32_t>("send_tag")
-                                  .Attr<std::int32_t>("recv_tag"));
+                              collective_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<StreamHandle>>()));
 #endif
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(shardkit_collective_cpu, collective_cpu,
-                              ffi::Ffi::Bind()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<std::int32_t>("op")
-                                  .Attr<std::int64_t>("comm")
-                                  .Attr<std::int32_t>("reduce")
-                                  .Attr<std::int32_t>("root")
-                                  .Attr<std::int32_t>("dest")
-                                  .Attr<std::int32_t>("source")
-                                  .Attr<std::int32_t>("send_tag")
-                                  .Attr<std::int32_t>("recv_tag"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(shardkit_collective_cpu, collective_cpu, collective_signature(ffi::Ffi::Bind()));
 
 std::vector<std::pair<std::string, void*>> jax_ffi_handlers() {
   std::vector<std::pair<std::string, void*>> h = {
