@@ -11,7 +11,7 @@ For each size (float64 elements), the time per call of
                   jax.distributed and the gloo CPU collectives), run by one helper process per rank: jax.distributed
                   must be set up before JAX computes anything, and it changes what jax.devices() means, so it stays
                   out of the processes measuring shardkit (which use MPI, not jax.distributed)
-alternating them over repeats, with the min and median over repeats and the ratios to mpi4jax. Results are checked
+alternating them over repeats (each repeat starting at the next case), with the min and median over repeats and the ratios to mpi4jax. Results are checked
 first (a fast wrong answer is no result). mpi4jax is optional (scripts/setup.sh installs it as the baseline); where
 JAX's gloo baseline cannot run, the table says why instead of giving a number.
 
@@ -163,8 +163,12 @@ def main():
             if not np.array_equal(np.asarray(fn(x, g, xn)), want(xn)):
                 raise SystemExit(f"jax_overhead: {name} gives a wrong sum at {n} elements")
         samples = {k: [] for k in cases}
-        for _ in range(args.repeats):
-            for name, (fn, per_call, _) in cases.items():
+        order = list(cases)
+        for rep in range(args.repeats):
+            # Each repeat starts at another case: the case measured right after mpi4jax's eager calls (milliseconds
+            # of other work) runs on cold caches, and a fixed order would hand that cost to the same case every time.
+            for name in order[rep % len(order):] + order[:rep % len(order)]:
+                fn, per_call, _ = cases[name]
                 if per_call > 1:  # one compiled loop of `iters` allreduces
                     samples[name].append(timed(lambda: fn(x, g, xn), 1) / per_call)
                 else:

@@ -189,3 +189,16 @@ def test_refused_derivative(mpi, rank, size, case, transform, mode):
 def test_transpose_of_sendrecv_from_any_source(mpi, rank):
     with pytest.raises(NotImplementedError, match="needs a definite source"):
         jax.grad(lambda x: mpi.sendrecv(x, x, mpi.ANY_SOURCE, rank)[0].sum())(jnp.ones(3))
+
+
+@pytest.mark.parametrize("fields", [0, 7, 9])
+def test_handler_refuses_a_malformed_call_attribute(mpi, fields):
+    """The XLA handler reads its arguments from one int64 array; a program built by hand with another length is
+    refused by name (not read past its end). Local to each rank: nothing is sent."""
+    import shardkit._jax  # noqa: F401  (registers the handlers with XLA)
+
+    x = jnp.arange(3.0)
+    call = jax.ffi.ffi_call("shardkit_collective_cpu", jax.ShapeDtypeStruct(x.shape, x.dtype), has_side_effect=True)
+    message = rf"shardkit\.InvalidArgument: .*attribute 'call' has {fields} values, expected 8"
+    with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+        jax.block_until_ready(jax.jit(lambda x: call(x, x, call=np.zeros(fields, np.int64)))(x))

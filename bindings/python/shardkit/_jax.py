@@ -88,10 +88,6 @@ def _abstract_eval(*args, op, comm, root, transpose, **_):
 collective_p.def_effectful_abstract_eval(_abstract_eval)
 
 
-def _i32(v):
-    return ir.IntegerAttr.get(ir.IntegerType.get_signless(32), int(v))
-
-
 def _layout(aval):
     return tuple(range(len(aval.shape) - 1, -1, -1))
 
@@ -103,10 +99,10 @@ def _lowering(target):
             ctx.set_tokens_out(ctx.tokens_in)
             return [args[0]]
         result_types = [hlo.TokenType.get()] + [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
-        attrs = {"op": _i32(_core._op_code(op)),
-                 "comm": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(comm)),
-                 "reduce": _i32(reduce), "root": _i32(root), "dest": _i32(dest), "source": _i32(source),
-                 "send_tag": _i32(send_tag), "recv_tag": _i32(recv_tag)}
+        # One array attribute in the handler's order (ffi_handlers.cpp's Attrs): XLA decodes attributes by name at
+        # every call.
+        attrs = {"call": ir.DenseI64ArrayAttr.get([_core._op_code(op), int(comm), int(reduce), int(root), int(dest),
+                                                   int(source), int(send_tag), int(recv_tag)])}
         call = mlir.custom_call(
             target, result_types=result_types, operands=[token, *args], backend_config=attrs, api_version=4,
             has_side_effect=True, operand_layouts=[()] + [_layout(a) for a in ctx.avals_in],

@@ -66,11 +66,19 @@ Array& wrap(ffi::AnyBuffer b, Device device, bool read_only, std::size_t slot) {
       Array::borrow(b.untyped_data(), Shape(dims.begin(), dims.end()), dtype, device, nullptr, {}, read_only));
 }
 
-// The arguments of one call, as attributes.
+// The arguments of one call: one int64 array attribute "call" in this order (shardkit/_jax.py writes it). One
+// attribute, not one per argument: XLA decodes attributes by name at every call, a string comparison each.
 struct Attrs {
-  std::int32_t op, reduce, root, dest, source, send_tag, recv_tag;
-  std::int64_t comm;
+  std::int64_t op, comm, reduce, root, dest, source, send_tag, recv_tag;
 };
+constexpr std::size_t kCallFields = 8;
+
+Attrs read_call(ffi::Span<const std::int64_t> call) {
+  if (call.size() != kCallFields)
+    throw InvalidArgument(shardkit::detail::concat("shardkit's XLA handler: attribute 'call' has ", call.size(),
+                                                   " values, expected ", kCallFields));
+  return {call[0], call[1], call[2], call[3], call[4], call[5], call[6], call[7]};
+}
 
 // Runs the value form of `a.op` on XLA's buffers, after `after`. Returns the operation's token. `stream`: XLA's
 // stream for device buffers (nullptr on the host), on which a copy the operation needs is ordered.
@@ -78,8 +86,9 @@ Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets 
                    const Token& after, StreamHandle stream = nullptr) {
   Communicator& c = jax_comm(at.comm);
   const auto op = static_cast<OpKind>(at.op);
-  OpArgs a{.reduce = static_cast<ReduceOp>(at.reduce), .root = at.root, .dest = at.dest, .source = at.source,
-           .send_tag = at.send_tag, .recv_tag = at.recv_tag};
+  OpArgs a{.reduce = static_cast<ReduceOp>(at.reduce), .root = static_cast<int>(at.root),
+           .dest = static_cast<int>(at.dest), .source = static_cast<int>(at.source),
+           .send_tag = static_cast<int>(at.send_tag), .recv_tag = static_cast<int>(at.recv_tag)};
   auto arg = [&](std::size_t i) -> Array& {
     auto b = args.get<ffi::AnyBuffer>(i);
     if (b.has_error()) throw InvalidArgument(shardkit::detail::concat(op_name(op), ": operand ", i, " is not an array"));
@@ -120,11 +129,9 @@ ffi::Error to_ffi_error(const std::exception& e) {
   return ffi::Error(ffi::ErrorCode::kInternal, shardkit::detail::concat("shardkit.", kind, ": ", e.what()));
 }
 
-ffi::Error collective_cpu(ffi::RemainingArgs args, ffi::RemainingRets rets, std::int32_t op, std::int64_t comm,
-                          std::int32_t reduce, std::int32_t root, std::int32_t dest, std::int32_t source,
-                          std::int32_t send_tag, std::int32_t recv_tag) {
+ffi::Error collective_cpu(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Span<const std::int64_t> call) {
   try {
-    Token t = run_value_on({op, reduce, root, dest, source, send_tag, recv_tag, comm}, args, rets, Device::cpu(), {});
+    Token t = run_value_on(read_call(call), args, rets, Device::cpu(), {});
     t.wait();  // XLA:CPU reads the results when the handler returns
     return ffi::Error::Success();
   } catch (const std::exception& e) {
@@ -133,17 +140,16 @@ ffi::Error collective_cpu(ffi::RemainingArgs args, ffi::RemainingRets rets, std:
 }
 
 #if SHARDKIT_HAVE_CUDA
-ffi::Error collective_cuda(StreamHandle stream, ffi::RemainingArgs args, ffi::RemainingRets rets, std::int32_t op,
-                           std::int64_t comm, std::int32_t reduce, std::int32_t root, std::int32_t dest,
-                           std::int32_t source, std::int32_t send_tag, std::int32_t recv_tag) {
+ffi::Error collective_cuda(StreamHandle stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                           ffi::Span<const std::int64_t> call) {
   try {
+    const Attrs at = read_call(call);
     // The device of the program's buffers (barrier has none: the calling thread's, which XLA sets).
     int index = -1;
     if (auto x = args.get<ffi::AnyBuffer>(1); !x.has_error()) index = cuda::pointer_info(x->untyped_data()).device;
     if (index < 0) index = cuda::current_device();
     const Token after = Token::from_stream(stream, index);  // XLA's work so far on its stream
-    Token t = run_value_on({op, reduce, root, dest, source, send_tag, recv_tag, comm}, args, rets,
-                           Device::cuda(index), after, stream);
+    Token t = run_value_on(at, args, rets, Device::cuda(index), after, stream);
     t.order_stream(stream);  // XLA's later work on the stream waits for the operation, on the device
     return ffi::Error::Success();
   } catch (const std::exception& e) {
@@ -152,20 +158,10 @@ ffi::Error collective_cuda(StreamHandle stream, ffi::RemainingArgs args, ffi::Re
 }
 #endif
 
-// Both handlers' operands and attributes (what shardkit/_jax.py passes), after each one's context arguments.
+// Both handlers' operands and attribute (what shardkit/_jax.py passes), after each one's context arguments.
 template <typename Binding>
 auto collective_signature(Binding b) {
-  return std::move(b)
-      .RemainingArgs()
-      .RemainingRets()
-      .template Attr<std::int32_t>("op")
-      .template Attr<std::int64_t>("comm")
-      .template Attr<std::int32_t>("reduce")
-      .template Attr<std::int32_t>("root")
-      .template Attr<std::int32_t>("dest")
-      .template Attr<std::int32_t>("source")
-      .template Attr<std::int32_t>("send_tag")
-      .template Attr<std::int32_t>("recv_tag");
+  return std::move(b).RemainingArgs().RemainingRets().template Attr<ffi::Span<const std::int64_t>>("call");
 }
 
 }  // namespace
