@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "jax_layer.hpp"
+#include "jax_comms.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "xla/ffi/api/ffi.h"
@@ -80,10 +80,10 @@ Attrs read_call(ffi::Span<const std::int64_t> call) {
   return {call[0], call[1], call[2], call[3], call[4], call[5], call[6], call[7]};
 }
 
-// Runs the value form of `a.op` on XLA's buffers, after `after`. Returns the operation's token. `stream`: XLA's
-// stream for device buffers (nullptr on the host), on which a copy the operation needs is ordered.
+// Runs the value form of `a.op` on XLA's buffers. Returns the operation's token. `stream`: XLA's stream for device
+// buffers (nullptr on the host): the operation follows XLA's work on it, and the copies it needs are ordered on it.
 Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets rets, Device device,
-                   const Token& after, StreamHandle stream = nullptr) {
+                   StreamHandle stream = nullptr) {
   Communicator& c = jax_comm(at.comm);
   const auto op = static_cast<OpKind>(at.op);
   OpArgs a{.reduce = static_cast<ReduceOp>(at.reduce), .root = static_cast<int>(at.root),
@@ -94,19 +94,30 @@ Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets 
     if (b.has_error()) throw InvalidArgument(shardkit::detail::concat(op_name(op), ": operand ", i, " is not an array"));
     return wrap(*b, device, true, i - 1);
   };
-  if (op == OpKind::kBarrier) return c.run(op, a, after);
+  // What the operation follows: on a device, the work XLA has put on its stream so far (an event recorded there); on
+  // the host nothing, XLA:CPU calling the handler once its operands are ready.
+  auto after = [&] { return stream ? Token::from_stream(stream, device.index) : Token(); };
+  if (op == OpKind::kBarrier) return c.run(op, a, after());
   Array& x = arg(1);
   if (op == OpKind::kSend) {
     a.send = &x;
-    return c.run(op, a, after);
+    return c.run(op, a, after());
   }
   if (op == OpKind::kSendrecv) a.send = &arg(2);
   auto r = rets.get<ffi::AnyBuffer>(1);
   if (r.has_error()) throw InvalidArgument(shardkit::detail::concat(op_name(op), ": no result buffer"));
   Array& out = wrap(**r, device, false, 2);
   const bool same = value_is_input(op, c.rank(), a.root);
-  bind_value(op, x, out, a, c.rank());
-  Token t = c.run(op, a, after);
+  if (stream && value_rule(op) == ValueRule::kRootCopy && c.rank() == a.root) {
+    // The root's result starts as its input (bcast). bind_value copies it at once, which on a device may read x
+    // before XLA's stream has written it: here the copy is the next step on XLA's stream, before `after`.
+    cuda::memcpy_async(out.data(), x.data(), static_cast<std::size_t>(x.nbytes()), stream);
+    a.recv = &out;
+    a.send = &out;
+  } else {
+    bind_value(op, x, out, a, c.rank());
+  }
+  Token t = c.run(op, a, after());
   if (same) {  // the value form returns x itself here; XLA's result buffer must hold it
     if (stream) {
       t.order_stream(stream);
@@ -131,7 +142,7 @@ ffi::Error to_ffi_error(const std::exception& e) {
 
 ffi::Error collective_cpu(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Span<const std::int64_t> call) {
   try {
-    Token t = run_value_on(read_call(call), args, rets, Device::cpu(), {});
+    Token t = run_value_on(read_call(call), args, rets, Device::cpu());
     t.wait();  // XLA:CPU reads the results when the handler returns
     return ffi::Error::Success();
   } catch (const std::exception& e) {
@@ -148,8 +159,7 @@ ffi::Error collective_cuda(StreamHandle stream, ffi::RemainingArgs args, ffi::Re
     int index = -1;
     if (auto x = args.get<ffi::AnyBuffer>(1); !x.has_error()) index = cuda::pointer_info(x->untyped_data()).device;
     if (index < 0) index = cuda::current_device();
-    const Token after = Token::from_stream(stream, index);  // XLA's work so far on its stream
-    Token t = run_value_on(at, args, rets, Device::cuda(index), after, stream);
+    Token t = run_value_on(at, args, rets, Device::cuda(index), stream);
     t.order_stream(stream);  // XLA's later work on the stream waits for the operation, on the device
     return ffi::Error::Success();
   } catch (const std::exception& e) {

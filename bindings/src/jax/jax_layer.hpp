@@ -9,13 +9,9 @@
 #include <cstdint>
 
 #include "../py_fastcall.hpp"
-#include "shardkit/collectives/communicator.hpp"
+#include "jax_comms.hpp"
 
 namespace shardkit::py {
-
-/// The communicator registered under `handle` by shardkit._core._jax_comm_handle. Lives as long as the interpreter.
-/// @throws InvalidArgument for a handle never registered.
-Communicator& jax_comm(std::int64_t handle);
 
 /// When the JAX layer is (or can be) loaded and `a` holds a JAX array, tracer or token as its array or token argument,
 /// runs the call through it (shardkit._jax) and returns true with the call's result in `out`. Costs a type comparison
