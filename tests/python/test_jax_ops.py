@@ -23,9 +23,12 @@ MPI = pytest.importorskip("mpi4py.MPI")
 
 
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32, "float64": np.float64,
-          "int32": np.int32, "int64": np.int64, "uint8": np.uint8, "complex64": np.complex64, "bool": np.bool_}
+          "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64, "uint8": np.uint8,
+          "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "complex64": np.complex64,
+          "complex128": np.complex128, "bool": np.bool_}
 FLOATS = ("float16", "bfloat16", "float32", "float64")
-INTS = ("int32", "int64", "uint8")
+INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+COMPLEX = ("complex64", "complex128")
 SHAPES = {"0": (0,), "1": (1,), "7": (7,), "3x5": (3, 5)}
 MODES = ("eager", "jit", "vmap", "jit_vmap")  # vmap: eager jax.vmap; jit_vmap: jax.jit(jax.vmap(...))
 EAGER_VMAP_DTYPES = ("float32",)
@@ -43,7 +46,7 @@ def allowed(red, dt):
     if red in ("sum", "prod"):
         return dt != "bool"
     if red in ("min", "max"):
-        return dt not in ("bool", "complex64")
+        return dt != "bool" and dt not in COMPLEX
     return dt in INTS or dt == "bool"
 
 
@@ -68,8 +71,8 @@ def kind(red, dt):
 
 def rank_input(r, shape, dt, salt=0, red=None):
     """Rank r's data for reduction `red` (None: data movement). Arithmetic: small nonzero integers in [-3, 3] ([1, 6]
-    for uint8: see test_integer_sum_wraps), a stride that differs per rank, so that sums and products over 4 ranks
-    are exact in every dtype and differ from every rank's input. Logical and bitwise: zeros where NONZERO_RANKS says
+    for unsigned types: see test_integer_sum_wraps), a stride that differs per rank, so that sums and products over 4
+    ranks are exact in every dtype and differ from every rank's input. Logical and bitwise: zeros where NONZERO_RANKS says
     (so that land, lor and lxor vary along the array), else 8 plus [1, 7] (a bit that band keeps)."""
     i = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
     if kind(red, dt) == "logical":
@@ -77,9 +80,9 @@ def rank_input(r, shape, dt, salt=0, red=None):
         v = (8 | ((i * (r + 1) + 2 * r) % 7 + 1)) * nonzero
         return v.astype(bool) if dt == "bool" else v.astype(DTYPES[dt])
     v = (i * (r + 1) + 2 * r + 3 * salt) % 6
-    v = v + 1 if dt == "uint8" else np.where(v < 3, v - 3, v - 2)
-    if dt == "complex64":
-        return (v + 1j * ((i + 2 * r + salt) % 5 - 2)).astype(np.complex64)
+    v = v + 1 if dt.startswith("uint") else np.where(v < 3, v - 3, v - 2)
+    if dt in COMPLEX:
+        return (v + 1j * ((i + 2 * r + salt) % 5 - 2)).astype(DTYPES[dt])
     return v.astype(np.float64).astype(DTYPES[dt]) if dt in FLOATS else v.astype(DTYPES[dt])
 
 
