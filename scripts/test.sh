@@ -43,7 +43,9 @@ if [ "$sim_gpu" = 1 ]; then
         -DSHARDKIT_PYTHON=OFF -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=OFF
   targets=(sim_tests core_gpu_tests collectives_tests sharding_gpu_tests collectives_timeout)
   # The XLA:GPU handler's test exists where jaxlib's FFI headers were found (setup.sh installs jax).
-  if cmake --build "$build_dir" --target help | grep -q jax_cuda_handler_tests; then
+  # (The list is read whole first: `| grep -q` would close the pipe early, and pipefail would then say "absent".)
+  build_targets=$(cmake --build "$build_dir" --target help)
+  if [[ "$build_targets" == *jax_cuda_handler_tests* ]]; then
     targets+=(jax_cuda_handler_tests)
   fi
   cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target "${targets[@]}"
