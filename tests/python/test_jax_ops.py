@@ -72,8 +72,8 @@ def kind(red, dt):
 def rank_input(r, shape, dt, salt=0, red=None):
     """Rank r's data for reduction `red` (None: data movement). Arithmetic: small nonzero integers in [-3, 3] ([1, 6]
     for unsigned types: see test_integer_sum_wraps), a stride that differs per rank, so that sums and products over 4
-    ranks are exact in every dtype and differ from every rank's input. Logical and bitwise: zeros where NONZERO_RANKS says
-    (so that land, lor and lxor vary along the array), else 8 plus [1, 7] (a bit that band keeps)."""
+    ranks are exact in every dtype and differ from every rank's input. Logical and bitwise: zeros where NONZERO_RANKS
+    says (so that land, lor and lxor vary along the array), else 8 plus [1, 7] (a bit that band keeps)."""
     i = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
     if kind(red, dt) == "logical":
         nonzero = (NONZERO_RANKS[(i - salt) % 16] >> (r % 4)) & 1
