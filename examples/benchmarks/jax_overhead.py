@@ -11,8 +11,8 @@ For each size (float64 elements), the time per call of
                   jax.distributed and the gloo CPU collectives), run by one helper process per rank: jax.distributed
                   must be set up before JAX computes anything, and it changes what jax.devices() means, so it stays
                   out of the processes measuring shardkit (which use MPI, not jax.distributed)
-alternating them over repeats (each repeat starting at the next case), with the min and median over repeats and the
-ratios to mpi4jax. Results are checked first (a fast wrong answer is no result). mpi4jax is optional (scripts/setup.sh
+alternating them over repeats (each repeat starting at the next case, and each sample after untimed warm-up calls of
+its own case), with the min and median over repeats and the ratios to mpi4jax. Results are checked first (a fast wrong answer is no result). mpi4jax is optional (scripts/setup.sh
 installs it as the baseline); where JAX's gloo baseline cannot run, the table says why instead of giving a number.
 
     mpirun -np 2 python examples/benchmarks/jax_overhead.py [--sizes 8,4096] [--iters 500] [--repeats 5] [--no-gloo]
@@ -98,12 +98,14 @@ def run_gloo_baseline(comm, sizes, iters, repeats):
     return {n: [comm.allreduce(t, op=MPI.MAX) for t in v] for n, v in samples.items()}, None
 
 
-def timed(fn, iters):
-    """Seconds per call of fn() (its result waited for), the slowest rank's."""
+def timed(fn, iters, warm):
+    """Seconds per call of fn() (its result waited for), the slowest rank's, after `warm` untimed calls."""
     from mpi4py import MPI
 
     import shardkit as sk
 
+    for _ in range(warm):  # the caches and branch predictors as this case leaves them, not as the previous case did
+        jax.block_until_ready(fn())
     sk.mpi.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
@@ -170,10 +172,11 @@ def main():
             for name in order[rep % len(order):] + order[:rep % len(order)]:
                 fn, per_call, _ = cases[name]
                 if per_call > 1:  # one compiled loop of `iters` allreduces
-                    samples[name].append(timed(lambda: fn(x, g, xn), 1) / per_call)
+                    samples[name].append(timed(lambda: fn(x, g, xn), 1, 1) / per_call)
                 else:
-                    calls = it if name != "mpi4jax eager" else max(it // 50, 3)  # 10-30 ms a call
-                    samples[name].append(timed(lambda: fn(x, g, xn), calls))
+                    slow = name == "mpi4jax eager"  # 10-30 ms a call
+                    calls = max(it // 50, 3) if slow else it
+                    samples[name].append(timed(lambda: fn(x, g, xn), calls, 1 if slow else max(calls // 10, 1)))
         row = {"elements": n, "bytes": 8 * n, "ranks": size}
         for k, v in samples.items():
             row[f"{k}_us_min"] = 1e6 * min(v)
