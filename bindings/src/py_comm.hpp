@@ -49,7 +49,8 @@ Token token_of(nb::handle t);
 /// The value form of `op` on the Python array `x` (any framework): `args` gives everything but the buffers, `token` is
 /// the one to start after and becomes the operation's. A host NumPy input gets a NumPy result allocated here and filled
 /// in place, complete on return; other inputs go through Communicator::run_value and come back in their framework.
-nb::object value_py(Communicator& c, OpKind op, nb::handle x, OpArgs& args, Token& token);
+/// `jax_result`: the result is a jax.Array whatever x is (sendrecv with a JAX sendbuf: mpi4jax returns JAX arrays).
+nb::object value_py(Communicator& c, OpKind op, nb::handle x, OpArgs& args, Token& token, bool jax_result = false);
 
 /// What shardkit recognises of mpi4py.MPI, looked up once the module is loaded: looking it up per call (an import and
 /// a type's __module__) would cost more than a small collective.

@@ -79,9 +79,9 @@ void run_on_numpy(Communicator& c, OpKind op, OpArgs& args, Token& token, nb::ha
 
 }  // namespace
 
-nb::object value_py(Communicator& c, OpKind op, nb::handle x, OpArgs& args, Token& token) {
+nb::object value_py(Communicator& c, OpKind op, nb::handle x, OpArgs& args, Token& token, bool jax_result) {
   const int rank = c.rank();
-  if (value_rule(op) != ValueRule::kConcat) {
+  if (value_rule(op) != ValueRule::kConcat && !jax_result) {
     const bool owned = !completes_in_call(c);
     if (std::optional<Array> a = numpy_input(x, owned)) {
       if (value_is_input(op, rank, args.root)) {
@@ -98,6 +98,7 @@ nb::object value_py(Communicator& c, OpKind op, nb::handle x, OpArgs& args, Toke
   }
   Framework fw;
   Array a = array_from_py(x, &fw);
+  if (jax_result) fw = Framework::kJax;
   std::optional<Result> r;  // not default-constructed: an empty Array allocates
   {
     nb::gil_scoped_release release;
@@ -234,11 +235,15 @@ nb::object call_op(OpKind op, const FastArgs& a, Communicator& c) {
   }
   std::optional<Array> send;
   nb::handle x = a.get(F::kX);
+  bool jax_result = false;
   if (op == OpKind::kSendrecv) {
-    args.send = &send.emplace(array_from_py(a.get(F::kSendbuf)));
+    nb::handle sendbuf = a.get(F::kSendbuf);
+    args.send = &send.emplace(array_from_py(sendbuf));
     x = a.get(F::kRecvbuf);
+    // As mpi4jax: a JAX array sent gives a JAX array received, whatever the receive template is.
+    jax_result = is_jax_array(sendbuf) && !is_jax_array(x);
   }
-  nb::object result = value_py(c, op, x, args, token);
+  nb::object result = value_py(c, op, x, args, token, jax_result);
   if (args.status) fill_status(status_obj, status, array_from_py(x).dtype());
   return nb::make_tuple(result, token_object(token));
 }

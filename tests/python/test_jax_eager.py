@@ -72,6 +72,18 @@ def test_every_value_rule_and_the_input_itself_where_the_value_is_the_input(mpi,
     np.testing.assert_array_equal(got, np.concatenate([np.arange(r + 1) for r in range(size)]))
 
 
+@pytest.mark.parametrize("send_jax,recv_jax", [(True, False), (False, True), (True, True), (False, False)])
+def test_sendrecv_returns_a_jax_array_when_either_buffer_is_one(mpi, rank, size, send_jax, recv_jax):
+    # mpi4jax returns JAX arrays; NumPy in both gives NumPy (shardkit's mpi4py-like host path).
+    send = np.full(3, rank, np.int32)
+    recv = np.zeros(3, np.int32)
+    got, _ = mpi.sendrecv(jnp.asarray(send) if send_jax else send, jnp.asarray(recv) if recv_jax else recv,
+                          (rank - 1) % size, (rank + 1) % size)
+    assert isinstance(got, jax.Array if send_jax or recv_jax else np.ndarray), type(got)
+    assert got.dtype == np.int32 and got.shape == (3,)
+    np.testing.assert_array_equal(np.asarray(got), np.full(3, (rank - 1) % size))
+
+
 def test_results_own_their_memory(mpi, size):
     x = jnp.arange(64.0)
     a, _ = mpi.allreduce(x, op=MPI.SUM)
