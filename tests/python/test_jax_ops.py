@@ -31,7 +31,7 @@ INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"
 COMPLEX = ("complex64", "complex128")
 SHAPES = {"0": (0,), "1": (1,), "7": (7,), "3x5": (3, 5)}
 MODES = ("eager", "jit", "vmap", "jit_vmap")  # vmap: eager jax.vmap; jit_vmap: jax.jit(jax.vmap(...))
-EAGER_VMAP_DTYPES = ("float32",)
+EAGER_VMAP_DTYPES = ("float32", "bfloat16", "int8", "uint64", "complex128", "bool")
 BATCH = 2  # the vmap modes' batch size
 
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX, "land": MPI.LAND, "lor": MPI.LOR,
@@ -228,7 +228,8 @@ def skip_ring_at_one_rank(op, size):
 
 def modes(dt):
     # Eager vmap runs each batched primitive as its own compiled program (one compilation per operation, shape and
-    # reduction): one dtype there; the batching rules are the same inside jit, where every dtype goes.
+    # reduction): there, one dtype of each kind (float32 and bfloat16, a narrow signed and a wide unsigned integer,
+    # complex, bool); the batching rules are the same inside jit, where every dtype goes.
     return MODES if dt in EAGER_VMAP_DTYPES else tuple(m for m in MODES if m != "vmap")
 
 
@@ -309,8 +310,7 @@ def _run_derivatives(mpi, op, dt, mode, rank, size):
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("transform", TRANSFORMS)
-# Eagerly, every primitive of the transformed function is compiled on its own: one dtype there.
-@pytest.mark.parametrize("dt,mode", [(dt, "jit") for dt in DIFF_DTYPES] + [("float32", "eager")])
+@pytest.mark.parametrize("dt,mode", [(dt, m) for dt in DIFF_DTYPES for m in ("jit", "eager")])
 @pytest.mark.parametrize("op", ["allreduce", "sendrecv"])
 def test_derivatives(mpi, rank, size, op, dt, mode, transform, shape):
     if transform == "grad" and dt == "complex64":
