@@ -410,7 +410,9 @@ import os, sys
 names = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 rank = next((os.environ[n] for n in names if n in os.environ), None)
 """
-RANK_PROGRAM = RANK + 'print("rank", rank, os.environ.get("SHARDKIT_TEST_VALUE"), flush=True)\n'
+# One write per line: print() writes its pieces one by one, and under load the launcher forwarded "rank" from one rank
+# and " 0 ..." after another rank's "rank" (seen once in CI).
+RANK_PROGRAM = RANK + 'os.write(1, f"rank {rank} {os.environ.get(\'SHARDKIT_TEST_VALUE\')}\\n".encode())\n'
 FAIL_ON_RANK_1_PROGRAM = RANK + 'sys.exit(3 if rank == "1" else 0)\n'
 
 
