@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <complex>
+#include <functional>
 
 #include "py_array.hpp"
 #include "py_comm.hpp"
@@ -22,6 +23,17 @@ namespace shardkit::py {
 namespace nb = nanobind;
 
 namespace {
+
+std::size_t hash_mix(std::size_t h, std::size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)); }
+
+// Over what Mesh's operator== compares: shape, names, device order, communicator.
+std::size_t mesh_hash(const Mesh& m) {
+  std::size_t h = std::hash<const void*>{}(m.comm().get());
+  for (std::int64_t n : m.shape()) h = hash_mix(h, std::hash<std::int64_t>{}(n));
+  for (const std::string& name : m.axis_names()) h = hash_mix(h, std::hash<std::string>{}(name));
+  for (int d : m.devices()) h = hash_mix(h, std::hash<int>{}(d));
+  return h;
+}
 
 // A spec entry from Python: None, "x", or a tuple/list of names.
 PartitionSpec::Entry entry_from(nb::handle h) {
@@ -250,7 +262,7 @@ void register_sharding(nb::module_& m) {
         for (const auto& e : s.entries()) l.append(entry_to_py(e));
         return nb::iter(l);
       })
-      .def("__eq__", [](const PartitionSpec& a, const PartitionSpec& b) { return a == b; })
+      .def("__eq__", [](const PartitionSpec& a, const PartitionSpec& b) { return a == b; }, nb::is_operator())
       .def("__hash__", [](const PartitionSpec& s) { return nb::hash(nb::str(s.normalized().to_string().c_str())); })
       .def("__repr__", &PartitionSpec::to_string);
 
@@ -294,7 +306,9 @@ void register_sharding(nb::module_& m) {
         nb::gil_scoped_release release;
         return mesh.axis_comm(a);
       })
-      .def("__eq__", [](const Mesh& a, const Mesh& b) { return a == b; })
+      // Equal meshes hash alike (jax.jit keys its cache on the mesh of a shard_map body); another type is unequal.
+      .def("__eq__", [](const Mesh& a, const Mesh& b) { return a == b; }, nb::is_operator())
+      .def("__hash__", &mesh_hash)
       .def("__repr__", &Mesh::to_string);
 
   nb::class_<NamedSharding>(m, "NamedSharding", "A mesh and a partition spec (JAX's NamedSharding).")
@@ -323,7 +337,11 @@ void register_sharding(nb::module_& m) {
         return out;
       })
       .def("validate", &NamedSharding::validate)
-      .def("__eq__", [](const NamedSharding& a, const NamedSharding& b) { return a == b; })
+      .def("__eq__", [](const NamedSharding& a, const NamedSharding& b) { return a == b; }, nb::is_operator())
+      .def("__hash__", [](const NamedSharding& s) {
+        return hash_mix(hash_mix(mesh_hash(s.mesh()), std::hash<std::string>{}(s.spec().normalized().to_string())),
+                        s.uneven());
+      })
       .def("__repr__", &NamedSharding::to_string);
 
   nb::class_<ShardedArray>(m, "ShardedArray", "A global array cut across a mesh; this rank holds `local`.")

@@ -43,7 +43,7 @@ inline bool completes_in_call(const Communicator& c) {
 /// @throws InvalidArgument for anything else.
 ReduceOp reduce_op_of(nb::handle op);
 
-/// A token from Python: a shardkit Token or None (complete). @throws TypeError for anything else.
+/// A token from Python: a shardkit Token, or None or a JAX token (complete). @throws TypeError for anything else.
 Token token_of(nb::handle t);
 
 /// The value form of `op` on the Python array `x` (any framework): `args` gives everything but the buffers, `token` is

@@ -48,10 +48,11 @@ ReduceOp reduce_op_of(nb::handle op) {
 }
 
 Token token_of(nb::handle t) {
-  if (t.is_none()) return Token();
+  // A JAX token outside any trace orders nothing more than program order (JAX's eager calls run in it).
+  if (t.is_none() || jax_token(t)) return Token();
   if (!nb::isinstance<Token>(t))
-    throw nb::type_error(
-        ("token must be a shardkit Token or None, not " + std::string(nb::type_name(t.type()).c_str())).c_str());
+    throw nb::type_error(("token must be a shardkit Token, a JAX token or None, not " +
+                          std::string(nb::type_name(t.type()).c_str())).c_str());
   return nb::cast<Token>(t);
 }
 

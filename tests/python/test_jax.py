@@ -211,6 +211,68 @@ def test_sendrecv_grad_is_the_reverse_exchange(mpi, rank, size):
     np.testing.assert_array_equal(g, np.arange(3.0) + 100 * dst)
 
 
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_sendrecv_grad_with_a_send_tag_received_with_any_tag(mpi, rank, size, mode):
+    # The reverse exchange sends the cotangent back with the tag the value came with; received with ANY_TAG, that is
+    # the sender's send tag (the same on every rank). It went back with tag 0, and the peer waited for tag 5 forever.
+    src, dst = (rank - 1) % size, (rank + 1) % size
+    x = jnp.arange(3.0) + rank
+    w = jnp.arange(3.0) + 100 * rank
+    f = lambda x: (mpi.sendrecv(x, x, src, dst, sendtag=5)[0] * w).sum()  # noqa: E731
+    g = (jax.jit if mode == "jit" else lambda h: h)(jax.grad(f))(x)
+    np.testing.assert_array_equal(g, np.arange(3.0) + 100 * dst)
+
+
+def test_numpy_inputs_inside_jit_run_at_every_call(mpi, sk, rank, size):
+    # A NumPy input inside a trace is a constant of the program, and the collective runs each time the program does
+    # (as in mpi4jax). Run once at trace time instead, rank 0's retrace for a new shape met rank 1's next eager call.
+    import shardkit._jax  # noqa: F401  (for its communicator registry: no call here hands shardkit a JAX value)
+
+    f = jax.jit(lambda v: v + mpi.allreduce(np.full(1, rank + 1.0, np.float32), op=MPI.SUM)[0])
+    total = size * (size + 1) / 2
+    np.testing.assert_array_equal(f(jnp.zeros(2, jnp.float32)), np.full(2, total))
+    h = sk._jax.comm_handle(None)
+    seq = sk._core._jax_comm_sequence(h)
+    np.testing.assert_array_equal(f(jnp.ones(2, jnp.float32)), np.full(2, total + 1))  # compiled: no trace
+    np.testing.assert_array_equal(f(jnp.zeros(3 if rank == 0 else 2, jnp.float32)), np.full(3 if rank == 0 else 2,
+                                                                                                total))
+    assert sk._core._jax_comm_sequence(h) == seq + 2
+    got, _ = mpi.allreduce(np.full(2, 2.0), op=MPI.SUM)  # the eager path still matches every rank's
+    np.testing.assert_array_equal(got, np.full(2, 2.0 * size))
+    # sendrecv with a NumPy send buffer and a traced receive template: staged, the NumPy buffer a constant.
+    src, dst = (rank - 1) % size, (rank + 1) % size
+    got = jax.jit(lambda t: mpi.sendrecv(np.full(2, float(rank)), t, src, dst)[0])(jnp.zeros(2))
+    np.testing.assert_array_equal(got, np.full(2, float(src)))
+
+
+def test_eager_call_with_a_jax_token_and_a_status(mpi, rank, size):
+    src, dst = (rank - 1) % size, (rank + 1) % size
+    status = MPI.Status()
+    got, _ = mpi.sendrecv(jnp.full(2, float(rank)), jnp.zeros(2), src, dst, sendtag=3, recvtag=3, status=status,
+                          token=jax.lax.create_token())
+    np.testing.assert_array_equal(got, np.full(2, float(src)))
+    assert (status.Get_source(), status.Get_tag()) == (src, 3)
+
+
+def test_a_jitted_function_reused_under_another_mesh_is_traced_again(sk, rank, size):
+    # A jit-compiled body resolves its axis names to the mesh's communicators when traced: the mesh is part of
+    # jax.jit's cache key, so under another mesh the same function is traced again (it kept the first mesh's).
+    body = jax.jit(lambda b: sk.psum(b, "x"))
+    wide = sk.Mesh((size,), ("x",))  # "x" spans every rank
+    narrow = sk.Mesh((1, size), ("x", "y"))  # "x" has one rank
+    xs = np.arange(size, dtype=np.float64).reshape(size, 1) + 1
+
+    def run(mesh, spec, fn, outer_jit):
+        sm = sk.shard_map(fn, mesh=mesh, in_specs=(spec,), out_specs=spec, check_vma=False)
+        out = jax.jit(sm)(jnp.asarray(xs)) if outer_jit else sm(xs)
+        return np.asarray(sk.process_allgather(out) if not outer_jit else out).ravel()
+
+    for outer_jit in (False, True):  # an eager shard_map's body, and a body inlined into a jitted shard_map
+        np.testing.assert_array_equal(run(wide, sk.P("x"), body, outer_jit), np.full(size, size * (size + 1) / 2))
+        np.testing.assert_array_equal(run(narrow, sk.P("y"), body, outer_jit), xs.ravel())
+        np.testing.assert_array_equal(run(wide, sk.P("x"), body, outer_jit), np.full(size, size * (size + 1) / 2))
+
+
 def test_inside_loops_custom_vjp_and_cg(mpi, rank, size):
     f = lambda x: mpi.allreduce(x, op=MPI.SUM)[0]  # noqa: E731
     x = jnp.ones(3) * (rank + 1)

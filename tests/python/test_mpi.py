@@ -312,7 +312,7 @@ def test_arguments_are_checked_as_python_checks_them(sk, mpi, rank, size):
         mpi.allreduce(x, MPI.SUM, root=0)
     with pytest.raises(TypeError, match="multiple values for argument 'op'"):
         mpi.allreduce(x, MPI.SUM, op=MPI.SUM)
-    with pytest.raises(TypeError, match="token must be a shardkit Token or None, not int"):
+    with pytest.raises(TypeError, match="token must be a shardkit Token, a JAX token or None, not int"):
         mpi.allreduce(x, MPI.SUM, token=3)
     with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
         mpi.bcast(x, 0.0)

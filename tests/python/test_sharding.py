@@ -478,3 +478,16 @@ def test_all_gather_to_and_axis_index_groups(sk, rank, size, line):
     with pytest.raises(sk.InvalidArgument, match="to='reduced' is not supported.*use to='varying'"):
         sk.shard_map(lambda b: sk.all_gather(b, "x", to="reduced"), mesh=line, in_specs=P("x"),
                      out_specs=P("x"))(np.ones(size))
+
+
+def test_equal_meshes_and_shardings_hash_alike_and_other_types_are_unequal(sk):
+    # jax.jit keys its caches on the mesh of a shard_map body: equal meshes must hash alike.
+    a, b = sk.Mesh((sk.size(),), ("x",)), sk.Mesh((sk.size(),), ("x",))
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != sk.Mesh((sk.size(),), ("y",))
+    assert a != sk.Mesh((1, sk.size()), ("x", "y"))
+    assert not (a == None) and a != 3  # noqa: E711  (False, not a TypeError)
+    s, t = sk.NamedSharding(a, sk.P("x")), sk.NamedSharding(b, sk.P("x", None))  # the same spec, normalised
+    assert s == t and hash(s) == hash(t)
+    assert s != sk.NamedSharding(a, sk.P()) and s != None  # noqa: E711
+    assert sk.P("x") != "x" and hash(sk.P("x")) == hash(sk.P("x", None))

@@ -22,6 +22,7 @@ JVP and a transpose (the transpose of the sum over ranks is the identity on each
 from __future__ import annotations
 
 import atexit
+import contextlib
 
 import jax
 import jax.numpy as jnp
@@ -181,8 +182,11 @@ def _transpose_rule(cts, *args, op, reduce, transpose, **params):
             raise NotImplementedError("The linear transpose of sendrecv needs a definite source (not ANY_SOURCE)")
         aval = send.aval if ad.is_undefined_primal(send) else _jcore.get_aval(send)
         like = jnp.zeros(aval.shape, aval.dtype)
-        p = dict(params, source=params["dest"], dest=params["source"],
-                 send_tag=max(params["recv_tag"], 0), recv_tag=params["send_tag"])
+        # The reverse exchange: the cotangent goes back to `source` with the tag the value came with, and comes from
+        # `dest` with the tag this rank sent. Received with ANY_TAG, the value's tag is unknown here: this rank's
+        # own send tag stands for it, as in mpi4jax (every rank of an SPMD program sends with the same tag).
+        back_tag = params["recv_tag"] if params["recv_tag"] != _core.ANY_TAG else params["send_tag"]
+        p = dict(params, source=params["dest"], dest=params["source"], send_tag=back_tag, recv_tag=params["send_tag"])
         (res,) = bind(like, ct, op=op, reduce=reduce, transpose=transpose, **p)
         return [None, res]
     raise NotImplementedError(f"Transpose rule for '{op}' (shardkit) not implemented")
@@ -190,6 +194,20 @@ def _transpose_rule(cts, *args, op, reduce, transpose, **params):
 
 ad.primitive_jvps[collective_p] = _jvp_rule
 ad.primitive_transposes[collective_p] = _transpose_rule
+
+
+# ---- the mesh of a shard_map body, in jax.jit's cache key -----------------------------------------------------------
+
+# A jit-compiled function called in a shard_map body resolves its axis names to that mesh's communicators when it is
+# traced; its compiled program names them. jax.jit keys its caches on this context, set to the mesh while a body runs
+# (or is traced), so a trace made under one mesh never serves another. (Equal meshes share: same ranks, same
+# communicators.)
+_mesh_context = jax.make_user_context(None) if hasattr(jax, "make_user_context") else None
+
+
+def mesh_key(mesh):
+    """A context manager under which jax.jit's caches are those of `mesh`'s shard_map bodies."""
+    return _mesh_context(mesh) if _mesh_context is not None else contextlib.nullcontext()
 
 
 # ---- shardkit.mpi's calls with JAX values ---------------------------------------------------------------------------

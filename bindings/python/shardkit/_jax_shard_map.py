@@ -150,7 +150,8 @@ def run(f, mesh, in_specs, out_specs, single_out, args, stack):
     ctx = TracedContext(mesh)
     stack.append(ctx)
     try:
-        result = f(*blocks)
+        with _jax.mesh_key(mesh):  # jit-compiled functions in the body are traced for this mesh
+            result = f(*blocks)
     finally:
         stack.pop()
     results = [result] if single_out else list(result)

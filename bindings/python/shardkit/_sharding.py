@@ -7,6 +7,7 @@ mesh axes, like jax.lax's collectives inside jax.experimental.shard_map.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from typing import Any, Callable, Sequence
@@ -159,6 +160,15 @@ def _jax_tracer(x) -> bool:
     return jax is not None and isinstance(x, jax.core.Tracer)
 
 
+def _jit_key(mesh):
+    """While a body runs: jax.jit's caches keyed by its mesh (shardkit._jax.mesh_key), once JAX is loaded."""
+    if "jax" not in sys.modules:
+        return contextlib.nullcontext()
+    from . import _jax  # noqa: PLC0415  (JAX is loaded)
+
+    return _jax.mesh_key(mesh)
+
+
 def _context(x=None):
     """The context of the shard_map body running on this thread (set by the core around the body), or of the traced
     body being traced; JAX tracers inside an eager body (a jit-compiled body) get the traced collectives."""
@@ -282,7 +292,8 @@ def shard_map(f: Callable | None = None, /, *, out_specs, in_specs=Infer, mesh: 
             ins, _ = _specs(in_specs, len(args), "in_specs")
 
         def body(ctx, blocks):
-            result = f(*blocks)
+            with _jit_key(m):
+                result = f(*blocks)
             if single_out:
                 return [result]
             if not isinstance(result, (tuple, list)):

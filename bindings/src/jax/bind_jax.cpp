@@ -75,12 +75,6 @@ struct Hook {
 };
 Hook g_hook;
 
-bool is_jax_value(nb::handle h) {
-  PyTypeObject* t = Py_TYPE(h.ptr());
-  return t == g_hook.array_type || t == g_hook.token_type ||
-         (g_hook.tracer_type && PyType_IsSubtype(t, g_hook.tracer_type));
-}
-
 // True when no JAX transformation is tracing on this thread (concrete arrays are then used as they are).
 bool at_top_level() {
   if (g_hook.trace_state) {
@@ -100,8 +94,11 @@ bool at_top_level() {
 bool hook_ready() {
   if (g_hook.fn) return true;
   if (g_hook.tried) return false;
-  PyObject* mods = PyImport_GetModuleDict();
-  if (!PyDict_GetItemString(mods, "jax")) return false;
+  static PyObject* key = PyUnicode_InternFromString("jax");  // its hash computed once: a lookup per call, no string
+  if (!PyDict_GetItemWithError(PyImport_GetModuleDict(), key)) {
+    if (PyErr_Occurred()) throw nb::python_error();
+    return false;
+  }
   g_hook.tried = true;
   nb::module_::import_("shardkit._jax");
   return g_hook.fn != nullptr;
@@ -136,17 +133,14 @@ void clear_jax_comms() {
 }
 
 bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out) {
-  nb::handle x = a.get(op == OpKind::kSendrecv ? Field::kSendbuf : Field::kX);
-  nb::handle token = a.get(Field::kToken);
-  // The NumPy hot path: an ndarray with no token pays three comparisons.
-  if (token.is_none() && op != OpKind::kBarrier && is_ndarray(x)) return false;
+  // Without JAX loaded there is nothing to trace: every call is native (the NumPy hot path pays one dict lookup).
   if (!hook_ready()) return false;
   // Outside any trace, without a JAX token, the native path runs the call on concrete arrays directly (jax.Arrays
   // through the buffer protocol, results back as jax.Arrays), as shardkit._jax's dispatch would send it there.
-  if (Py_TYPE(token.ptr()) != g_hook.token_type && at_top_level()) return false;
-  const bool jax_input = is_jax_value(x) || is_jax_value(token) ||
-                         (op == OpKind::kSendrecv && is_jax_value(a.get(Field::kRecvbuf)));
-  if (!jax_input && op != OpKind::kBarrier) return false;  // barrier asks the hook whether JAX is tracing
+  // While JAX traces, every call is staged into the program, NumPy inputs included (as constants, as mpi4jax does):
+  // run at trace time instead, it would run once rather than at every call of the compiled program, and the ranks'
+  // collectives would stop matching.
+  if (Py_TYPE(a.get(Field::kToken).ptr()) != g_hook.token_type && at_top_level()) return false;
   nb::dict kwargs;
   for (Field f : {Field::kX, Field::kSendbuf, Field::kRecvbuf, Field::kOp, Field::kRoot, Field::kSource, Field::kDest,
                   Field::kTag, Field::kSendtag, Field::kRecvtag, Field::kStatus, Field::kToken}) {
@@ -158,6 +152,8 @@ bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out
   *out = std::move(r);
   return true;
 }
+
+bool jax_token(nb::handle t) { return g_hook.token_type && Py_TYPE(t.ptr()) == g_hook.token_type; }
 
 bool jax_tracer(nb::handle x) {
   if (is_ndarray(x) || !hook_ready()) return false;

@@ -13,10 +13,13 @@
 
 namespace shardkit::py {
 
-/// When the JAX layer is (or can be) loaded and `a` holds a JAX array, tracer or token as its array or token argument,
-/// runs the call through it (shardkit._jax) and returns true with the call's result in `out`. Costs a type comparison
-/// when the argument is a NumPy array.
+/// When JAX is loaded and either it is tracing on this thread or `a`'s token is a JAX token, runs the call through the
+/// JAX layer (shardkit._jax, loaded here the first time) and returns true with the call's result in `out`; otherwise
+/// false (the native path runs it). Costs a dict lookup while JAX is not loaded, and a read of JAX's trace state after.
 bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out);
+
+/// True when `t` is a JAX token (jax.core.Token; JAX's layer is loaded).
+bool jax_token(nb::handle t);
 
 /// True when `x` is a JAX tracer (JAX is loaded and x derives from jax.core.Tracer). A type comparison for NumPy arrays.
 bool jax_tracer(nb::handle x);
