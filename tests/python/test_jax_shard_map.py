@@ -83,6 +83,59 @@ def test_traced_shard_map_under_grad(sk):
     np.testing.assert_allclose(total, 2 * np.asarray(x))
 
 
+# Linear bodies of a traced shard_map over mesh axis "x" (n ranks, blocks of k = 2n), with the same function of the
+# global array written in plain JAX: (body, in_spec, out_spec, reference).
+def linear_cases(sk, n, k):
+    P = sk.P
+    blocks = lambda x: x.reshape(n, k)  # noqa: E731
+    return {
+        "identity": (lambda b: b * 3, P("x"), P("x"), lambda x: x * 3),
+        "psum": (lambda b: sk.psum(b, "x"), P("x"), P(), lambda x: blocks(x).sum(0)),
+        "all_gather": (lambda b: sk.all_gather(b, "x", tiled=True), P("x"), P(), lambda x: x),
+        "all_gather_untiled": (lambda b: sk.all_gather(b, "x"), P("x"), P(), blocks),
+        "psum_scatter": (lambda b: sk.psum_scatter(b, "x", tiled=True), P("x"), P("x"), lambda x: blocks(x).sum(0)),
+        "all_to_all": (lambda b: sk.all_to_all(b, "x", 0, 0, tiled=True), P("x"), P("x"),
+                       lambda x: x.reshape(n, n, k // n).transpose(1, 0, 2).reshape(-1)),
+        "ppermute": (lambda b: sk.ppermute(b, "x", [(i, (i + 1) % n) for i in range(n)]) * (sk.axis_index("x") + 1),
+                     P("x"), P("x"), lambda x: (jnp.roll(blocks(x), 1, axis=0) * jnp.arange(1, n + 1)[:, None])
+                     .reshape(-1)),
+        "ppermute_chain": (lambda b: sk.ppermute(b, "x", [(i, i + 1) for i in range(n - 1)]), P("x"), P("x"),
+                           lambda x: jnp.concatenate([jnp.zeros(k), x[:-k]])),
+        "pbroadcast": (lambda b: sk.pbroadcast(b, "x", n - 1), P("x"), P(), lambda x: blocks(x)[n - 1]),
+    }
+
+
+@pytest.mark.parametrize("mode", ["jit", "eager"])
+@pytest.mark.parametrize("case", ["identity", "psum", "all_gather", "all_gather_untiled", "psum_scatter", "all_to_all",
+                                  "ppermute", "ppermute_chain", "pbroadcast"])
+def test_traced_shard_map_derivatives_of_every_linear_collective(sk, case, mode):
+    # As JAX's shard_map differentiates them: a replicated result's cotangent is the whole one on every rank (psum's
+    # transpose is the identity, all_gather's and pbroadcast's take this rank's block), a per-rank result's goes back
+    # (psum_scatter's transpose gathers, all_to_all's is all_to_all, ppermute's the inverse permutation), and the
+    # assembly of a sharded output is an all_gather. Each rank's gradient covers its own block; their sum over ranks
+    # is the gradient of the global function, computed here by JAX on the plain function.
+    n, rank = sk.size(), sk.rank()
+    k = 2 * n
+    body, in_spec, out_spec, ref = linear_cases(sk, n, k)[case]
+    mesh = sk.Mesh(np.arange(n), ("x",))
+    f = sk.shard_map(body, mesh=mesh, in_specs=(in_spec,), out_specs=out_spec, check_vma=False)
+    f = jax.jit(f) if mode == "jit" else f
+    x = jnp.arange(n * k, dtype=jnp.float64) + 1
+    t = jnp.cos(x)  # a tangent
+    w = jnp.arange(ref(x).size, dtype=jnp.float64).reshape(ref(x).shape) % 5 + 1  # the cotangent's weights
+    y, dy = jax.jvp(f, (x,), (t,))
+    np.testing.assert_allclose(y, ref(x))
+    np.testing.assert_allclose(dy, ref(t))  # linear: the tangent is the function of the tangent
+    g = np.asarray(jax.grad(lambda a: (f(a) * w).sum())(x))
+    own = np.zeros(n * k, bool)
+    own[rank * k:(rank + 1) * k] = True
+    np.testing.assert_array_equal(g[~own], 0)
+    total, _ = sk.mpi.allreduce(g, op="sum")
+    np.testing.assert_allclose(total, jax.grad(lambda a: (ref(a) * w).sum())(x))
+    (ct,) = jax.linear_transpose(f, x)(w)  # the same as the gradient (linear)
+    np.testing.assert_allclose(ct, g)
+
+
 def test_errors_in_traced_bodies(sk):
     mesh = sk.Mesh(np.arange(sk.size()), ("x",))
     if sk.size() > 1:  # every length divides over one rank

@@ -17,6 +17,7 @@ a duplicate of each communicator (``_core._jax_comm_handle``), so XLA's threads 
 Transformations follow mpi4jax 0.7: every operation batches under ``jax.vmap``; ``allreduce`` with ``op=SUM`` has a
 JVP and a transpose (the transpose of the sum over ranks is the identity on each rank, as mpi4jax defines it), and
 ``sendrecv`` has a JVP and a transpose (the reverse exchange); other reductions and operations raise as mpi4jax does.
+A shard_map body's collectives differentiate as JAX's shard_map's do (the derivative rules below).
 """
 
 from __future__ import annotations
@@ -67,10 +68,13 @@ collective_p.multiple_results = True
 collective_p.def_impl(lambda *args, **params: _dispatch.apply_primitive(collective_p, *args, **params))
 
 
-def bind(*args, op, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0, recv_tag=-1, transpose=False):
-    """Binds the primitive: ``args`` are x (and sendbuf for sendrecv); returns the list of results."""
+def bind(*args, op, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0, recv_tag=-1, transpose=False,
+         perm=(), sm=False):
+    """Binds the primitive: ``args`` are x (and sendbuf for sendrecv); returns the list of results. ``sm``: a
+    collective of a shard_map body (shardkit._jax_shard_map), differentiated as JAX's shard_map does (see the
+    derivative rules); ``perm``: the (source, destination) pairs of the shard_map-only operation "ppermute"."""
     return collective_p.bind(*args, op=op, comm=comm, reduce=reduce, root=root, dest=dest, source=source,
-                             send_tag=send_tag, recv_tag=recv_tag, transpose=transpose)
+                             send_tag=send_tag, recv_tag=recv_tag, transpose=transpose, perm=perm, sm=sm)
 
 
 def _out_shape(op, shape, comm, root):
@@ -82,7 +86,7 @@ def _abstract_eval(*args, op, comm, root, transpose, **_):
     if op in _NO_VALUE:
         return (), {_effect}
     x = args[0]
-    shape = x.shape if transpose else _out_shape(op, x.shape, comm, root)
+    shape = x.shape if transpose or op == "ppermute" else _out_shape(op, x.shape, comm, root)
     return (_jcore.ShapedArray(shape, x.dtype),), {_effect}
 
 
@@ -93,23 +97,46 @@ def _layout(aval):
     return tuple(range(len(aval.shape) - 1, -1, -1))
 
 
+_PPERMUTE_TAG = 7  # the tag of a shard_map ppermute's messages
+
+
 def _lowering(target):
-    def rule(ctx, *args, op, comm, reduce, root, dest, source, send_tag, recv_tag, transpose):
+    def custom_call(ctx, op, args, avals_in, avals_out, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0,
+                    recv_tag=-1):
         token = ctx.tokens_in.get(_effect)
-        if transpose:  # allreduce's transpose: the identity on each rank
-            ctx.set_tokens_out(ctx.tokens_in)
-            return [args[0]]
-        result_types = [hlo.TokenType.get()] + [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
+        result_types = [hlo.TokenType.get()] + [mlir.aval_to_ir_type(ctx.module_context, a) for a in avals_out]
         # One array attribute in the handler's order (ffi_handlers.cpp's Attrs): XLA decodes attributes by name at
         # every call.
         attrs = {"call": ir.DenseI64ArrayAttr.get([_core._op_code(op), int(comm), int(reduce), int(root), int(dest),
                                                    int(source), int(send_tag), int(recv_tag)])}
         call = mlir.custom_call(
             target, result_types=result_types, operands=[token, *args], backend_config=attrs, api_version=4,
-            has_side_effect=True, operand_layouts=[()] + [_layout(a) for a in ctx.avals_in],
-            result_layouts=[()] + [_layout(a) for a in ctx.avals_out])
+            has_side_effect=True, operand_layouts=[()] + [_layout(a) for a in avals_in],
+            result_layouts=[()] + [_layout(a) for a in avals_out])
         ctx.set_tokens_out(mlir.TokenSet({_effect: call.results[0]}))
         return list(call.results[1:])
+
+    def rule(ctx, *args, op, comm, transpose, perm, sm, **p):
+        if transpose:  # allreduce's transpose: the identity on each rank
+            ctx.set_tokens_out(ctx.tokens_in)
+            return [args[0]]
+        if op == "ppermute":  # this rank's part of the permutation: a sendrecv, a send, a receive, or zeros
+            (x,), (aval,) = args, ctx.avals_in
+            me, _ = _core._jax_comm_info(comm)
+            dest = [d for s, d in perm if s == me]
+            source = [s for s, d in perm if d == me]
+            tags = {"send_tag": _PPERMUTE_TAG, "recv_tag": _PPERMUTE_TAG}
+            if dest and source:
+                return custom_call(ctx, "sendrecv", [x, x], [aval, aval], [aval], comm, dest=dest[0],
+                                   source=source[0], **tags)
+            if source:
+                return custom_call(ctx, "recv", [x], [aval], [aval], comm, source=source[0], **tags)
+            if dest:
+                custom_call(ctx, "send", [x], [aval], [], comm, dest=dest[0], **tags)
+            else:
+                ctx.set_tokens_out(ctx.tokens_in)
+            return [mlir.full_like_aval(ctx, 0, aval)]
+        return custom_call(ctx, op, args, ctx.avals_in, ctx.avals_out, comm, **p)
     return rule
 
 
@@ -152,21 +179,30 @@ def _batch_rule(args, dims, *, op, comm, root, **params):
 batching.primitive_batchers[collective_p] = _batch_rule
 
 
-# ---- jvp and transpose (mpi4jax 0.7: allreduce with SUM, sendrecv) ---------------------------------------------------
+# ---- jvp and transpose -----------------------------------------------------------------------------------------------
+# shardkit.mpi's operations follow mpi4jax 0.7: allreduce with SUM (its transpose the identity on each rank, as mpi4jax
+# defines it) and sendrecv (the reverse exchange); the rest raise as mpi4jax does. A shard_map body's collectives
+# (sm=True) follow JAX's shard_map: a replicated result's cotangent is the whole one on every rank (psum's transpose is
+# the identity, all_gather's and pbroadcast's take this rank's part), a result that differs per rank sends its
+# cotangent back (psum_scatter's transpose gathers, all_to_all's is all_to_all, ppermute's the inverse permutation).
+
+_SM_LINEAR = ("allgather", "alltoall", "bcast")
+
 
 def _jvp_rule(primals, tangents, *, op, reduce, **params):
-    if op == "allreduce":
+    if op == "allreduce" or (op == "reduce_scatter" and params["sm"]):
         if reduce != _SUM:
-            raise NotImplementedError("The adjoint of allreduce is only defined for op=MPI.SUM")
-        out = bind(*primals, op=op, reduce=reduce, **params)
-        tan = bind(ad.instantiate_zeros(tangents[0]), op=op, reduce=reduce, **params)
-        return out, tan
-    if op == "sendrecv":
+            raise NotImplementedError(f"The adjoint of {op} is only defined for op=MPI.SUM")
+    elif op == "sendrecv":
         # sendrecv(sendbuf, recvbuf): linear in sendbuf; recvbuf only gives shape and dtype.
         out = bind(*primals, op=op, reduce=reduce, **params)
         tan = bind(primals[0], ad.instantiate_zeros(tangents[1]), op=op, reduce=reduce, **params)
         return out, tan
-    raise NotImplementedError(f"Differentiation rule for '{op}' (shardkit) not implemented")
+    elif not (op == "ppermute" or (params["sm"] and op in _SM_LINEAR)):
+        raise NotImplementedError(f"Differentiation rule for '{op}' (shardkit) not implemented")
+    out = bind(*primals, op=op, reduce=reduce, **params)
+    tan = bind(ad.instantiate_zeros(tangents[0]), op=op, reduce=reduce, **params)
+    return out, tan
 
 
 def _transpose_rule(cts, *args, op, reduce, transpose, **params):
@@ -189,6 +225,19 @@ def _transpose_rule(cts, *args, op, reduce, transpose, **params):
         p = dict(params, source=params["dest"], dest=params["source"], send_tag=back_tag, recv_tag=params["send_tag"])
         (res,) = bind(like, ct, op=op, reduce=reduce, transpose=transpose, **p)
         return [None, res]
+    rank, _ = _core._jax_comm_info(params["comm"])
+    if op == "ppermute":
+        inverse = tuple((d, s) for s, d in params["perm"])
+        (res,) = bind(ct, op=op, reduce=reduce, transpose=transpose, **dict(params, perm=inverse))
+        return [res]
+    if params["sm"] and op == "allgather":  # (nproc, *s), under vmap (nproc, batch, *s): this rank's block
+        return [ct[rank]]
+    if params["sm"] and op == "bcast":
+        return [ct if rank == params["root"] else jnp.zeros_like(ct)]
+    if params["sm"] and op in ("reduce_scatter", "alltoall"):
+        back = "allgather" if op == "reduce_scatter" else "alltoall"
+        (res,) = bind(ct, op=back, reduce=reduce, transpose=transpose, **params)
+        return [res]
     raise NotImplementedError(f"Transpose rule for '{op}' (shardkit) not implemented")
 
 

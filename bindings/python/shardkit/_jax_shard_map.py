@@ -36,7 +36,7 @@ class TracedContext:
         return int(self.mesh.axis_size(list(_axes(axis_name))))
 
     def _reduce(self, x, axis_name, op):
-        (out,) = _jax.bind(jnp.asarray(x), op="allreduce", comm=self._comm(axis_name), reduce=int(op))
+        (out,) = _jax.bind(jnp.asarray(x), op="allreduce", comm=self._comm(axis_name), reduce=int(op), sm=True)
         return out
 
     def psum(self, x, axis_name):
@@ -53,7 +53,7 @@ class TracedContext:
 
     def all_gather(self, x, axis_name, axis=0, tiled=False):
         x = jnp.asarray(x)
-        (g,) = _jax.bind(x, op="allgather", comm=self._comm(axis_name))  # (n, *x.shape), axis-index order
+        (g,) = _jax.bind(x, op="allgather", comm=self._comm(axis_name), sm=True)  # (n, *x.shape), axis-index order
         axis = axis % (x.ndim + (0 if tiled else 1))
         if not tiled:
             return jnp.moveaxis(g, 0, axis)
@@ -70,32 +70,24 @@ class TracedContext:
             raise _core.InvalidArgument(f"psum_scatter: dimension {d} must have size {n} when tiled=False")
         y = jnp.moveaxis(x, d, 0)
         y = y.reshape((n, y.shape[0] // n) + y.shape[1:])
-        (out,) = _jax.bind(y, op="reduce_scatter", comm=self._comm(axis_name), reduce=int(_core.ReduceOp.SUM))
+        (out,) = _jax.bind(y, op="reduce_scatter", comm=self._comm(axis_name), reduce=int(_core.ReduceOp.SUM),
+                           sm=True)
         out = jnp.moveaxis(out, 0, d)  # (.., x.shape[d] / n, ..)
         return out if tiled else jnp.squeeze(out, d)
 
     def ppermute(self, x, axis_name, perm):
         x = jnp.asarray(x)
-        me = self.axis_index(axis_name)
         comm = self._comm(axis_name)
-        perm = [(int(s), int(d)) for s, d in perm]
+        perm = tuple((int(s), int(d)) for s, d in perm)
         n = self.axis_size(axis_name)
         srcs, dsts = [s for s, _ in perm], [d for _, d in perm]
         # Checked on the whole list, so every rank raises alike (before any rank enters a collective).
         if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts) or not all(0 <= i < n for i in srcs + dsts):
-            raise _core.InvalidArgument(f"ppermute: {perm} is not a permutation of axis indices 0..{n - 1}")
-        dests = [d for s, d in perm if s == me]
-        sources = [s for s, d in perm if d == me]
-        if dests and sources:
-            (out,) = _jax.bind(x, x, op="sendrecv", comm=comm, dest=dests[0], source=sources[0], send_tag=7,
-                               recv_tag=7)
-            return out
-        if dests:
-            _jax.bind(x, op="send", comm=comm, dest=dests[0], send_tag=7)
-        if sources:
-            (out,) = _jax.bind(x, op="recv", comm=comm, source=sources[0], recv_tag=7)
-            return out
-        return jnp.zeros_like(x)
+            raise _core.InvalidArgument(f"ppermute: {list(perm)} is not a permutation of axis indices 0..{n - 1}")
+        # One operation (this rank's sendrecv, send, receive or zeros, chosen when lowered): linear, its transpose
+        # the inverse permutation.
+        (out,) = _jax.bind(x, op="ppermute", comm=comm, perm=perm, sm=True)
+        return out
 
     def all_to_all(self, x, axis_name, split_axis, concat_axis, tiled=False):
         x = jnp.asarray(x)
@@ -105,7 +97,7 @@ class TracedContext:
             raise _core.InvalidArgument(f"all_to_all: split axis {s} of size {x.shape[s]} does not split {n} ways")
         y = jnp.moveaxis(x, s, 0)
         y = y.reshape((n, y.shape[0] // n) + y.shape[1:])
-        (out,) = _jax.bind(y, op="alltoall", comm=self._comm(axis_name))  # block j came from rank j
+        (out,) = _jax.bind(y, op="alltoall", comm=self._comm(axis_name), sm=True)  # block j came from rank j
         out = jnp.moveaxis(out, 1, s + 1)  # (n, *x.shape with split axis divided by n)
         if not tiled:
             out = jnp.squeeze(out, s + 1)  # untiled: the split axis goes; a new axis of size n at concat_axis
@@ -116,7 +108,7 @@ class TracedContext:
         return out.reshape(shape[:c] + [shape[c] * shape[c + 1]] + shape[c + 2:])
 
     def pbroadcast(self, x, axis_name, source):
-        (out,) = _jax.bind(jnp.asarray(x), op="bcast", comm=self._comm(axis_name), root=int(source))
+        (out,) = _jax.bind(jnp.asarray(x), op="bcast", comm=self._comm(axis_name), root=int(source), sm=True)
         return out
 
 
