@@ -75,6 +75,12 @@ struct Hook {
 };
 Hook g_hook;
 
+bool is_jax_value(nb::handle h) {
+  PyTypeObject* t = Py_TYPE(h.ptr());
+  return t == g_hook.array_type || t == g_hook.token_type ||
+         (g_hook.tracer_type && PyType_IsSubtype(t, g_hook.tracer_type));
+}
+
 // True when no JAX transformation is tracing on this thread (concrete arrays are then used as they are).
 bool at_top_level() {
   if (g_hook.trace_state) {
@@ -133,14 +139,23 @@ void clear_jax_comms() {
 }
 
 bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out) {
-  // Without JAX loaded there is nothing to trace: every call is native (the NumPy hot path pays one dict lookup).
+  nb::handle x = a.get(op == OpKind::kSendrecv ? Field::kSendbuf : Field::kX);
+  nb::handle token = a.get(Field::kToken);
+  // The NumPy hot path: NumPy arrays and no token pay a few comparisons. NumPy calls are the mpi4py-like host path
+  // also while JAX traces (they run when traced, not when the compiled program runs); JAX loaded for nothing else is
+  // never started by them.
+  if (token.is_none() && op != OpKind::kBarrier && is_ndarray(x) &&
+      (op != OpKind::kSendrecv || is_ndarray(a.get(Field::kRecvbuf))))
+    return false;
   if (!hook_ready()) return false;
   // Outside any trace, without a JAX token, the native path runs the call on concrete arrays directly (jax.Arrays
   // through the buffer protocol, results back as jax.Arrays), as shardkit._jax's dispatch would send it there.
-  // While JAX traces, every call is staged into the program, NumPy inputs included (as constants, as mpi4jax does):
-  // run at trace time instead, it would run once rather than at every call of the compiled program, and the ranks'
-  // collectives would stop matching.
-  if (Py_TYPE(a.get(Field::kToken).ptr()) != g_hook.token_type && at_top_level()) return false;
+  if (Py_TYPE(token.ptr()) != g_hook.token_type && at_top_level()) return false;
+  // While JAX traces: a call with a JAX value among its arrays (sendrecv's NumPy sendbuf then becomes a constant of
+  // the program) or a JAX token is staged; barrier asks the hook.
+  const bool jax_input = is_jax_value(x) || is_jax_value(token) ||
+                         (op == OpKind::kSendrecv && is_jax_value(a.get(Field::kRecvbuf)));
+  if (!jax_input && op != OpKind::kBarrier) return false;
   nb::dict kwargs;
   for (Field f : {Field::kX, Field::kSendbuf, Field::kRecvbuf, Field::kOp, Field::kRoot, Field::kSource, Field::kDest,
                   Field::kTag, Field::kSendtag, Field::kRecvtag, Field::kStatus, Field::kToken}) {

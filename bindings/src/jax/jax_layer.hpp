@@ -13,9 +13,10 @@
 
 namespace shardkit::py {
 
-/// When JAX is loaded and either it is tracing on this thread or `a`'s token is a JAX token, runs the call through the
-/// JAX layer (shardkit._jax, loaded here the first time) and returns true with the call's result in `out`; otherwise
-/// false (the native path runs it). Costs a dict lookup while JAX is not loaded, and a read of JAX's trace state after.
+/// When the JAX layer is (or can be) loaded and `a` holds a JAX array, tracer or token among its arrays or as its
+/// token, and JAX is tracing or the token is a JAX token, runs the call through it (shardkit._jax) and returns true
+/// with the call's result in `out`; otherwise false (the native path runs it). Costs a few type comparisons when the
+/// arrays are NumPy arrays (which always take the native path).
 bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out);
 
 /// True when `t` is a JAX token (jax.core.Token; JAX's layer is loaded).
