@@ -102,18 +102,28 @@ def linear_cases(sk, n, k):
         "ppermute_chain": (lambda b: sk.ppermute(b, "x", [(i, i + 1) for i in range(n - 1)]), P("x"), P("x"),
                            lambda x: jnp.concatenate([jnp.zeros(k), x[:-k]])),
         "pbroadcast": (lambda b: sk.pbroadcast(b, "x", n - 1), P("x"), P(), lambda x: blocks(x)[n - 1]),
+        # Gathered or broadcast values used differently on each rank: their cotangents differ per rank and add up.
+        "all_gather_to_sharded": (lambda b: sk.all_gather(b, "x", tiled=True), P("x"), P("x"), lambda x: jnp.tile(x, n)),
+        "all_gather_weighted": (lambda b: sk.all_gather(b, "x", tiled=True) * (sk.axis_index("x") + 1), P("x"), P("x"),
+                                lambda x: jnp.concatenate([x * (r + 1) for r in range(n)])),
+        "pbroadcast_to_sharded": (lambda b: sk.pbroadcast(b, "x", n - 1), P("x"), P("x"),
+                                  lambda x: jnp.tile(blocks(x)[n - 1], n)),
+        "psum_weighted": (lambda b: sk.psum(b, "x") * (sk.axis_index("x") + 1), P("x"), P("x"),
+                          lambda x: jnp.concatenate([blocks(x).sum(0) * (r + 1) for r in range(n)])),
+        "replicated_input": (lambda b: b * 3, P(), P(), lambda x: x * 3),  # every rank's share adds up
     }
 
 
 @pytest.mark.parametrize("mode", ["jit", "eager"])
 @pytest.mark.parametrize("case", ["identity", "psum", "all_gather", "all_gather_untiled", "psum_scatter", "all_to_all",
-                                  "ppermute", "ppermute_chain", "pbroadcast"])
+                                  "ppermute", "ppermute_chain", "pbroadcast", "all_gather_to_sharded",
+                                  "all_gather_weighted", "pbroadcast_to_sharded", "psum_weighted", "replicated_input"])
 def test_traced_shard_map_derivatives_of_every_linear_collective(sk, case, mode):
-    # As JAX's shard_map differentiates them: a replicated result's cotangent is the whole one on every rank (psum's
-    # transpose is the identity, all_gather's and pbroadcast's take this rank's block), a per-rank result's goes back
-    # (psum_scatter's transpose gathers, all_to_all's is all_to_all, ppermute's the inverse permutation), and the
-    # assembly of a sharded output is an all_gather. Each rank's gradient covers its own block; their sum over ranks
-    # is the gradient of the global function, computed here by JAX on the plain function.
+    # Exact transposes (psum's is psum, all_gather's psum_scatter, pbroadcast's a psum kept at the source, all_to_all's
+    # all_to_all, ppermute's the inverse permutation), each rank's share of an output's cotangent 1/n of it. Each
+    # rank's gradient covers its own block of a sharded input; their sum over ranks is the gradient of the global
+    # function, computed here by JAX on the plain function. The "weighted" and "to_sharded" cases use a gathered or
+    # broadcast value differently on each rank (a rule that assumed equal cotangents everywhere got them wrong).
     n, rank = sk.size(), sk.rank()
     k = 2 * n
     body, in_spec, out_spec, ref = linear_cases(sk, n, k)[case]
@@ -129,6 +139,7 @@ def test_traced_shard_map_derivatives_of_every_linear_collective(sk, case, mode)
     g = np.asarray(jax.grad(lambda a: (f(a) * w).sum())(x))
     own = np.zeros(n * k, bool)
     own[rank * k:(rank + 1) * k] = True
+    own |= in_spec == sk.P()  # a replicated input: every rank's gradient is its share of the whole
     np.testing.assert_array_equal(g[~own], 0)
     total, _ = sk.mpi.allreduce(g, op="sum")
     np.testing.assert_allclose(total, jax.grad(lambda a: (ref(a) * w).sum())(x))

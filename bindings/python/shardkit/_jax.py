@@ -17,7 +17,7 @@ a duplicate of each communicator (``_core._jax_comm_handle``), so XLA's threads 
 Transformations follow mpi4jax 0.7: every operation batches under ``jax.vmap``; ``allreduce`` with ``op=SUM`` has a
 JVP and a transpose (the transpose of the sum over ranks is the identity on each rank, as mpi4jax defines it), and
 ``sendrecv`` has a JVP and a transpose (the reverse exchange); other reductions and operations raise as mpi4jax does.
-A shard_map body's collectives differentiate as JAX's shard_map's do (the derivative rules below).
+A shard_map body's collectives take their exact transposes (the derivative rules below).
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ available = "shardkit_collective_cpu" in _TARGETS
 
 _SUM = int(_core.ReduceOp.SUM)
 _NO_VALUE = ("send", "barrier")  # operations whose only result is the token
+# Operations of shard_map bodies only (not in the operation table): a permutation along a mesh axis, and the identity
+# that marks a value every rank of the mesh holds (its cotangent is shared among them).
+_SAME_SHAPE = ("ppermute", "replicated")
 
 collective_p = _jcore.Primitive("shardkit_collective")
 collective_p.multiple_results = True
@@ -71,8 +74,8 @@ collective_p.def_impl(lambda *args, **params: _dispatch.apply_primitive(collecti
 def bind(*args, op, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0, recv_tag=-1, transpose=False,
          perm=(), sm=False):
     """Binds the primitive: ``args`` are x (and sendbuf for sendrecv); returns the list of results. ``sm``: a
-    collective of a shard_map body (shardkit._jax_shard_map), differentiated as JAX's shard_map does (see the
-    derivative rules); ``perm``: the (source, destination) pairs of the shard_map-only operation "ppermute"."""
+    collective of a shard_map body (shardkit._jax_shard_map), with the exact transposes of the derivative rules;
+    ``perm``: the (source, destination) pairs of the shard_map-only operation "ppermute"."""
     return collective_p.bind(*args, op=op, comm=comm, reduce=reduce, root=root, dest=dest, source=source,
                              send_tag=send_tag, recv_tag=recv_tag, transpose=transpose, perm=perm, sm=sm)
 
@@ -86,7 +89,7 @@ def _abstract_eval(*args, op, comm, root, transpose, **_):
     if op in _NO_VALUE:
         return (), {_effect}
     x = args[0]
-    shape = x.shape if transpose or op == "ppermute" else _out_shape(op, x.shape, comm, root)
+    shape = x.shape if transpose or op in _SAME_SHAPE else _out_shape(op, x.shape, comm, root)
     return (_jcore.ShapedArray(shape, x.dtype),), {_effect}
 
 
@@ -117,7 +120,7 @@ def _lowering(target):
         return list(call.results[1:])
 
     def rule(ctx, *args, op, comm, transpose, perm, sm, **p):
-        if transpose:  # allreduce's transpose: the identity on each rank
+        if transpose or op == "replicated":  # allreduce's transpose in mpi4jax's convention; the replicated mark
             ctx.set_tokens_out(ctx.tokens_in)
             return [args[0]]
         if op == "ppermute":  # this rank's part of the permutation: a sendrecv, a send, a receive, or zeros
@@ -181,12 +184,16 @@ batching.primitive_batchers[collective_p] = _batch_rule
 
 # ---- jvp and transpose -----------------------------------------------------------------------------------------------
 # shardkit.mpi's operations follow mpi4jax 0.7: allreduce with SUM (its transpose the identity on each rank, as mpi4jax
-# defines it) and sendrecv (the reverse exchange); the rest raise as mpi4jax does. A shard_map body's collectives
-# (sm=True) follow JAX's shard_map: a replicated result's cotangent is the whole one on every rank (psum's transpose is
-# the identity, all_gather's and pbroadcast's take this rank's part), a result that differs per rank sends its
-# cotangent back (psum_scatter's transpose gathers, all_to_all's is all_to_all, ppermute's the inverse permutation).
+# defines it) and sendrecv (the reverse exchange); the rest raise as mpi4jax does.
+# A shard_map body's collectives (sm=True) take their exact transposes, as jax.pmap's do: psum's is psum, all_gather's
+# psum_scatter and back, pbroadcast's a psum kept at the source, all_to_all's all_to_all, ppermute's the inverse
+# permutation; each rank's cotangents are its share, and their sum over ranks the cotangent of the global function. A
+# traced shard_map's outputs, which every rank of the mesh holds, are marked "replicated": each rank's share of their
+# cotangent is 1/n of it (the global function computed on every rank counts once). So the gradient on each rank covers
+# its own block of a sharded input, and summed over ranks it is the gradient of the global function, whatever the body
+# does with the values it gathers or broadcasts.
 
-_SM_LINEAR = ("allgather", "alltoall", "bcast")
+_SM_LINEAR = ("allgather", "alltoall", "bcast", "replicated")
 
 
 def _jvp_rule(primals, tangents, *, op, reduce, **params):
@@ -207,10 +214,12 @@ def _jvp_rule(primals, tangents, *, op, reduce, **params):
 
 def _transpose_rule(cts, *args, op, reduce, transpose, **params):
     ct = ad.instantiate_zeros(cts[0])
+    sm = params["sm"]
     if op == "allreduce":
         if reduce != _SUM:
             raise NotImplementedError("The linear transpose of allreduce is only defined for op=MPI.SUM")
-        (res,) = bind(ct, op=op, reduce=reduce, transpose=not transpose, **params)
+        # shard_map: psum; shardkit.mpi: the identity on each rank (mpi4jax), lowered as `transpose`
+        (res,) = bind(ct, op=op, reduce=reduce, transpose=transpose if sm else not transpose, **params)
         return [res]
     if op == "sendrecv":
         recv_like, send = args
@@ -225,18 +234,18 @@ def _transpose_rule(cts, *args, op, reduce, transpose, **params):
         p = dict(params, source=params["dest"], dest=params["source"], send_tag=back_tag, recv_tag=params["send_tag"])
         (res,) = bind(like, ct, op=op, reduce=reduce, transpose=transpose, **p)
         return [None, res]
-    rank, _ = _core._jax_comm_info(params["comm"])
+    if op == "replicated":  # this rank's share of the cotangent of a value `root` ranks hold
+        return [ct / params["root"]]
     if op == "ppermute":
         inverse = tuple((d, s) for s, d in params["perm"])
         (res,) = bind(ct, op=op, reduce=reduce, transpose=transpose, **dict(params, perm=inverse))
         return [res]
-    if params["sm"] and op == "allgather":  # (nproc, *s), under vmap (nproc, batch, *s): this rank's block
-        return [ct[rank]]
-    if params["sm"] and op == "bcast":
-        return [ct if rank == params["root"] else jnp.zeros_like(ct)]
-    if params["sm"] and op in ("reduce_scatter", "alltoall"):
-        back = "allgather" if op == "reduce_scatter" else "alltoall"
-        (res,) = bind(ct, op=back, reduce=reduce, transpose=transpose, **params)
+    if sm and op in ("allgather", "reduce_scatter", "alltoall", "bcast"):
+        back = {"allgather": "reduce_scatter", "reduce_scatter": "allgather", "alltoall": "alltoall",
+                "bcast": "allreduce"}[op]
+        (res,) = bind(ct, op=back, reduce=_SUM, transpose=transpose, **params)
+        if op == "bcast" and _core._jax_comm_info(params["comm"])[0] != params["root"]:
+            res = jnp.zeros_like(res)  # only the source's value was used
         return [res]
     raise NotImplementedError(f"Transpose rule for '{op}' (shardkit) not implemented")
 

@@ -119,12 +119,15 @@ def _block(x, sharding):
 
 
 def _assemble(block, ctx, spec):
-    """The global value from this rank's block: tiled all-gathers along the out_spec's named dimensions."""
+    """The global value from this rank's block: tiled all-gathers along the out_spec's named dimensions, marked as held
+    by every rank of the mesh (each rank's share of its cotangent is 1/n of it: see shardkit._jax)."""
     for dim, axes in enumerate(spec):
         if axes is None:
             continue
         block = ctx.all_gather(block, axes, axis=dim, tiled=True)
-    return block
+    comm = ctx._comm(tuple(ctx.mesh.axis_names))
+    (out,) = _jax.bind(block, op="replicated", comm=comm, root=int(ctx.mesh.size), sm=True)
+    return out
 
 
 def run(f, mesh, in_specs, out_specs, single_out, args, stack):
