@@ -258,8 +258,8 @@ ad.primitive_transposes[collective_p] = _transpose_rule
 
 # A jit-compiled function called in a shard_map body resolves its axis names to that mesh's communicators when it is
 # traced; its compiled program names them. jax.jit keys its caches on this context, set to the mesh while a body runs
-# (or is traced), so a trace made under one mesh never serves another. (Equal meshes share: same ranks, same
-# communicators.)
+# (or is traced), so a trace made under one mesh never serves another. Equal meshes (same shape, names, device order
+# and communicator) share traces: the first one's axis communicators, over the same ranks, serve both.
 _mesh_context = jax.make_user_context(None) if hasattr(jax, "make_user_context") else None
 
 
