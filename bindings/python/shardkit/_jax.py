@@ -63,7 +63,8 @@ available = "shardkit_collective_cpu" in _TARGETS
 _SUM = int(_core.ReduceOp.SUM)
 _NO_VALUE = ("send", "barrier")  # operations whose only result is the token
 # Operations of shard_map bodies only (not in the operation table): a permutation along a mesh axis, and the identity
-# that marks a value every rank of the mesh holds (its cotangent is shared among them).
+# that marks a value every rank of the mesh holds (its cotangent is shared among them; comm -1: it communicates
+# nothing).
 _SAME_SHAPE = ("ppermute", "replicated")
 
 collective_p = _jcore.Primitive("shardkit_collective")
@@ -152,9 +153,10 @@ if "shardkit_collective_cuda" in _TARGETS:
 # ---- vmap -----------------------------------------------------------------------------------------------------------
 
 def _batch_rule(args, dims, *, op, comm, root, **params):
-    rank, _ = _core._jax_comm_info(comm)
+    # The rank matters to the rooted operations only (the "replicated" mark names no communicator).
+    at_root = op in ("scatter", "gather") and _core._jax_comm_info(comm)[0] == root
     # Where the batch axis goes in x: after the leading nproc axis for the operations that split x along it.
-    leading = op in ("alltoall", "reduce_scatter") or (op == "scatter" and rank == root)
+    leading = op in ("alltoall", "reduce_scatter") or (op == "scatter" and at_root)
     pos = 1 if leading else 0
     if leading:  # the shape rule on one example (its nproc axis), before the batch axis goes behind that axis
         x, d = args[0], dims[0]
@@ -170,7 +172,7 @@ def _batch_rule(args, dims, *, op, comm, root, **params):
     out = bind(*moved, op=op, comm=comm, root=root, **params)
     if op in _NO_VALUE:
         return out, []
-    if op == "allgather" or (op == "gather" and rank == root):
+    if op == "allgather" or (op == "gather" and at_root):
         out_dim = 1  # a new leading nproc axis
     elif op in ("reduce_scatter", "scatter") and leading:
         out_dim = 0  # the nproc axis is dropped

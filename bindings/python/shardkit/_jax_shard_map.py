@@ -125,8 +125,7 @@ def _assemble(block, ctx, spec):
         if axes is None:
             continue
         block = ctx.all_gather(block, axes, axis=dim, tiled=True)
-    comm = ctx._comm(tuple(ctx.mesh.axis_names))
-    (out,) = _jax.bind(block, op="replicated", comm=comm, root=int(ctx.mesh.size), sm=True)
+    (out,) = _jax.bind(block, op="replicated", comm=-1, root=int(ctx.mesh.size), sm=True)
     return out
 
 
