@@ -138,6 +138,8 @@ void clear_jax_comms() {
   }
 }
 
+bool jax_token(nb::handle t) { return g_hook.token_type && Py_TYPE(t.ptr()) == g_hook.token_type; }
+
 bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out) {
   nb::handle x = a.get(op == OpKind::kSendrecv ? Field::kSendbuf : Field::kX);
   nb::handle token = a.get(Field::kToken);
@@ -150,7 +152,7 @@ bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out
   if (!hook_ready()) return false;
   // Outside any trace, without a JAX token, the native path runs the call on concrete arrays directly (jax.Arrays
   // through the buffer protocol, results back as jax.Arrays), as shardkit._jax's dispatch would send it there.
-  if (Py_TYPE(token.ptr()) != g_hook.token_type && at_top_level()) return false;
+  if (!jax_token(token) && at_top_level()) return false;
   // While JAX traces: a call with a JAX value among its arrays (sendrecv's NumPy sendbuf then becomes a constant of
   // the program) or a JAX token is staged; barrier asks the hook.
   const bool jax_input = is_jax_value(x) || is_jax_value(token) ||
@@ -167,8 +169,6 @@ bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out
   *out = std::move(r);
   return true;
 }
-
-bool jax_token(nb::handle t) { return g_hook.token_type && Py_TYPE(t.ptr()) == g_hook.token_type; }
 
 bool jax_tracer(nb::handle x) {
   if (is_ndarray(x) || !hook_ready()) return false;
