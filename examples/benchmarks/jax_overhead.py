@@ -12,8 +12,9 @@ For each size (float64 elements), the time per call of
                   must be set up before JAX computes anything, and it changes what jax.devices() means, so it stays
                   out of the processes measuring shardkit (which use MPI, not jax.distributed)
 alternating them over repeats (each repeat starting at the next case, and each sample after untimed warm-up calls of
-its own case), with the min and median over repeats and the ratios to mpi4jax. Results are checked first (a fast wrong answer is no result). mpi4jax is optional (scripts/setup.sh
-installs it as the baseline); where JAX's gloo baseline cannot run, the table says why instead of giving a number.
+its own case), with the min and median over repeats and the ratios to mpi4jax. Results are checked first (a fast
+wrong answer is no result). mpi4jax is optional (scripts/setup.sh installs it as the baseline); where JAX's gloo
+baseline cannot run, the table says why instead of giving a number.
 
     mpirun -np 2 python examples/benchmarks/jax_overhead.py [--sizes 8,4096] [--iters 500] [--repeats 5] [--no-gloo]
 """

@@ -103,7 +103,8 @@ def linear_cases(sk, n, k):
                            lambda x: jnp.concatenate([jnp.zeros(k), x[:-k]])),
         "pbroadcast": (lambda b: sk.pbroadcast(b, "x", n - 1), P("x"), P(), lambda x: blocks(x)[n - 1]),
         # Gathered or broadcast values used differently on each rank: their cotangents differ per rank and add up.
-        "all_gather_to_sharded": (lambda b: sk.all_gather(b, "x", tiled=True), P("x"), P("x"), lambda x: jnp.tile(x, n)),
+        "all_gather_to_sharded": (lambda b: sk.all_gather(b, "x", tiled=True), P("x"), P("x"),
+                                  lambda x: jnp.tile(x, n)),
         "all_gather_weighted": (lambda b: sk.all_gather(b, "x", tiled=True) * (sk.axis_index("x") + 1), P("x"), P("x"),
                                 lambda x: jnp.concatenate([x * (r + 1) for r in range(n)])),
         "pbroadcast_to_sharded": (lambda b: sk.pbroadcast(b, "x", n - 1), P("x"), P("x"),
