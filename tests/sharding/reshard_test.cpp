@@ -65,6 +65,45 @@ std::vector<std::int64_t> sent_by_rank(const Shape& global, const NamedSharding&
   return out;
 }
 
+std::int64_t overlap(const Box& a, const Box& b) {
+  std::int64_t n = 1;
+  for (std::size_t d = 0; d < a.size(); ++d)
+    n *= std::max<std::int64_t>(0, std::min(a[d].stop, b[d].stop) - std::max(a[d].start, b[d].start));
+  return n;
+}
+
+// Elements each rank sends under the rule plan_reshard documents, worked out from the blocks alone: in an all_gather,
+// a rank sends its block to every other member of its group; in an all_to_all-v, the replicas of a source block take
+// turns, in rank order, over the other ranks that need part of it (in rank order), so replicas share the sending.
+std::vector<std::int64_t> expected_sent(const Shape& global, const NamedSharding& from, const NamedSharding& to) {
+  const int p = static_cast<int>(from.mesh().size());
+  std::vector<std::int64_t> sent(p, 0);
+  std::vector<Box> src(p), dst(p);
+  for (int r = 0; r < p; ++r) {
+    src[r] = from.index(global, r);
+    dst[r] = to.index(global, r);
+  }
+  const ReshardKind kind = plan_reshard(global, from, to, 0).kind;
+  if (kind == ReshardKind::kAllGather) {
+    for (int r = 0; r < p; ++r)
+      sent[r] = numel_of(src[r]) * static_cast<std::int64_t>(plan_reshard(global, from, to, r).members.size() - 1);
+    return sent;
+  }
+  if (kind != ReshardKind::kAllToAll) return sent;
+  for (int r = 0; r < p; ++r) {
+    std::vector<int> replicas;
+    for (int q = 0; q < p; ++q)
+      if (src[q] == src[r]) replicas.push_back(q);
+    if (numel_of(src[r]) == 0 || replicas.front() != r) continue;  // each distinct block once
+    std::size_t turn = 0;
+    for (int q = 0; q < p; ++q) {
+      if (src[q] == src[r] || overlap(src[r], dst[q]) == 0) continue;
+      sent[replicas[turn++ % replicas.size()]] += overlap(src[r], dst[q]);
+    }
+  }
+  return sent;
+}
+
 // Checks every rank's plan against the others' and against the element count.
 void check_plans(const Shape& global, const NamedSharding& from, const NamedSharding& to) {
   const int p = static_cast<int>(from.mesh().size());
@@ -103,8 +142,9 @@ void check_plans(const Shape& global, const NamedSharding& from, const NamedShar
       EXPECT_EQ(filled, numel_of(pl.target));
     }
   }
-  // Each missing element travels once.
+  // Each missing element travels once, and the replicas of a block share the sending.
   EXPECT_EQ(sent, t.total);
+  EXPECT_EQ(sent_by_rank(global, from, to), expected_sent(global, from, to));
 }
 
 struct Case {
@@ -222,6 +262,27 @@ TEST(ReshardPlan, FanOutWhereTheTargetReplicatesMore) {
   EXPECT_EQ(p.recv_staging, 8);  // the two column halves interleave in the rows of the result
 }
 
+TEST(ReshardPlan, ReplicasOfABlockTakeTurnsSendingIt) {
+  // P(x) -> P(None, x) on 2x2, 4x4 float32: the row block of x = 0 is held by (0,0) and (0,1) and needed (its columns
+  // 2:4) by (1,0) and (1,1); each replica serves one of them. Every rank sends 4 elements (16 bytes), not 8, 0, 8, 0.
+  const Mesh m = Mesh::abstract({2, 2}, {"x", "y"});
+  const NamedSharding from(m, P("x")), to(m, P(kNone, "x"));
+  std::vector<std::int64_t> bytes;
+  for (int r = 0; r < 4; ++r) {
+    const ReshardPlan plan = plan_reshard({4, 4}, from, to, r);
+    EXPECT_EQ(plan.kind, ReshardKind::kAllToAll);
+    EXPECT_EQ(plan.elements_received(), 4);
+    bytes.push_back(plan.elements_sent() * static_cast<std::int64_t>(dtype_size(DType::kFloat32)));
+  }
+  EXPECT_EQ(bytes, (std::vector<std::int64_t>{16, 16, 16, 16}));
+  // Three replicas, two ranks in need. P(x) -> P(y, x) on 2x3, 6x4: rows 0:3 (ranks 0-2) are needed by rank 3 (its
+  // rows 0:2, cols 2:4: 4 elements) and rank 4 (row 2, cols 2:4: 2); rows 3:6 (ranks 3-5) by rank 1 (row 3, cols 0:2:
+  // 2) and rank 2 (rows 4:6, cols 0:2: 4). The first replica serves the first rank in need, the second the second.
+  const Mesh wide = Mesh::abstract({2, 3}, {"x", "y"});
+  EXPECT_EQ(sent_by_rank({6, 4}, NamedSharding(wide, P("x")), NamedSharding(wide, P("y", "x"))),
+            (std::vector<std::int64_t>{4, 2, 0, 2, 4, 0}));
+}
+
 TEST(ReshardPlan, EveryPairOnAbstractMeshesMatchesTheElementCount) {
   const std::vector<Mesh> meshes{Mesh::abstract({1}, {"x"}),         Mesh::abstract({3}, {"x"}),
                                  Mesh::abstract({2, 2}, {"x", "y"}), Mesh::abstract({2, 3}, {"x", "y"}),
@@ -313,6 +374,7 @@ TEST(Reshard, EveryPairIssuesThePlannedCollectiveAndMovesTheFewestElements) {
           EXPECT_EQ(plan.elements_received(), t.received[m.rank()]);
           const auto sent = sent_by_rank(c.shape, sf, st);
           EXPECT_EQ(std::accumulate(sent.begin(), sent.end(), std::int64_t{0}), t.total);
+          EXPECT_EQ(sent, expected_sent(c.shape, sf, st));
           // (d) staging: one target block to receive; one source block to send from, even or uneven
           EXPECT_LE(plan.recv_staging, y.local().numel());
           EXPECT_LE(plan.send_staging, x.local().numel());
