@@ -37,26 +37,44 @@ TEST(TokenRule1, EveryOperationTakesAndReturnsAToken) {
   EXPECT_EQ(b.to_vector<std::int64_t>()[0], n * n * (n + 1) / 2);
 }
 
-// Rule 2: an operation given a token starts after the operation that produced it, across communicators.
-TEST(TokenRule2, TwoCommunicatorsOrderedOnlyByTokens) {
+// Rule 2: an operation given a token starts after the operation that produced it, across communicators. Swept over
+// sizes below and above MPI's eager limit (a rendezvous delays the read of a large send buffer by itself, which hid a
+// missing wait), in place and not, on the test buffers' device (GPU buffers, NCCL, in the GPU suite).
+class TokenRule2 : public ::testing::TestWithParam<std::tuple<std::int64_t, bool>> {
+ protected:
+  void SetUp() override { SHARDKIT_SKIP_IF_GPU_SUITE_WITHOUT_GPU(); }
+};
+
+TEST_P(TokenRule2, TwoCommunicatorsOrderedOnlyByTokens) {
+  const auto [n, in_place] = GetParam();
   auto a = make_async("A");
   auto b = make_async("B");
-  const int r = a->rank(), n = a->size();
-  Array buf = Array::zeros({1000}, DType::kInt64);
-  Array alias = buf;  // another handle: it carries no ready event, so only the token can order the read
+  const int r = a->rank(), size = a->size();
+  Array host = Array::zeros({n}, DType::kInt64);
   if (r == 0) {
-    for (std::int64_t i = 0; i < 1000; ++i) buf.data_as<std::int64_t>()[i] = i + 1;
+    for (std::int64_t i = 0; i < n; ++i) host.data_as<std::int64_t>()[i] = i + 1;
   }
+  Array buf = host.to(buffer_device()).clone();
+  Array alias = buf;  // another handle: it carries no ready event, so only the token can order the read
   delay_on_root(0);
   Token ta = a->bcast_inplace(buf, 0);  // pending on the non-roots until the root arrives
-  Array sum = Array::zeros({1000}, DType::kInt64);
-  Token tb = b->allreduce(alias, sum, ReduceOp::kSum, ta);  // must read `alias` only after the bcast completed
+  // Must read `alias` only after the bcast completed.
+  Array sum = in_place ? alias : Array::zeros({n}, DType::kInt64, buffer_device());
+  Token tb = in_place ? b->allreduce_inplace(alias, ReduceOp::kSum, ta) : b->allreduce(alias, sum, ReduceOp::kSum, ta);
   tb.wait();
   const auto got = sum.to_vector<std::int64_t>();
-  for (std::int64_t i = 0; i < 1000; ++i) ASSERT_EQ(got[i], n * (i + 1)) << "element " << i;
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], size * (i + 1)) << "element " << i;
 }
 
-TEST(TokenRule2, UserWorkOrderedOnATokenSeesTheResult) {
+// 8 elements go eagerly (the send buffer is read when the operation starts), 1000 (8 KB) and 65536 by rendezvous.
+INSTANTIATE_TEST_SUITE_P(SizesAndInPlace, TokenRule2,
+                         ::testing::Combine(::testing::Values(8, 1000, 65536), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<std::int64_t, bool>>& p) {
+                           return "n" + std::to_string(std::get<0>(p.param)) +
+                                  (std::get<1>(p.param) ? "_in_place" : "");
+                         });
+
+TEST(TokenRule2User, UserWorkOrderedOnATokenSeesTheResult) {
   // On the host, "user work ordered on the token" is work after token.wait(): it must see the whole result.
   auto a = make_async("user-work");
   Array x = Array::from_values<std::int32_t>({a->rank() + 1, 2 * (a->rank() + 1)});
