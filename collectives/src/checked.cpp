@@ -33,7 +33,9 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 std::string field_text(const char* field, std::int64_t v) {
   const std::string f = field;
-  if (v < 0 && f != "extra") return "(none)";
+  // A hash is any 64-bit pattern (compared as a signed number): never "(none)".
+  if (f == "counts (hash)") return std::to_string(static_cast<std::uint64_t>(v));
+  if (v < 0) return "(none)";
   if (f == "operation") return v == kCreationOp ? "communicator creation" : op_name(static_cast<OpKind>(v));
   if (f == "dtype") return std::string(dtype_name(static_cast<DType>(v)));
   if (f == "reduction") return reduce_op_name(static_cast<ReduceOp>(v));
