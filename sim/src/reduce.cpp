@@ -92,8 +92,13 @@ T apply(T a, T b, ncclRedOp_t op) {
   switch (op) {
     case ncclSum: case ncclAvg: return static_cast<T>(static_cast<A>(a) + static_cast<A>(b));
     case ncclProd: return static_cast<T>(static_cast<A>(a) * static_cast<A>(b));
-    case ncclMin: return std::min(a, b);
-    case ncclMax: return std::max(a, b);
+    // As NCCL's kernels: fminf/fmaxf on floats and __hmin/__hmax on 16-bit ones drop a NaN (the other operand wins).
+    case ncclMin:
+      if constexpr (std::is_floating_point_v<T>) return std::fmin(a, b);
+      return std::min(a, b);
+    case ncclMax:
+      if constexpr (std::is_floating_point_v<T>) return std::fmax(a, b);
+      return std::max(a, b);
     default: return a;
   }
 }

@@ -67,8 +67,9 @@ TEST_F(CheckedMode, CountMismatchNamesTheRanks) {
 }
 
 TEST_F(CheckedMode, CountMismatchThatMpiAcceptsSilently) {
-  // The receivers' buffers are larger than what the root sends: MPI itself completes such a bcast without an error
-  // (a receive may be longer than its message), leaving the tail of every receive buffer unwritten.
+  // The receivers' buffers are larger than what the root sends. Without checked mode, Open MPI completes such a bcast
+  // at 2 ranks without an error (a receive may be longer than its message), leaving the tail of the receive buffer
+  // unwritten; at 3 ranks one rank completes silently while another reports a truncation.
   expect_mismatch([&](Communicator& c) { c.bcast(Array::zeros({rank() == 0 ? 5 : 8}, DType::kInt32), 0); }, "bcast",
                   "count: " + first_differs("5", "8"));
 }

@@ -64,8 +64,11 @@ TEST(Routing, ReductionsNcclLacksFallBackToMpi) {
     bool nccl;
   };
   const Case cases[] = {
-      {DType::kFloat32, ReduceOp::kSum, true},      {DType::kFloat64, ReduceOp::kMax, true},
-      {DType::kBFloat16, ReduceOp::kProd, true},    {DType::kInt64, ReduceOp::kMin, true},
+      {DType::kFloat32, ReduceOp::kSum, true},      {DType::kInt64, ReduceOp::kMin, true},
+      {DType::kBFloat16, ReduceOp::kProd, true},    {DType::kUInt8, ReduceOp::kMax, true},
+      // NCCL's float min/max drop a NaN, which shardkit propagates: MPI.
+      {DType::kFloat64, ReduceOp::kMax, false},     {DType::kFloat32, ReduceOp::kMin, false},
+      {DType::kFloat16, ReduceOp::kMax, false},     {DType::kBFloat16, ReduceOp::kMin, false},
       {DType::kComplex64, ReduceOp::kSum, true},    {DType::kComplex128, ReduceOp::kProd, false},
       {DType::kInt16, ReduceOp::kSum, false},       {DType::kUInt16, ReduceOp::kMax, false},
       {DType::kBool, ReduceOp::kLogicalAnd, true},  {DType::kBool, ReduceOp::kLogicalXor, false},

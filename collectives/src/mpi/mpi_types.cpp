@@ -32,18 +32,22 @@ void combine(void* in, void* inout, int* len, F f) {
   for (int i = 0; i < *len; ++i) b[i] = narrow<T>(f(widen(a[i]), widen(b[i])));
 }
 
-// NaN propagates through min/max, as in NumPy and the GPU libraries.
-inline float nan_min(float a, float b) { return (a != a || b != b) ? a + b : std::min(a, b); }
-inline float nan_max(float a, float b) { return (a != a || b != b) ? a + b : std::max(a, b); }
+// NaN propagates through min and max whichever rank holds it, as in NumPy's minimum/maximum and JAX's pmin/pmax
+// (MPI_MIN/MPI_MAX keep or drop a NaN depending on its rank, and NCCL's fminf/fmaxf drop it): every floating dtype
+// reduces min and max through these.
+template <typename F>
+inline F nan_min(F a, F b) { return (a != a || b != b) ? a + b : std::min(a, b); }
+template <typename F>
+inline F nan_max(F a, F b) { return (a != a || b != b) ? a + b : std::max(a, b); }
 
 template <typename T>
 void sum_fn(void* in, void* inout, int* len, MPI_Datatype*) { combine<T>(in, inout, len, [](float a, float b) { return a + b; }); }
 template <typename T>
 void prod_fn(void* in, void* inout, int* len, MPI_Datatype*) { combine<T>(in, inout, len, [](float a, float b) { return a * b; }); }
 template <typename T>
-void min_fn(void* in, void* inout, int* len, MPI_Datatype*) { combine<T>(in, inout, len, nan_min); }
+void min_fn(void* in, void* inout, int* len, MPI_Datatype*) { combine<T>(in, inout, len, nan_min<float>); }
 template <typename T>
-void max_fn(void* in, void* inout, int* len, MPI_Datatype*) { combine<T>(in, inout, len, nan_max); }
+void max_fn(void* in, void* inout, int* len, MPI_Datatype*) { combine<T>(in, inout, len, nan_max<float>); }
 
 struct HalfTypes {
   MPI_Datatype f16 = MPI_DATATYPE_NULL, bf16 = MPI_DATATYPE_NULL;
@@ -68,6 +72,31 @@ const HalfTypes& half_types() {
       SHARDKIT_MPI_CHECK(MPI_Op_create(f16_fns[i], /*commute=*/1, &t.f16_ops[i]));
       SHARDKIT_MPI_CHECK(MPI_Op_create(bf16_fns[i], /*commute=*/1, &t.bf16_ops[i]));
     }
+  });
+  return t;
+}
+
+// ---- float32 / float64 min and max -----------------------------------------------------------------------------
+
+template <typename F, F (*Fn)(F, F)>
+void native_float_fn(void* in, void* inout, int* len, MPI_Datatype*) {
+  const F* a = static_cast<const F*>(in);
+  F* b = static_cast<F*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = Fn(a[i], b[i]);
+}
+
+struct FloatMinMax {
+  MPI_Op f32_min = MPI_OP_NULL, f32_max = MPI_OP_NULL, f64_min = MPI_OP_NULL, f64_max = MPI_OP_NULL;
+};
+
+const FloatMinMax& float_min_max() {
+  static std::once_flag once;
+  static FloatMinMax t;
+  std::call_once(once, [] {
+    SHARDKIT_MPI_CHECK(MPI_Op_create(native_float_fn<float, nan_min<float>>, /*commute=*/1, &t.f32_min));
+    SHARDKIT_MPI_CHECK(MPI_Op_create(native_float_fn<float, nan_max<float>>, /*commute=*/1, &t.f32_max));
+    SHARDKIT_MPI_CHECK(MPI_Op_create(native_float_fn<double, nan_min<double>>, /*commute=*/1, &t.f64_min));
+    SHARDKIT_MPI_CHECK(MPI_Op_create(native_float_fn<double, nan_max<double>>, /*commute=*/1, &t.f64_max));
   });
   return t;
 }
@@ -130,6 +159,11 @@ MPI_Op mpi_op(ReduceOp op, DType dtype) {
     const HalfTypes& t = half_types();
     const MPI_Op* ops = dtype == DType::kFloat16 ? t.f16_ops : t.bf16_ops;
     return ops[static_cast<int>(op)];  // sum, prod, min, max are the first four ReduceOps
+  }
+  if ((op == ReduceOp::kMin || op == ReduceOp::kMax) && (dtype == DType::kFloat32 || dtype == DType::kFloat64)) {
+    const FloatMinMax& t = float_min_max();
+    if (dtype == DType::kFloat32) return op == ReduceOp::kMin ? t.f32_min : t.f32_max;
+    return op == ReduceOp::kMin ? t.f64_min : t.f64_max;
   }
   if (op == ReduceOp::kSum) {
     switch (dtype) {

@@ -25,6 +25,9 @@ bool nccl_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept {
     case DType::kComplex128: return reduce == ReduceOp::kSum;  // as pairs of reals
     default: break;
   }
+  // NCCL's float min/max (fminf/fmaxf, __hmin/__hmax) drop a NaN where shardkit propagates it (README, "NaN"): those
+  // go to MPI, through pinned staging, with shardkit's own reductions.
+  if (is_floating(dtype) && (reduce == ReduceOp::kMin || reduce == ReduceOp::kMax)) return false;
   return reduce == ReduceOp::kSum || reduce == ReduceOp::kProd || reduce == ReduceOp::kMin ||
          reduce == ReduceOp::kMax;
 }
