@@ -331,6 +331,57 @@ def test_integer_sum_wraps(mpi, rank, size, dt, mode):
     check(got, want)
 
 
+# (a, b) whose exact sum or product lies between two 16-bit values, or halfway between them (ties go to the even one).
+HALF_CASES = {
+    "float16": {"sum": [(2.0, 3 * 2**-11), (2.0, 2**-10), (2.001953125, 2**-10), (-2.0, -3 * 2**-11), (1000.0, 0.3)],
+                "prod": [(0.7, 1.9), (1 + 3 * 2**-10, 1.5), (3.0, 1 + 2**-10)]},
+    "bfloat16": {"sum": [(0.1, 0.2), (1.0, 2**-8), (1.0078125, 2**-8), (-1.0, -3 * 2**-9)],
+                 "prod": [(0.7, 1.9), (1 + 3 * 2**-7, 1.5), (3.0, 1 + 2**-7)]},
+}
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize("red", ["sum", "prod"])
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_half_reductions_round_to_nearest_even(mpi, rank, size, dt, red, mode):
+    # Two ranks hold a and b (every pair of positions), the others the identity, so the order of reduction cannot
+    # matter: the result is the exact a (op) b, computed in float32, rounded once by NumPy / ml_dtypes. Compared bit for
+    # bit (the sweep's inputs are exact in 16 bits, which rounding toward zero would pass).
+    if size < 2:
+        pytest.skip("a reduction over one rank rounds nothing")
+    t = DTYPES[dt]
+    pairs = [(i, j) for i in range(size) for j in range(i + 1, size)]
+    cases = [(t(a), t(b), i, j) for a, b in HALF_CASES[dt][red] for i, j in pairs]
+    identity = t(0) if red == "sum" else t(1)
+    x = np.array([a if rank == i else b if rank == j else identity for a, b, i, j in cases], t)
+    exact = np.array([UFUNCS[red](np.float32(a), np.float32(b)) for a, b, _, _ in cases], np.float32)
+    want = exact.astype(t)
+    assert not np.array_equal(want.astype(np.float32), exact), "every case must need rounding somewhere"
+    f = lambda v: mpi.allreduce(v, MPI_OPS[red])[0]  # noqa: E731
+    got = np.asarray((jax.jit(f) if mode == "jit" else f)(jnp.asarray(x)))
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize("dt", FLOATS)
+def test_nan_propagates_from_every_rank(mpi, rank, size, dt, mode):
+    # Element k < size: a NaN on rank k only; element size: none; element size + 1: NaN on every rank. max, min, sum and
+    # prod are NaN wherever a rank holds one, as NumPy's maximum/minimum and JAX's pmax/pmin give.
+    t = DTYPES[dt]
+
+    def held(r):
+        v = np.full(size + 2, 1 + r, np.float64)
+        v[r] = v[size + 1] = np.nan
+        return v.astype(t)
+
+    xs = [held(r) for r in range(size)]
+    for red in ("max", "min", "sum", "prod"):
+        want = functools.reduce(UFUNCS[red], [x.astype(np.float64) for x in xs]).astype(t)
+        f = lambda v, red=red: mpi.allreduce(v, MPI_OPS[red])[0]  # noqa: E731
+        got = np.asarray((jax.jit(f) if mode == "jit" else f)(jnp.asarray(xs[rank])))
+        np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64), err_msg=red)
+
+
 @pytest.mark.parametrize("mode", ["eager", "jit", "vmap", "jit_vmap"])
 def test_barrier(mpi, sk, rank, size, mode):
     # barrier returns only a token; inside a program it runs though nothing uses that token (one more collective
