@@ -10,6 +10,8 @@
 //   timeout_sweep_main checked     SHARDKIT_CHECK on: the signature exchange times out (collectives), the data phase
 //                                  (point-to-point)
 //   timeout_sweep_main async       pending tokens (CommOptions::async): waiting for the token times out
+//   timeout_sweep_main unchecked gpu   the rank's GPU buffers: NCCL where it implements the operation (the token's
+//                                      poll times out and aborts the NCCL communicator), MPI for the others
 
 #include <mpi.h>
 
@@ -48,8 +50,8 @@ struct Call {
 // has a value form; the others (send, barrier, alltoallv; allgatherv, whose value form first exchanges lengths) are
 // built from the same row of the table. x has one row per rank, so that the rules that split the leading dimension
 // (reduce_scatter, scatter, alltoall) hold. `c` stays where it is: the arguments point into it.
-void fill_call(Call& c, OpKind op, int rank, int size) {
-  c.x = Array::zeros({size, kRow}, DType::kFloat32);
+void fill_call(Call& c, OpKind op, int rank, int size, Device where) {
+  c.x = Array::zeros({size, kRow}, DType::kFloat32, where);
   c.args.root = kMissing;
   c.args.dest = kMissing;
   c.args.source = kMissing;
@@ -60,7 +62,7 @@ void fill_call(Call& c, OpKind op, int rank, int size) {
     c.recv_counts.assign(static_cast<std::size_t>(size), rule == ValueRule::kConcat ? n : kRow);
     std::int64_t total = 0;
     for (std::int64_t k : c.recv_counts) total += k;
-    c.out = Array::zeros({total}, DType::kFloat32);
+    c.out = Array::zeros({total}, DType::kFloat32, where);
     c.args.send = &c.x;
     c.args.recv = &c.out;
     c.args.send_counts = c.send_counts;
@@ -68,7 +70,7 @@ void fill_call(Call& c, OpKind op, int rank, int size) {
     return;
   }
   if (!value_is_input(op, rank, kMissing))
-    c.out = Array::zeros(value_shape(op, c.x.shape(), rank, size, kMissing), DType::kFloat32);
+    c.out = Array::zeros(value_shape(op, c.x.shape(), rank, size, kMissing), DType::kFloat32, where);
   bind_value(op, c.x, c.out, c.args, rank);
   if (!c.args.send) c.args.send = &c.x;  // sendrecv sends x (its value rule only shapes the result)
 }
@@ -113,18 +115,25 @@ class Watchdog {
 int main(int argc, char** argv) {
   Runtime rt(&argc, &argv);
   const std::string mode = argc > 1 ? argv[1] : "unchecked";
+  const bool gpu = argc > 2 && std::string(argv[2]) == "gpu";
+  const Device where = gpu ? rt.device() : Device::cpu();
+  if (gpu && where.kind != DeviceKind::kCUDA) {
+    std::printf("timeout sweep FAILED: no GPU on rank %d\n", rt.rank());
+    return 1;
+  }
   CommOptions o;
   o.check = mode == "checked";
   o.async = mode == "async";
   o.timeout = kTimeout;
   o.name = "sweep";
-  // One communicator per operation, made by every rank (and used once by all of them, which also makes checked mode's
-  // private duplicate) before rank 0 goes missing: only the operations themselves can time out below.
+  // One communicator per operation, made by every rank (and used once by all of them on the sweep's buffers, which
+  // also makes checked mode's private duplicate and sets NCCL up) before rank 0 goes missing: only the operations
+  // themselves can time out below.
   std::vector<std::shared_ptr<Communicator>> comms;
   for (int k = 0; k < kOpCount; ++k) {
     o.name = std::string("sweep-") + op_name(static_cast<OpKind>(k));
     comms.push_back(Communicator::world(rt, o));
-    comms.back()->barrier().wait();
+    comms.back()->allreduce(Array::zeros({1}, DType::kFloat32, where), ReduceOp::kSum).token.wait();
   }
   const int rank = comms[0]->rank(), size = comms[0]->size();
   std::vector<int> outcomes(kOpCount, kCompleted);
@@ -136,7 +145,7 @@ int main(int argc, char** argv) {
       watchdog.watch(k);
       const auto op = static_cast<OpKind>(k);
       Call& c = in_flight.emplace_back();
-      fill_call(c, op, rank, size);
+      fill_call(c, op, rank, size, where);
       const auto start = std::chrono::steady_clock::now();
       try {
         comms[k]->run(op, c.args).wait();
@@ -145,9 +154,9 @@ int main(int argc, char** argv) {
         const double s = Seconds(std::chrono::steady_clock::now() - start).count();
         const std::string msg = e.what();
         const std::string name = std::string(op_name(op)) + " #";
-        const std::string where = "communicator '" + comms[k]->name() + "'";
+        const std::string comm_text = "communicator '" + comms[k]->name() + "'";
         outcomes[k] = s > kTimeout.count() / 1000.0 + kMarginS                                  ? kTooLate
-                      : msg.find(name) == std::string::npos || msg.find(where) == std::string::npos ? kWrongName
+                      : msg.find(name) == std::string::npos || msg.find(comm_text) == std::string::npos ? kWrongName
                                                                                                   : kTimedOut;
         std::printf("rank %d: %s: TimeoutError after %.2f s: %s\n", rank, op_name(op), s, e.what());
       } catch (const std::exception& e) {
@@ -178,7 +187,8 @@ int main(int argc, char** argv) {
         failures += std::string(" ") + op_name(static_cast<OpKind>(k)) + ": no rank timed out;";
     }
     if (failures.empty())
-      std::printf("timeout sweep (%s, %d ranks): passed, %d operations\n", mode.c_str(), size, kOpCount);
+      std::printf("timeout sweep (%s%s, %d ranks): passed, %d operations\n", mode.c_str(), gpu ? " gpu" : "", size,
+                  kOpCount);
     else
       std::printf("timeout sweep FAILED (%s, %d ranks):%s\n", mode.c_str(), size, failures.c_str());
     std::fflush(stdout);
