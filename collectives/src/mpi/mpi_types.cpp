@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
+#include <utility>
 
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/mpi.hpp"
@@ -76,55 +77,44 @@ const HalfTypes& half_types() {
   return t;
 }
 
-// ---- float32 / float64 min and max -----------------------------------------------------------------------------
+// ---- shardkit's own reductions on types MPI has -----------------------------------------------------------------
 
-template <typename F, F (*Fn)(F, F)>
-void native_float_fn(void* in, void* inout, int* len, MPI_Datatype*) {
-  const F* a = static_cast<const F*>(in);
-  F* b = static_cast<F*>(inout);
+template <typename T, T (*Fn)(T, T)>
+void elementwise(void* in, void* inout, int* len, MPI_Datatype*) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
   for (int i = 0; i < *len; ++i) b[i] = Fn(a[i], b[i]);
 }
 
-struct FloatMinMax {
+template <typename T>
+T wrapping_add(T a, T b) {
+  return static_cast<T>(a + b);  // modular since C++20
+}
+
+// - 8- and 16-bit integer sums: Open MPI 4.1's op/avx component adds them with saturating instructions from 16
+//   elements on (200 + 200 as uint8 gives 255), a bug its developers will not fix (open-mpi/ompi#8045). These sums
+//   wrap, as C's, NumPy's and NCCL's do, in every MPI library.
+// - float32/float64 min and max: NaN propagates (nan_min, nan_max).
+struct OwnOps {
+  MPI_Op int8_sum = MPI_OP_NULL, uint8_sum = MPI_OP_NULL, int16_sum = MPI_OP_NULL, uint16_sum = MPI_OP_NULL;
   MPI_Op f32_min = MPI_OP_NULL, f32_max = MPI_OP_NULL, f64_min = MPI_OP_NULL, f64_max = MPI_OP_NULL;
 };
 
-const FloatMinMax& float_min_max() {
+const OwnOps& own_ops() {
   static std::once_flag once;
-  static FloatMinMax t;
+  static OwnOps t;
   std::call_once(once, [] {
-    SHARDKIT_MPI_CHECK(MPI_Op_create(native_float_fn<float, nan_min<float>>, /*commute=*/1, &t.f32_min));
-    SHARDKIT_MPI_CHECK(MPI_Op_create(native_float_fn<float, nan_max<float>>, /*commute=*/1, &t.f32_max));
-    SHARDKIT_MPI_CHECK(MPI_Op_create(native_float_fn<double, nan_min<double>>, /*commute=*/1, &t.f64_min));
-    SHARDKIT_MPI_CHECK(MPI_Op_create(native_float_fn<double, nan_max<double>>, /*commute=*/1, &t.f64_max));
-  });
-  return t;
-}
-
-// ---- 8- and 16-bit integer sums --------------------------------------------------------------------------------
-
-// Open MPI 4.1's op/avx component adds 8- and 16-bit integers with saturating instructions from 16 elements on
-// (200 + 200 as uint8 gives 255), a bug its developers will not fix (open-mpi/ompi#8045). These sums wrap, as C's,
-// NumPy's and NCCL's do, in every MPI library.
-template <typename T>
-void wrapping_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const T* a = static_cast<const T*>(in);
-  T* b = static_cast<T*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = static_cast<T>(a[i] + b[i]);  // modular since C++20
-}
-
-struct SmallIntSums {
-  MPI_Op int8 = MPI_OP_NULL, uint8 = MPI_OP_NULL, int16 = MPI_OP_NULL, uint16 = MPI_OP_NULL;
-};
-
-const SmallIntSums& small_int_sums() {
-  static std::once_flag once;
-  static SmallIntSums t;
-  std::call_once(once, [] {
-    SHARDKIT_MPI_CHECK(MPI_Op_create(wrapping_sum<std::int8_t>, /*commute=*/1, &t.int8));
-    SHARDKIT_MPI_CHECK(MPI_Op_create(wrapping_sum<std::uint8_t>, /*commute=*/1, &t.uint8));
-    SHARDKIT_MPI_CHECK(MPI_Op_create(wrapping_sum<std::int16_t>, /*commute=*/1, &t.int16));
-    SHARDKIT_MPI_CHECK(MPI_Op_create(wrapping_sum<std::uint16_t>, /*commute=*/1, &t.uint16));
+    const std::pair<MPI_User_function*, MPI_Op*> ops[] = {
+        {elementwise<std::int8_t, wrapping_add<std::int8_t>>, &t.int8_sum},
+        {elementwise<std::uint8_t, wrapping_add<std::uint8_t>>, &t.uint8_sum},
+        {elementwise<std::int16_t, wrapping_add<std::int16_t>>, &t.int16_sum},
+        {elementwise<std::uint16_t, wrapping_add<std::uint16_t>>, &t.uint16_sum},
+        {elementwise<float, nan_min<float>>, &t.f32_min},
+        {elementwise<float, nan_max<float>>, &t.f32_max},
+        {elementwise<double, nan_min<double>>, &t.f64_min},
+        {elementwise<double, nan_max<double>>, &t.f64_max},
+    };
+    for (const auto& [fn, op] : ops) SHARDKIT_MPI_CHECK(MPI_Op_create(fn, /*commute=*/1, op));
   });
   return t;
 }
@@ -161,16 +151,16 @@ MPI_Op mpi_op(ReduceOp op, DType dtype) {
     return ops[static_cast<int>(op)];  // sum, prod, min, max are the first four ReduceOps
   }
   if ((op == ReduceOp::kMin || op == ReduceOp::kMax) && (dtype == DType::kFloat32 || dtype == DType::kFloat64)) {
-    const FloatMinMax& t = float_min_max();
+    const OwnOps& t = own_ops();
     if (dtype == DType::kFloat32) return op == ReduceOp::kMin ? t.f32_min : t.f32_max;
     return op == ReduceOp::kMin ? t.f64_min : t.f64_max;
   }
   if (op == ReduceOp::kSum) {
     switch (dtype) {
-      case DType::kInt8: return small_int_sums().int8;
-      case DType::kUInt8: return small_int_sums().uint8;
-      case DType::kInt16: return small_int_sums().int16;
-      case DType::kUInt16: return small_int_sums().uint16;
+      case DType::kInt8: return own_ops().int8_sum;
+      case DType::kUInt8: return own_ops().uint8_sum;
+      case DType::kInt16: return own_ops().int16_sum;
+      case DType::kUInt16: return own_ops().uint16_sum;
       default: break;
     }
   }
