@@ -24,6 +24,8 @@ void cuda_strided_copy(void*, const std::int64_t*, const void*, const std::int64
 void cuda_memset_zero(void*, std::size_t, StreamHandle) { not_built("device memset"); }
 void cuda_scale(void*, DType, std::int64_t, double, StreamHandle) { not_built("device scale"); }
 void cuda_add(void*, const void*, DType, std::int64_t, StreamHandle) { not_built("device add"); }
+void cuda_to_order_keys(const void*, void*, bool, std::int64_t, bool, StreamHandle) { not_built("device order keys"); }
+void cuda_from_order_keys(const void*, void*, bool, std::int64_t, StreamHandle) { not_built("device order keys"); }
 }  // namespace detail
 
 namespace cuda {

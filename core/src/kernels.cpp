@@ -1,6 +1,9 @@
 #include "shardkit/core/kernels.hpp"
 
+#include <cstring>
+
 #include "kernels_internal.hpp"
+#include "order_keys.hpp"
 
 namespace shardkit {
 namespace {
@@ -89,7 +92,85 @@ void add_into(Array& y, const Array& x, StreamHandle stream) {
   detail::host_add(y.data(), x.data(), y.dtype(), y.numel());
 }
 
+DType order_key_dtype(DType dtype) {
+  if (dtype == DType::kFloat32) return DType::kInt32;
+  if (dtype == DType::kFloat64) return DType::kInt64;
+  throw InvalidArgument(detail::concat("order keys: dtype ", dtype, " is not float32 or float64"));
+}
+
+namespace {
+
+// Checks the pair (floats, keys) and calls `host` or `device` with the element width.
+template <typename Host, typename Device>
+void order_keys_on(const Array& floats, const Array& keys, StreamHandle stream, const char* what, Host host,
+                   Device device) {
+  SHARDKIT_CHECK(keys.dtype() == order_key_dtype(floats.dtype()), what, ": keys of dtype ", keys.dtype(), " for ",
+                 floats.dtype());
+  SHARDKIT_CHECK_EQ(floats.numel(), keys.numel(), what, ": element counts differ");
+  SHARDKIT_CHECK(floats.is_contiguous() && keys.is_contiguous(), what, ": the arrays must be contiguous");
+  SHARDKIT_CHECK(floats.device() == keys.device(), what, ": arrays on different devices: ", floats.device(), ", ",
+                 keys.device());
+  const bool wide = floats.dtype() == DType::kFloat64;
+  if (floats.numel() == 0) return;
+  if (floats.device().is_device_memory()) {
+    SHARDKIT_CHECK(stream != nullptr, what, ": CUDA arrays need the stream to enqueue on");
+    device(wide, stream);
+  } else {
+    host(wide);
+  }
+}
+
+}  // namespace
+
+void to_order_keys(const Array& x, Array& keys, bool nan_high, StreamHandle stream) {
+  order_keys_on(
+      x, keys, stream, "to_order_keys",
+      [&](bool wide) { detail::host_to_order_keys(x.data(), keys.data(), wide, x.numel(), nan_high); },
+      [&](bool wide, StreamHandle s) {
+        detail::cuda_to_order_keys(x.data(), keys.data(), wide, x.numel(), nan_high, s);
+      });
+}
+
+void from_order_keys(const Array& keys, Array& x, StreamHandle stream) {
+  order_keys_on(
+      x, keys, stream, "from_order_keys",
+      [&](bool wide) { detail::host_from_order_keys(keys.data(), x.data(), wide, x.numel()); },
+      [&](bool wide, StreamHandle s) { detail::cuda_from_order_keys(keys.data(), x.data(), wide, x.numel(), s); });
+}
+
 namespace detail {
+
+namespace {
+// Element i of `in` (bits of width U) to element i of `out` through f; `in` and `out` may be one buffer (each element
+// is read before it is written; memcpy keeps the aliasing well defined).
+template <typename U, typename V, typename F>
+void map_bits(const void* in, void* out, std::int64_t n, F f) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    U a;
+    std::memcpy(&a, static_cast<const char*>(in) + i * static_cast<std::int64_t>(sizeof(U)), sizeof a);
+    const V b = f(a);
+    std::memcpy(static_cast<char*>(out) + i * static_cast<std::int64_t>(sizeof(V)), &b, sizeof b);
+  }
+}
+}  // namespace
+
+void host_to_order_keys(const void* x, void* keys, bool wide, std::int64_t n, bool nan_high) {
+  if (wide)
+    map_bits<std::uint64_t, std::int64_t>(x, keys, n, [=](std::uint64_t b) {
+      return to_order_key<std::uint64_t, std::int64_t>(b, nan_high);
+    });
+  else
+    map_bits<std::uint32_t, std::int32_t>(x, keys, n, [=](std::uint32_t b) {
+      return to_order_key<std::uint32_t, std::int32_t>(b, nan_high);
+    });
+}
+
+void host_from_order_keys(const void* keys, void* x, bool wide, std::int64_t n) {
+  if (wide)
+    map_bits<std::int64_t, std::uint64_t>(keys, x, n, from_order_key<std::uint64_t, std::int64_t>);
+  else
+    map_bits<std::int32_t, std::uint32_t>(keys, x, n, from_order_key<std::uint32_t, std::int32_t>);
+}
 
 void host_scale(void* x, DType dtype, std::int64_t n, double factor) {
   visit_dtype(dtype, [&](auto tag) {

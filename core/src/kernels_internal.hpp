@@ -27,6 +27,15 @@ void cuda_add(void* y, const void* x, DType dtype, std::int64_t n, StreamHandle 
 /// Sets `bytes` bytes at `dst` to zero on `stream`.
 void cuda_memset_zero(void* dst, std::size_t bytes, StreamHandle stream);
 
+/// Order keys (order_keys.hpp) of `n` contiguous float32 (`wide` false) or float64 elements, on `stream`; `keys` may be
+/// `x`. from_order_keys: the inverse.
+void cuda_to_order_keys(const void* x, void* keys, bool wide, std::int64_t n, bool nan_high, StreamHandle stream);
+void cuda_from_order_keys(const void* keys, void* x, bool wide, std::int64_t n, StreamHandle stream);
+
+/// The same on the host (also the simulated GPU's kernels).
+void host_to_order_keys(const void* x, void* keys, bool wide, std::int64_t n, bool nan_high);
+void host_from_order_keys(const void* keys, void* x, bool wide, std::int64_t n);
+
 /// x[i] *= factor for `n` contiguous elements of a floating or complex dtype, on the host (also the simulated GPU's
 /// scale kernel).
 void host_scale(void* x, DType dtype, std::int64_t n, double factor);

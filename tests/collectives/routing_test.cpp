@@ -66,8 +66,6 @@ TEST(Routing, ReductionsNcclLacksFallBackToMpi) {
   const Case cases[] = {
       {DType::kFloat32, ReduceOp::kSum, true},      {DType::kInt64, ReduceOp::kMin, true},
       {DType::kBFloat16, ReduceOp::kProd, true},    {DType::kUInt8, ReduceOp::kMax, true},
-      // NCCL's float min/max drop a NaN, which shardkit propagates: MPI.
-      {DType::kFloat64, ReduceOp::kMax, false},     {DType::kFloat32, ReduceOp::kMin, false},
       {DType::kFloat16, ReduceOp::kMax, false},     {DType::kBFloat16, ReduceOp::kMin, false},
       {DType::kComplex64, ReduceOp::kSum, true},    {DType::kComplex128, ReduceOp::kProd, false},
       {DType::kInt16, ReduceOp::kSum, false},       {DType::kUInt16, ReduceOp::kMax, false},
@@ -82,6 +80,17 @@ TEST(Routing, ReductionsNcclLacksFallBackToMpi) {
       EXPECT_EQ(detail::route(r), nccl ? BackendKind::kNccl : BackendKind::kMpi);
       r.setting = BackendKind::kNccl;  // forced: still falls back rather than failing
       EXPECT_EQ(detail::route(r), nccl ? BackendKind::kNccl : BackendKind::kMpi);
+    }
+  }
+  // NCCL's float max/min drop NaN, which shardkit propagates: float32/float64 allreduce runs on NCCL over order keys
+  // (in its result buffer); reduce and reduce_scatter, which have no room for the keys, and 16-bit floats go to MPI.
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    for (ReduceOp red : {ReduceOp::kMax, ReduceOp::kMin}) {
+      for (OpKind op : kReducing) {
+        SCOPED_TRACE(::testing::Message() << op_name(op) << " " << dt << " " << reduce_op_name(red));
+        RouteRequest r{op, BackendKind::kAuto, Placement::kDevice, dt, red, true};
+        EXPECT_EQ(detail::route(r), op == OpKind::kAllreduce ? BackendKind::kNccl : BackendKind::kMpi);
+      }
     }
   }
   // Data movement works on every dtype.

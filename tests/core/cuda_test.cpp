@@ -3,6 +3,9 @@
 #include <dlpack/dlpack.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -158,6 +161,39 @@ TEST(Cuda, ScaleAndAddOnStridedViewsWithACallersStream) {
     add_into(yv, h.to(Device::cuda(0)).permute({1, 0}), s.handle());
     EXPECT_TRUE(allclose(yv.to(Device::cpu()), want.permute({1, 0}).contiguous(), 0, 0)) << "add_into, try " << i;
   }
+}
+
+// Order keys on the device: the same keys as on the host, enqueued on the caller's stream (in place too), and back.
+TEST(Cuda, OrderKeysOnAStreamMatchTheHost) {
+  SKIP_WITHOUT_GPU();
+  cuda::Stream s = cuda::Stream::create(0);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const Array h = Array::from_values<float>({1.5f, -0.0f, 0.0f, nan, -inf, inf, -2.0f, 1e-40f});
+  for (bool nan_high : {true, false}) {
+    Array want = Array::empty(h.shape(), DType::kInt32);
+    to_order_keys(h, want, nan_high);
+    Array dev = h.to(Device::cuda(0));
+    Array keys = Array::empty(h.shape(), DType::kInt32, Device::cuda(0));
+    to_order_keys(dev, keys, nan_high, s.handle());
+    Array in_place = Array::borrow(dev.data(), dev.shape(), DType::kInt32, dev.device(), nullptr);
+    to_order_keys(dev, in_place, nan_high, s.handle());
+    s.synchronize();
+    EXPECT_EQ(keys.to_vector<std::int32_t>(), want.to_vector<std::int32_t>());
+    EXPECT_EQ(in_place.to_vector<std::int32_t>(), want.to_vector<std::int32_t>());
+    Array back = Array::empty(h.shape(), DType::kFloat32, Device::cuda(0));
+    from_order_keys(keys, back, s.handle());
+    s.synchronize();
+    const std::vector<float> got = back.to_vector<float>(), orig = h.to_vector<float>();
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (std::isnan(orig[i])) {
+        EXPECT_TRUE(std::isnan(got[i]));
+      } else {
+        EXPECT_EQ(std::memcmp(&got[i], &orig[i], sizeof(float)), 0) << orig[i] << " came back as " << got[i];
+      }
+    }
+  }
+  Array dev = h.to(Device::cuda(0)), keys = Array::empty(h.shape(), DType::kInt32, Device::cuda(0));
+  EXPECT_THROW(to_order_keys(dev, keys, true), InvalidArgument);  // a CUDA array needs the stream to enqueue on
 }
 
 // DLPack export for a consumer reading on its own stream: that stream waits on the device; the host does not block.

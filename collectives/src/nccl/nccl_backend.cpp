@@ -2,7 +2,10 @@
 // host: each operation returns a token holding a CUDA event, and waiting for it polls the event and
 // ncclCommGetAsyncError against the deadline, aborting the communicator (ncclCommAbort) on timeout.
 //
-// NCCL has no complex types, no int16, no bool, no bitwise or logical reductions, no scan and no tags:
+// NCCL has no complex types, no int16, no bool, no bitwise or logical reductions, no scan and no tags, and its float
+// max/min drop NaN:
+//  - float32/float64 allreduce max/min is an integer max/min over order keys (core's to_order_keys), which
+//    propagates NaN as the MPI backend does; other float max/min reductions are routed to MPI (nccl_caps.cpp);
 //  - complex sum is a float/double sum of twice the count; other complex reductions are an error;
 //  - bool logical and/or are min/max over uint8; other bool reductions, and int16/uint16 reductions, are errors;
 //  - data movement (bcast, gathers, scatter, all-to-all, point-to-point) is done on bytes, so every dtype works;
@@ -18,6 +21,7 @@
 
 #include "nccl_state.hpp"
 #include "shardkit/core/cuda.hpp"
+#include "shardkit/core/kernels.hpp"
 #include "shardkit/launch/mpi.hpp"
 #include "shardkit/launch/runtime.hpp"
 
@@ -113,8 +117,18 @@ class NcclBackend final : public Backend {
 
   Token allreduce(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) {
     begin(ctx, {send, recv});
-    SHARDKIT_NCCL_CHECK(ncclAllReduce(send.data(), recv.data(), nccl_count(send.dtype(), send.numel()),
-                                      nccl_type(send.dtype()), nccl_op(op, send.dtype()), comm(), s()));
+    if (is_floating(send.dtype()) && (op == ReduceOp::kMin || op == ReduceOp::kMax)) {
+      // NCCL's fmaxf/fminf drop NaN: an integer max/min over order keys (in the result's memory) propagates it.
+      const DType key = order_key_dtype(send.dtype());
+      Array keys = Array::borrow(recv.data(), recv.shape(), key, recv.device(), nullptr);
+      to_order_keys(send, keys, op == ReduceOp::kMax, s());
+      SHARDKIT_NCCL_CHECK(ncclAllReduce(keys.data(), keys.data(), static_cast<std::size_t>(keys.numel()),
+                                        key == DType::kInt32 ? ncclInt32 : ncclInt64, nccl_op(op, key), comm(), s()));
+      from_order_keys(keys, recv, s());
+    } else {
+      SHARDKIT_NCCL_CHECK(ncclAllReduce(send.data(), recv.data(), nccl_count(send.dtype(), send.numel()),
+                                        nccl_type(send.dtype()), nccl_op(op, send.dtype()), comm(), s()));
+    }
     return end(ctx, {send, recv});
   }
   Token reduce(const Array& send, Array& recv, ReduceOp op, int root, const OpContext& ctx) {

@@ -25,9 +25,11 @@ bool nccl_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept {
     case DType::kComplex128: return reduce == ReduceOp::kSum;  // as pairs of reals
     default: break;
   }
-  // NCCL's float min/max (fminf/fmaxf, __hmin/__hmax) drop a NaN where shardkit propagates it (README, "NaN"): those
-  // go to MPI, through pinned staging, with shardkit's own reductions.
-  if (is_floating(dtype) && (reduce == ReduceOp::kMin || reduce == ReduceOp::kMax)) return false;
+  // NCCL's float min/max (fminf/fmaxf, __hmin/__hmax) drop a NaN where shardkit propagates it (README, "NaN").
+  // allreduce of float32/float64 runs an integer max/min over order keys made in the result buffer itself; the others
+  // (no room for the keys: reduce off the root, reduce_scatter, 16-bit floats) go to MPI through pinned staging.
+  if (is_floating(dtype) && (reduce == ReduceOp::kMin || reduce == ReduceOp::kMax))
+    return op == OpKind::kAllreduce && (dtype == DType::kFloat32 || dtype == DType::kFloat64);
   return reduce == ReduceOp::kSum || reduce == ReduceOp::kProd || reduce == ReduceOp::kMin ||
          reduce == ReduceOp::kMax;
 }

@@ -3,6 +3,8 @@
 //    non-contiguous device arrays and by the pack/unpack steps of collectives on non-leading dimensions.
 //  - scale_kernel: x *= factor, the element-wise helper of examples and tests (shardkit::scale).
 //  - add_kernel: y += x, used by the reduce-scatter flavour of collective matmul (shardkit::add_into).
+//  - to_order_keys_kernel / from_order_keys_kernel: float32/float64 to and from integer order keys (order_keys.hpp),
+//    around the NCCL backend's integer max/min that stands in for NCCL's float max/min (which drop NaN).
 // Zero-filling uses cudaMemsetAsync; no kernel is needed for it.
 
 #include <cuda_bf16.h>
@@ -12,6 +14,7 @@
 #include <cstdint>
 
 #include "../kernels_internal.hpp"
+#include "../order_keys.hpp"
 #include "shardkit/core/error.hpp"
 
 namespace shardkit::detail {
@@ -153,6 +156,54 @@ void cuda_add(void* y, const void* x, DType dtype, std::int64_t n, StreamHandle 
     default: break;
   }
   throw InvalidArgument(concat("add_into: dtype ", dtype, " is not supported"));
+}
+
+namespace {
+
+// Each thread reads its element before writing it: `in` and `out` may be one buffer.
+template <typename U, typename K>
+__global__ void to_order_keys_kernel(const U* in, K* out, std::int64_t n, bool nan_high) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = to_order_key<U, K>(in[i], nan_high);
+}
+
+template <typename U, typename K>
+__global__ void from_order_keys_kernel(const K* in, U* out, std::int64_t n) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = from_order_key<U, K>(in[i]);
+}
+
+int grid_for(std::int64_t n, int threads) {
+  const std::int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<int>(blocks < 65535 ? blocks : 65535);
+}
+
+}  // namespace
+
+void cuda_to_order_keys(const void* x, void* keys, bool wide, std::int64_t n, bool nan_high, StreamHandle stream) {
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  if (wide)
+    to_order_keys_kernel<std::uint64_t, std::int64_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const std::uint64_t*>(x), static_cast<std::int64_t*>(keys), n, nan_high);
+  else
+    to_order_keys_kernel<std::uint32_t, std::int32_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const std::uint32_t*>(x), static_cast<std::int32_t*>(keys), n, nan_high);
+  SHARDKIT_CUDA_CHECK(cudaGetLastError());
+}
+
+void cuda_from_order_keys(const void* keys, void* x, bool wide, std::int64_t n, StreamHandle stream) {
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  if (wide)
+    from_order_keys_kernel<std::uint64_t, std::int64_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const std::int64_t*>(keys), static_cast<std::uint64_t*>(x), n);
+  else
+    from_order_keys_kernel<std::uint32_t, std::int32_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const std::int32_t*>(keys), static_cast<std::uint32_t*>(x), n);
+  SHARDKIT_CUDA_CHECK(cudaGetLastError());
 }
 
 void cuda_memset_zero(void* dst, std::size_t bytes, StreamHandle stream) {

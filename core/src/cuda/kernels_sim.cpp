@@ -68,6 +68,16 @@ void cuda_add(void* y, const void* x, DType dtype, std::int64_t n, StreamHandle 
   launch(stream, [=] { host_add(view<void>(y), view<const void>(const_cast<void*>(x)), dtype, n); });
 }
 
+void cuda_to_order_keys(const void* x, void* keys, bool wide, std::int64_t n, bool nan_high, StreamHandle stream) {
+  launch(stream, [=] {
+    host_to_order_keys(view<const void>(const_cast<void*>(x)), view<void>(keys), wide, n, nan_high);
+  });
+}
+
+void cuda_from_order_keys(const void* keys, void* x, bool wide, std::int64_t n, StreamHandle stream) {
+  launch(stream, [=] { host_from_order_keys(view<const void>(const_cast<void*>(keys)), view<void>(x), wide, n); });
+}
+
 void cuda_memset_zero(void* dst, std::size_t bytes, StreamHandle stream) {
   if (bytes) SHARDKIT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream));
 }
