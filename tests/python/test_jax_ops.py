@@ -340,7 +340,17 @@ HALF_CASES = {
 }
 
 
-@pytest.mark.parametrize("mode", ["eager", "jit"])
+def transformed(f, mode):
+    """f as `mode` runs it: eager, jit, vmap or jit of vmap (the batched forms over a batch of two equal rows)."""
+    if mode == "eager":
+        return f
+    if mode == "jit":
+        return jax.jit(f)
+    batched = jax.vmap(f) if mode == "vmap" else jax.jit(jax.vmap(f))
+    return lambda x: batched(jnp.stack([x, x]))[1]
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("red", ["sum", "prod"])
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
 def test_half_reductions_round_to_nearest_even(mpi, rank, size, dt, red, mode):
@@ -358,11 +368,11 @@ def test_half_reductions_round_to_nearest_even(mpi, rank, size, dt, red, mode):
     want = exact.astype(t)
     assert not np.array_equal(want.astype(np.float32), exact), "every case must need rounding somewhere"
     f = lambda v: mpi.allreduce(v, MPI_OPS[red])[0]  # noqa: E731
-    got = np.asarray((jax.jit(f) if mode == "jit" else f)(jnp.asarray(x)))
+    got = np.asarray(transformed(f, mode)(jnp.asarray(x)))
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
-@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dt", FLOATS)
 def test_nan_propagates_from_every_rank(mpi, rank, size, dt, mode):
     # Element k < size: a NaN on rank k only; element size: none; element size + 1: NaN on every rank. max, min, sum and
@@ -378,7 +388,7 @@ def test_nan_propagates_from_every_rank(mpi, rank, size, dt, mode):
     for red in ("max", "min", "sum", "prod"):
         want = functools.reduce(UFUNCS[red], [x.astype(np.float64) for x in xs]).astype(t)
         f = lambda v, red=red: mpi.allreduce(v, MPI_OPS[red])[0]  # noqa: E731
-        got = np.asarray((jax.jit(f) if mode == "jit" else f)(jnp.asarray(xs[rank])))
+        got = np.asarray(transformed(f, mode)(jnp.asarray(xs[rank])))
         np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64), err_msg=red)
 
 
