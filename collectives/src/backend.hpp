@@ -87,6 +87,10 @@ bool nccl_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 std::unique_ptr<Backend> make_mpi_backend(MpiCommHandle comm, std::function<MpiCommHandle()> internal,
                                           std::shared_ptr<AbortState> abort_state, std::int64_t max_count);
 
+/// True when the NCCL backend runs `reduce` over `dtype` as an integer max/min over order keys (float32/float64 max and
+/// min, whose float form in NCCL drops NaN); nccl_supports declares the other float max/min reductions unsupported.
+bool nccl_min_max_by_keys(DType dtype, ReduceOp reduce) noexcept;
+
 /// True when this build has NCCL.
 bool nccl_built() noexcept;
 /// The NCCL backend over the ranks of `mpi_comm` on `device` (bootstrapped over `mpi_comm`). Collective. Creation

@@ -125,7 +125,6 @@ int main(int argc, char** argv) {
   o.check = mode == "checked";
   o.async = mode == "async";
   o.timeout = kTimeout;
-  o.name = "sweep";
   // One communicator per operation, made by every rank (and used once by all of them on the sweep's buffers, which
   // also makes checked mode's private duplicate and sets NCCL up) before rank 0 goes missing: only the operations
   // themselves can time out below.

@@ -117,7 +117,7 @@ class NcclBackend final : public Backend {
 
   Token allreduce(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) {
     begin(ctx, {send, recv});
-    if (is_floating(send.dtype()) && (op == ReduceOp::kMin || op == ReduceOp::kMax)) {
+    if (nccl_min_max_by_keys(send.dtype(), op)) {
       // NCCL's fmaxf/fminf drop NaN: an integer max/min over order keys (in the result's memory) propagates it.
       const DType key = order_key_dtype(send.dtype());
       Array keys = Array::borrow(recv.data(), recv.shape(), key, recv.device(), nullptr);

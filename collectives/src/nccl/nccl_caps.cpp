@@ -4,6 +4,11 @@
 
 namespace shardkit::detail {
 
+bool nccl_min_max_by_keys(DType dtype, ReduceOp reduce) noexcept {
+  return (dtype == DType::kFloat32 || dtype == DType::kFloat64) &&
+         (reduce == ReduceOp::kMin || reduce == ReduceOp::kMax);
+}
+
 bool nccl_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept {
   switch (op) {
     case OpKind::kScan:     // NCCL has no prefix reduction
@@ -29,7 +34,7 @@ bool nccl_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept {
   // allreduce of float32/float64 runs an integer max/min over order keys made in the result buffer itself; the others
   // (no room for the keys: reduce off the root, reduce_scatter, 16-bit floats) go to MPI through pinned staging.
   if (is_floating(dtype) && (reduce == ReduceOp::kMin || reduce == ReduceOp::kMax))
-    return op == OpKind::kAllreduce && (dtype == DType::kFloat32 || dtype == DType::kFloat64);
+    return op == OpKind::kAllreduce && nccl_min_max_by_keys(dtype, reduce);
   return reduce == ReduceOp::kSum || reduce == ReduceOp::kProd || reduce == ReduceOp::kMin ||
          reduce == ReduceOp::kMax;
 }
