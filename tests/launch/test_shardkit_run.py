@@ -1,12 +1,11 @@
-"""Tests of the shardkit-run launcher (launch/tools/shardkit_run.py).
+"""Tests of the shardkit-run launcher (launch/tools/shardkit-run and its package launch/tools/shardkit_run/).
 
 Most tests describe a machine with an Environment and check the command built for it, so every case (GPUs or not,
 root or not, Open MPI / MPICH / Slurm, no launcher) runs here whatever this machine is. The last ones run the real
 script on this machine: --dry-run, then real jobs of 2 ranks (a Python program, and examples/hello when ctest passes
-its path in SHARDKIT_HELLO). SHARDKIT_RUN names the built script; without it the source file is used.
+its path in SHARDKIT_HELLO). SHARDKIT_RUN names the built script; without it the source script is used.
 """
 
-import importlib.util
 import os
 import shlex
 import shutil
@@ -16,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-SOURCE = Path(__file__).resolve().parents[2] / "launch" / "tools" / "shardkit_run.py"
-_spec = importlib.util.spec_from_file_location("shardkit_run", SOURCE)
-sr = importlib.util.module_from_spec(_spec)
-sys.modules["shardkit_run"] = sr  # dataclasses look their module up here
-_spec.loader.exec_module(sr)
+TOOLS = Path(__file__).resolve().parents[2] / "launch" / "tools"
+SOURCE = TOOLS / "shardkit-run"
+sys.path.insert(0, str(TOOLS))
+
+from shardkit_run import cli, command, detect, errors, launcher  # noqa: E402
 
 PYTHON = sys.executable
 OPENMPI = {"mpirun": "/usr/bin/mpirun", "mpiexec": "/usr/bin/mpiexec"}
@@ -34,11 +33,11 @@ def machine(cores=2, gpus=0, uid=1000, launchers=None, flavour="openmpi", **env)
     if not any(k in launchers for k in ("mpirun", "mpiexec")):
         flavour = ""
     env.setdefault("PATH", os.environ.get("PATH", os.defpath))
-    return sr.Environment(cores=cores, gpus=gpus, uid=uid, launchers=launchers, mpi_flavour=flavour, env=env)
+    return detect.Environment(cores=cores, gpus=gpus, uid=uid, launchers=launchers, mpi_flavour=flavour, env=env)
 
 
 def build(args, environment):
-    return sr.build_command(sr.parse_args([*args, "prog", "--flag"]), environment)
+    return launcher.build_command(cli.parse_args([*args, "prog", "--flag"]), environment)
 
 
 def flag_value(command, flag):
@@ -54,7 +53,7 @@ def flag_value(command, flag):
     ("GPU-5b6c1a2e-aaaa,GPU-77f0-bbbb", 2), ("MIG-0c5f", 1), (" 0, 1 ", 2),
 ])
 def test_cuda_visible_devices_counts_entries_up_to_the_first_invalid_one(value, count):
-    assert sr.count_cuda_visible_devices(value) == count
+    assert detect.count_cuda_visible_devices(value) == count
 
 
 SMI_2_GPUS = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaa)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-bbb)\n"
@@ -63,24 +62,24 @@ SMI_MIG = ("GPU 0: NVIDIA A100 (UUID: GPU-aaa)\n"
 
 
 def test_nvidia_smi_lines_are_counted_and_mig_lines_are_not():
-    assert sr.count_nvidia_smi_gpus(SMI_2_GPUS) == 2
-    assert sr.count_nvidia_smi_gpus(SMI_MIG) == 1
-    assert sr.count_nvidia_smi_gpus("") == 0
+    assert detect.count_nvidia_smi_gpus(SMI_2_GPUS) == 2
+    assert detect.count_nvidia_smi_gpus(SMI_MIG) == 1
+    assert detect.count_nvidia_smi_gpus("") == 0
 
 
 def test_gpu_count_rules():
     smi = lambda: SMI_2_GPUS  # noqa: E731
     no_smi = lambda: None  # noqa: E731
-    assert sr.count_gpus({}, smi) == 2
-    assert sr.count_gpus({}, no_smi) == 0
-    assert sr.count_gpus({"CUDA_VISIBLE_DEVICES": "1"}, smi) == 1
-    assert sr.count_gpus({"CUDA_VISIBLE_DEVICES": ""}, smi) == 0  # every GPU hidden
-    assert sr.count_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, smi) == 2  # no more than are installed
-    assert sr.count_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2"}, no_smi) == 3
+    assert detect.count_gpus({}, smi) == 2
+    assert detect.count_gpus({}, no_smi) == 0
+    assert detect.count_gpus({"CUDA_VISIBLE_DEVICES": "1"}, smi) == 1
+    assert detect.count_gpus({"CUDA_VISIBLE_DEVICES": ""}, smi) == 0  # every GPU hidden
+    assert detect.count_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, smi) == 2  # no more than are installed
+    assert detect.count_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2"}, no_smi) == 3
     # Under Slurm, the job's own GPUs only: never nvidia-smi's view of the whole node.
-    assert sr.count_gpus({"SLURM_JOB_ID": "7"}, smi) == 0
-    assert sr.count_gpus({"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "4"}, smi) == 4
-    assert sr.count_gpus({"SLURM_JOB_ID": "7", "CUDA_VISIBLE_DEVICES": "0,1,2"}, smi) == 3
+    assert detect.count_gpus({"SLURM_JOB_ID": "7"}, smi) == 0
+    assert detect.count_gpus({"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "4"}, smi) == 4
+    assert detect.count_gpus({"SLURM_JOB_ID": "7", "CUDA_VISIBLE_DEVICES": "0,1,2"}, smi) == 3
 
 
 def fake_sysfs(tmp_path, topology):
@@ -95,10 +94,10 @@ def fake_sysfs(tmp_path, topology):
 def test_physical_cores_count_hardware_threads_once(tmp_path):
     # 2 sockets x 2 cores x 2 threads, Linux numbering: cpu i and i+4 are siblings.
     sysfs = fake_sysfs(tmp_path, [(0, 0), (0, 1), (1, 0), (1, 1)] * 2)
-    assert sr.count_physical_cores(range(8), sysfs) == 4
-    assert sr.count_physical_cores([0, 4], sysfs) == 1  # the affinity set holds one core's two threads
-    assert sr.count_physical_cores([0, 1, 2], sysfs) == 3
-    assert sr.count_physical_cores([0, 1, 2], str(tmp_path / "missing")) == 3  # unreadable: logical CPUs
+    assert detect.count_physical_cores(range(8), sysfs) == 4
+    assert detect.count_physical_cores([0, 4], sysfs) == 1  # the affinity set holds one core's two threads
+    assert detect.count_physical_cores([0, 1, 2], sysfs) == 3
+    assert detect.count_physical_cores([0, 1, 2], str(tmp_path / "missing")) == 3  # unreadable: logical CPUs
 
 
 @pytest.mark.parametrize("text, flavour", [
@@ -110,18 +109,18 @@ def test_physical_cores_count_hardware_threads_once(tmp_path):
     ("", "unknown"),
 ])
 def test_mpi_flavour_from_version(text, flavour):
-    assert sr.mpi_flavour_from_version(text) == flavour
+    assert detect.mpi_flavour_from_version(text) == flavour
 
 
 def test_detect_environment_from_described_machine(tmp_path):
     found = {"mpirun": "/x/mpirun", "nvidia-smi": "/x/nvidia-smi"}
     outputs = {"--version": "mpirun (Open MPI) 4.1.4", "-L": SMI_2_GPUS}
-    env = sr.detect_environment({"PATH": "/x"}, which=lambda name, path=None: found.get(name),
+    env = detect.detect_environment({"PATH": "/x"}, which=lambda name, path=None: found.get(name),
                                 run=lambda cmd, env: outputs[cmd[-1]], cpus=[0, 1, 2, 3], uid=0,
                                 sysfs=fake_sysfs(tmp_path, [(0, 0), (0, 1), (0, 0), (0, 1)]))
     assert (env.cores, env.gpus, env.uid, env.mpi_flavour) == (2, 2, 0, "openmpi")
     assert env.launchers == {"mpirun": "/x/mpirun"}
-    empty = sr.detect_environment({"PATH": str(tmp_path)}, cpus=[0], uid=5)
+    empty = detect.detect_environment({"PATH": str(tmp_path)}, cpus=[0], uid=5)
     assert (empty.launchers, empty.mpi_flavour, empty.gpus, empty.cores) == ({}, "", 0, 1)
 
 
@@ -174,9 +173,9 @@ def test_exports_use_dash_x_with_the_value_in_the_environment():
     launch = build(["-x", "FOO=a b,c", "-x", "EMPTY=", "-x", "HOME_COPY"], machine(uid=1000, HOME_COPY="/h"))
     assert launch.command[-8:-2] == ["-x", "FOO", "-x", "EMPTY", "-x", "HOME_COPY"]
     assert launch.env == {"FOO": "a b,c", "EMPTY": "", "HOME_COPY": "/h"}
-    with pytest.raises(sr.LaunchError, match="NOT_SET is not set here"):
+    with pytest.raises(errors.LaunchError, match="NOT_SET is not set here"):
         build(["-x", "NOT_SET"], machine())
-    with pytest.raises(sr.LaunchError, match="expected VAR=VALUE"):
+    with pytest.raises(errors.LaunchError, match="expected VAR=VALUE"):
         build(["-x", "1BAD=x"], machine())
 
 
@@ -185,7 +184,7 @@ def test_hosts_pass_through_and_count_slots():
     assert launch.command == ["mpirun", "-n", "8", "--host", "h1:4,h2:4", "-x", "PATH", "prog", "--flag"]
     assert "--oversubscribe" in build(["--hosts", "h1:4,h2:4", "-n", "9"], machine()).command
     assert flag_value(build(["--hosts", "h1,h2,h3"], machine(cores=8)).command, "-n") == "3"  # one slot each
-    with pytest.raises(sr.LaunchError, match="expected host"):
+    with pytest.raises(errors.LaunchError, match="expected host"):
         build(["--hosts", "h1:0"], machine())
 
 
@@ -200,7 +199,7 @@ def test_hostfile_pass_through_and_slots(tmp_path):
     launch = build(["--hostfile", str(hostfile)], machine(cores=6))
     assert launch.command == ["mpirun", "-n", "12", "--hostfile", str(hostfile), "--oversubscribe", "-x", "PATH",
                               "prog", "--flag"]
-    with pytest.raises(sr.LaunchError, match="No such file"):
+    with pytest.raises(errors.LaunchError, match="No such file"):
         build(["--hostfile", str(tmp_path / "missing")], machine())
 
 
@@ -267,7 +266,7 @@ def test_unknown_mpi_gets_plain_command_and_environment():
     launch = build(["-x", "A=1"], env)
     assert launch.command == ["mpirun", "-n", "4", "prog", "--flag"]
     assert launch.env == {"A": "1"}
-    with pytest.raises(sr.LaunchError, match="neither Open MPI nor MPICH"):
+    with pytest.raises(errors.LaunchError, match="neither Open MPI nor MPICH"):
         build(["--hosts", "a:2"], env)
 
 
@@ -300,14 +299,14 @@ def test_slurm_with_launcher_mpirun_and_without_srun():
     assert launch.command == ["mpirun", "-n", "4", "prog", "--flag"]  # the allocation places the ranks
     # SLURM_JOB_ID without srun on PATH (a container inside a job): mpirun.
     assert build([], machine(cores=8, SLURM_JOB_ID="42", SLURM_NTASKS="4")).command[0] == "mpirun"
-    with pytest.raises(sr.LaunchError, match="are for mpirun"):
+    with pytest.raises(errors.LaunchError, match="are for mpirun"):
         build(["--hosts", "a:2"], machine(launchers=SRUN, SLURM_JOB_ID="42"))
 
 
 def test_srun_outside_a_job_only_when_nothing_else():
     assert build([], machine(launchers={**OPENMPI, **SRUN})).command[0] == "mpirun"
     assert build([], machine(cores=3, launchers=SRUN)).command == ["srun", "-n", "3", "prog", "--flag"]
-    with pytest.raises(sr.LaunchError) as e:
+    with pytest.raises(errors.LaunchError) as e:
         build(["--launcher", "srun"], machine())
     assert e.value.code == 127
 
@@ -317,24 +316,25 @@ def test_srun_outside_a_job_only_when_nothing_else():
 
 
 def test_no_launcher_exits_127_with_what_to_install(capsys):
-    assert sr.main(["--dry-run", PYTHON], machine(launchers={})) == 127
+    assert cli.main(["--dry-run", PYTHON], machine(launchers={})) == 127
     err = capsys.readouterr().err
     assert "no MPI launcher found" in err and "apt-get install openmpi-bin" in err
 
 
 def test_missing_program_fails_early(capsys, tmp_path):
-    assert sr.main(["--dry-run", "-n", "2", "no-such-program-shardkit"], machine()) == 127
+    assert cli.main(["--dry-run", "-n", "2", "no-such-program-shardkit"], machine()) == 127
     assert "program 'no-such-program-shardkit' not found: not a path, and not on PATH" in capsys.readouterr().err
-    assert sr.main(["--dry-run", str(tmp_path / "nope")], machine()) == 127
+    assert cli.main(["--dry-run", str(tmp_path / "nope")], machine()) == 127
     assert "not found: no such file" in capsys.readouterr().err
     script = tmp_path / "script.py"
     script.write_text("print(1)\n")
-    assert sr.main(["--dry-run", str(script)], machine()) == 126
+    assert cli.main(["--dry-run", str(script)], machine()) == 126
     assert "run it through its interpreter" in capsys.readouterr().err
 
 
 def test_dry_run_prints_one_shell_line(capsys):
-    assert sr.main(["--dry-run", "-n", "2", "-x", "MSG=hello world", PYTHON, "-c", "print('a b')"], machine(uid=0)) == 0
+    args = ["--dry-run", "-n", "2", "-x", "MSG=hello world", PYTHON, "-c", "print('a b')"]
+    assert cli.main(args, machine(uid=0)) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     words = shlex.split(out)
@@ -343,17 +343,17 @@ def test_dry_run_prints_one_shell_line(capsys):
 
 
 def test_usage_errors_exit_2(capsys):
-    assert sr.main(["--dry-run"], machine()) == 2
+    assert cli.main(["--dry-run"], machine()) == 2
     assert "no program given" in capsys.readouterr().err
-    assert sr.main(["-n", "0", PYTHON], machine()) == 2
-    assert sr.main(["--hosts", "a", "--hostfile", "f", PYTHON], machine()) == 2
-    assert sr.main(["--help"], machine()) == 0
+    assert cli.main(["-n", "0", PYTHON], machine()) == 2
+    assert cli.main(["--hosts", "a", "--hostfile", "f", PYTHON], machine()) == 2
+    assert cli.main(["--help"], machine()) == 0
     assert "--oversubscribe" in capsys.readouterr().out
 
 
 def test_program_arguments_are_left_alone():
-    assert sr.parse_args(["-n", "2", "--", "prog", "-n", "5", "--dry-run"]).program == ["prog", "-n", "5", "--dry-run"]
-    options = sr.parse_args(["--dry-run", "prog", "--", "--verbose"])
+    assert cli.parse_args(["-n", "2", "--", "prog", "-n", "5", "--dry-run"]).program == ["prog", "-n", "5", "--dry-run"]
+    options = cli.parse_args(["--dry-run", "prog", "--", "--verbose"])
     assert options.dry_run and not options.verbose and options.program == ["prog", "--", "--verbose"]
 
 
@@ -377,17 +377,22 @@ def test_built_script_is_the_source():
         pytest.skip("SHARDKIT_RUN not set (ctest sets it to the built bin/shardkit-run)")
     assert os.access(built, os.X_OK)
     assert Path(built).read_bytes() == SOURCE.read_bytes()
+    # The package, where the script looks for it: every module, as in the source tree.
+    package = Path(built).resolve().parent.parent / "share" / "shardkit" / "shardkit_run"
+    for module in (TOOLS / "shardkit_run").glob("*.py"):
+        assert (package / module.name).read_bytes() == module.read_bytes(), module.name
 
 
 def test_cli_dry_run_on_this_machine():
     result = run_script(["--dry-run", "--verbose", "-x", "SHARDKIT_TEST_VALUE=1 2", PYTHON, "-c", "pass"])
-    environment = sr.detect_environment()
+    environment = detect.detect_environment()
     if environment.mpi_launcher is None and "srun" not in environment.launchers:
         assert result.returncode == 127 and "no MPI launcher found" in result.stderr
         return
     assert result.returncode == 0, result.stderr
-    expected = sr.build_command(sr.parse_args(["-x", "SHARDKIT_TEST_VALUE=1 2", PYTHON, "-c", "pass"]), environment)
-    assert result.stdout == sr.format_command(expected) + "\n"
+    options = cli.parse_args(["-x", "SHARDKIT_TEST_VALUE=1 2", PYTHON, "-c", "pass"])
+    expected = launcher.build_command(options, environment)
+    assert result.stdout == command.format_command(expected) + "\n"
     assert "shardkit-run: detected" in result.stderr
 
 
