@@ -261,6 +261,27 @@ def test_mpich_hosts_and_hostfile(tmp_path):
         "mpiexec", "-n", "8", "-f", str(hostfile), "-bind-to", "none", "prog", "--flag"]
 
 
+@pytest.mark.parametrize("launchers, flavour, few_cores, no_gpus, oversubscribed", [
+    (OPENMPI, "openmpi", ["--map-by", "ppr:4:node", "--bind-to", "none"], "Open MPI", "--bind-to none"),
+    (MPICH, "mpich", ["-ppn", "4"], "Hydra", "-bind-to none"),
+])
+def test_auto_binding_is_one_rule_in_each_mpi_spelling(launchers, flavour, few_cores, no_gpus, oversubscribed):
+    def bind_flags(args, **described):
+        launch = build(["--hosts", "a:4,b:4", *args], machine(launchers=launchers, flavour=flavour, **described))
+        return launch.command[5:launch.command.index("prog")], launch.notes
+
+    # Several hosts with GPUs but fewer cores than ranks per node: G ranks per node, unbound.
+    flags, _ = bind_flags([], cores=2, gpus=4)
+    assert flags[:len(few_cores)] == few_cores
+    # Several hosts without GPUs: the MPI's own default.
+    flags, notes = bind_flags([], cores=2)
+    assert not any(flag.startswith(("--map-by", "--bind-to", "-bind-to", "-ppn")) for flag in flags)
+    assert f"binding: {no_gpus}'s default on several hosts" in notes
+    # More ranks than slots: unbound, and the same reason given.
+    _, notes = bind_flags(["-n", "9"], cores=2)
+    assert f"{oversubscribed}: more ranks than cores, bound ranks would share cores" in notes
+
+
 def test_unknown_mpi_gets_plain_command_and_environment():
     env = machine(cores=4, launchers={"mpirun": "/opt/intel/bin/mpirun"}, flavour="unknown")
     launch = build(["-x", "A=1"], env)

@@ -30,6 +30,21 @@ class Environment:
         return bool(self.env.get("SLURM_JOB_ID"))
 
     @property
+    def slurm_nodes(self) -> int:
+        """Nodes of the Slurm job (1 outside one, or when Slurm does not say)."""
+        return _env_int(self.env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES") or 1
+
+    @property
+    def slurm_tasks(self) -> Optional[int]:
+        """Tasks of the Slurm job when it set them (sbatch/salloc -n), else None."""
+        return _env_int(self.env, "SLURM_NTASKS", "SLURM_NPROCS")
+
+    @property
+    def slurm_cpus_on_node(self) -> Optional[int]:
+        """CPUs that the Slurm job has on this node, else None."""
+        return _env_int(self.env, "SLURM_CPUS_ON_NODE")
+
+    @property
     def mpi_launcher(self) -> Optional[str]:
         """mpirun when on PATH, else mpiexec, else None."""
         for name in ("mpirun", "mpiexec"):
@@ -38,7 +53,7 @@ class Environment:
         return None
 
 
-def env_int(env: Mapping[str, str], *names: str) -> Optional[int]:
+def _env_int(env: Mapping[str, str], *names: str) -> Optional[int]:
     """The first of the variables that holds a positive integer, or None."""
     for name in names:
         value = env.get(name, "").strip()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Optional
+from typing import Callable, Mapping, Optional
 
 from .command import Launch, extra_args
-from .detect import Environment, env_int
+from .detect import Environment
 from .errors import LaunchError
 from .options import MPIRUN_ARGS_VAR, SRUN_ARGS_VAR, Options
 
@@ -83,8 +83,7 @@ def _placement(options: Options, environment: Environment) -> _Placement:
         return _Placement(hosts=len({h for h, _ in hosts}), slots=slots, local=False)
     if environment.in_slurm_job:
         # mpirun inside a Slurm job takes its hosts and slots from the allocation.
-        nodes = env_int(environment.env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES") or 1
-        return _Placement(hosts=nodes, slots=env_int(environment.env, "SLURM_NTASKS", "SLURM_NPROCS"), local=False)
+        return _Placement(hosts=environment.slurm_nodes, slots=environment.slurm_tasks, local=False)
     return _Placement(hosts=1, slots=environment.cores, local=True)
 
 
@@ -125,7 +124,7 @@ def mpirun_command(options: Options, environment: Environment, exports: list[tup
             command.append("--oversubscribe")
             notes.append("--oversubscribe: " + (f"{np} ranks > {place.slots} slots" if oversubscribed
                                                  else "the number of slots is not known here"))
-        command += _openmpi_binding(options.bind, np, cores, gpus, place, oversubscribed, notes)
+        command += _binding(_BIND_FLAGS[flavour], options.bind, np, cores, gpus, place, oversubscribed, notes)
         if environment.uid == 0:
             env.update(OPENMPI_ROOT_ENV)
             notes.append("running as root: Open MPI needs " + " and ".join(OPENMPI_ROOT_ENV))
@@ -149,7 +148,7 @@ def mpirun_command(options: Options, environment: Environment, exports: list[tup
         for name in startup:
             command += ["-x", name]
     elif flavour == "mpich":
-        command += _hydra_binding(options.bind, np, cores, gpus, place, oversubscribed, notes)
+        command += _binding(_BIND_FLAGS[flavour], options.bind, np, cores, gpus, place, oversubscribed, notes)
         for name, value in exports:
             command += ["-genv", name, value]
     else:
@@ -166,47 +165,47 @@ def _ranks_per_node(np: int, gpus: int, hosts: int) -> int:
     return gpus if np <= gpus * hosts else math.ceil(np / hosts)
 
 
-def _openmpi_binding(bind: str, np: int, cores: int, gpus: int, place: _Placement, oversubscribed: bool,
-                     notes: list[str]) -> list[str]:
-    if bind == "none":
-        return ["--bind-to", "none"]
-    if bind == "core":
-        return ["--map-by", "core", "--bind-to", "core"]
-    if bind == "socket":
-        return ["--map-by", "socket", "--bind-to", "socket"]
+@dataclasses.dataclass(frozen=True)
+class _BindFlags:
+    """How one MPI's launcher spells each placement that --bind can ask for; _binding() decides which applies."""
+
+    name: str                                   # whose default binding applies when none is chosen
+    fixed: Mapping[str, list[str]]              # --bind none / core / socket
+    per_rank: Callable[[int], list[str]]        # one node: K cores per rank
+    per_node: Callable[[int, int], list[str]]   # several hosts: G ranks per node, K cores per rank (0: fewer cores)
+
+
+_BIND_FLAGS = {
+    "openmpi": _BindFlags(
+        name="Open MPI",
+        fixed={"none": ["--bind-to", "none"], "core": ["--map-by", "core", "--bind-to", "core"],
+               "socket": ["--map-by", "socket", "--bind-to", "socket"]},
+        per_rank=lambda k: ["--map-by", f"slot:PE={k}", "--bind-to", "core"],
+        per_node=lambda g, k: (["--map-by", f"ppr:{g}:node:PE={k}", "--bind-to", "core"] if k >= 1
+                               else ["--map-by", f"ppr:{g}:node", "--bind-to", "none"])),
+    "mpich": _BindFlags(
+        name="Hydra",
+        fixed={bind: ["-bind-to", bind] for bind in ("none", "core", "socket")},
+        per_rank=lambda k: ["-bind-to", f"core:{k}"],
+        per_node=lambda g, k: ["-ppn", str(g)] + (["-bind-to", f"core:{k}"] if k >= 1 else [])),
+}
+
+
+def _binding(flags: _BindFlags, bind: str, np: int, cores: int, gpus: int, place: _Placement, oversubscribed: bool,
+             notes: list[str]) -> list[str]:
+    """The flags for --bind (see --help), in the spelling of flags."""
+    if bind != "auto":
+        return list(flags.fixed[bind])
     if oversubscribed:
-        notes.append("--bind-to none: more ranks than cores, bound ranks would share cores")
-        return ["--bind-to", "none"]
+        notes.append(f"{' '.join(flags.fixed['none'])}: more ranks than cores, bound ranks would share cores")
+        return list(flags.fixed["none"])
     if place.local:
         per_rank = cores // np
         notes.append(f"{per_rank} core(s) per rank: {cores} cores / {np} ranks")
-        return ["--map-by", f"slot:PE={per_rank}", "--bind-to", "core"]
+        return flags.per_rank(per_rank)
     if gpus:
         per_node = _ranks_per_node(np, gpus, place.hosts)
-        per_rank = cores // per_node
         notes.append(f"{per_node} ranks per node (this node's {gpus} GPUs; nodes assumed alike)")
-        if per_rank >= 1:
-            return ["--map-by", f"ppr:{per_node}:node:PE={per_rank}", "--bind-to", "core"]
-        return ["--map-by", f"ppr:{per_node}:node", "--bind-to", "none"]
-    notes.append("binding: Open MPI's default on several hosts")
-    return []
-
-
-def _hydra_binding(bind: str, np: int, cores: int, gpus: int, place: _Placement, oversubscribed: bool,
-                   notes: list[str]) -> list[str]:
-    if bind in ("none", "core", "socket"):
-        return ["-bind-to", bind]
-    if oversubscribed:
-        notes.append("-bind-to none: more ranks than cores")
-        return ["-bind-to", "none"]
-    if place.local:
-        per_rank = cores // np
-        notes.append(f"{per_rank} core(s) per rank: {cores} cores / {np} ranks")
-        return ["-bind-to", f"core:{per_rank}"]
-    if gpus:
-        per_node = _ranks_per_node(np, gpus, place.hosts)
-        per_rank = cores // per_node
-        notes.append(f"{per_node} ranks per node (this node's {gpus} GPUs; nodes assumed alike)")
-        return ["-ppn", str(per_node)] + (["-bind-to", f"core:{per_rank}"] if per_rank >= 1 else [])
-    notes.append("binding: Hydra's default on several hosts")
+        return flags.per_node(per_node, cores // per_node)
+    notes.append(f"binding: {flags.name}'s default on several hosts")
     return []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .command import Launch, extra_args
-from .detect import Environment, env_int
+from .detect import Environment
 from .errors import LaunchError
 from .options import SRUN_ARGS_VAR, Options
 
@@ -13,19 +13,18 @@ def srun_command(options: Options, environment: Environment, exports: list[tuple
     if options.hosts or options.hostfile:
         raise LaunchError("--hosts/--hostfile are for mpirun: under srun the Slurm allocation decides the nodes "
                           f"(put srun's --nodelist in {SRUN_ARGS_VAR}, or use --launcher mpirun)")
-    env = environment.env
-    nodes = env_int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES") or 1
+    nodes = environment.slurm_nodes
     gpus = environment.gpus
     notes = []
     command = ["srun"]
     per_node = None
     if options.np is not None:
         np = options.np
-    elif env_int(env, "SLURM_NTASKS", "SLURM_NPROCS"):
-        np = env_int(env, "SLURM_NTASKS", "SLURM_NPROCS")
+    elif environment.slurm_tasks:
+        np = environment.slurm_tasks
         notes.append(f"-n {np}: the job's task count (SLURM_NTASKS)")
     else:
-        per_node = gpus or env_int(env, "SLURM_CPUS_ON_NODE") or environment.cores
+        per_node = gpus or environment.slurm_cpus_on_node or environment.cores
         np = per_node * nodes
         what = "GPUs" if gpus else "CPUs"
         notes.append(f"-n {np}: {per_node} {what} per node x {nodes} node(s)")
