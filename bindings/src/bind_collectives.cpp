@@ -56,12 +56,12 @@ CommPtr wrap_mpi4py(std::uintptr_t handle) {
   return comm;
 }
 
-CommPtr world() {
+CommPtr world(const char* first_op = nullptr) {
   if (!g_world) {
     nb::gil_scoped_release release;
     CommOptions o;
     o.name = "world";
-    g_world = Communicator::world(o);
+    g_world = Communicator::world(Runtime::instance(), o, first_op ? first_op : "");
   }
   return g_world;
 }
@@ -113,8 +113,8 @@ const Mpi4py* mpi4py_api() {
 }
 
 // A communicator from what Python passes as `comm`: None (the world clone), ours, or an mpi4py communicator.
-CommPtr comm_from(nb::handle h) {
-  if (h.is_none()) return world();
+CommPtr comm_from(nb::handle h, const char* first_op) {
+  if (h.is_none()) return world(first_op);
   if (nb::isinstance<Communicator>(h)) return nb::cast<CommPtr>(h);
   if (const Mpi4py* api = mpi4py_api()) {  // an mpi4py object implies mpi4py.MPI is loaded
     if (PyObject_TypeCheck(h.ptr(), reinterpret_cast<PyTypeObject*>(api->comm_type.ptr()))) {
@@ -182,8 +182,8 @@ void register_collectives(nb::module_& m) {
 
   m.attr("_complete_token") = nb::cast(Token());
   g_complete_token = m.attr("_complete_token");
-  m.def("world", &world, "The default communicator: a clone of MPI_COMM_WORLD (created once).");
-  m.def("comm", &comm_from, nb::arg("comm").none(),
+  m.def("world", [] { return world(); }, "The default communicator: a clone of MPI_COMM_WORLD (created once).");
+  m.def("comm", [](nb::handle h) { return comm_from(h); }, nb::arg("comm").none(),
         "The communicator for a `comm` argument: None (a clone of COMM_WORLD), a Communicator, or an mpi4py Comm.");
   m.def("wrap_mpi4py", &wrap_mpi4py, nb::arg("handle"),
         "The communicator running on an mpi4py communicator (by MPI._handleof), cached on it.");

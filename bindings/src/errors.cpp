@@ -4,6 +4,7 @@
 //   ├── MismatchError(Error)
 //   ├── TimeoutError(Error, builtins.TimeoutError)
 //   └── BackendError(Error)            .backend ("MPI", "NCCL", "CUDA", ...) and .native_code
+// Every one has .where: the check or native call that raised it and its source file:line (None when not a check).
 // One translation (set_python_error_from_exception) serves nanobind-bound and fast-call functions alike; no C++
 // exception crosses into Python untranslated.
 
@@ -29,15 +30,14 @@ PyObject* type_of(ErrorCode code) {
 
 void set_shardkit_error(const Error& e) {
   PyObject* type = type_of(e.code());
-  const auto* backend = dynamic_cast<const BackendError*>(&e);
-  if (!backend) {
-    PyErr_SetString(type, e.what());
-    return;
-  }
   PyObject* exc = PyObject_CallFunction(type, "s", e.what());
   if (!exc) return;  // the error of the call is set instead
-  PyObject_SetAttrString(exc, "backend", nb::str(backend->backend().c_str()).ptr());
-  PyObject_SetAttrString(exc, "native_code", nb::int_(backend->native_code()).ptr());
+  // The message is for users; the check or native call and its source location are kept apart, for bug reports.
+  PyObject_SetAttrString(exc, "where", e.where().empty() ? Py_None : nb::str(e.where().c_str()).ptr());
+  if (const auto* backend = dynamic_cast<const BackendError*>(&e)) {
+    PyObject_SetAttrString(exc, "backend", nb::str(backend->backend().c_str()).ptr());
+    PyObject_SetAttrString(exc, "native_code", nb::int_(backend->native_code()).ptr());
+  }
   PyErr_SetObject(type, exc);
   Py_DECREF(exc);
 }

@@ -19,8 +19,10 @@ using CommPtr = std::shared_ptr<Communicator>;
 
 /// The communicator a `comm=` argument names: None (the default, a clone of COMM_WORLD), a shardkit Communicator or
 /// an mpi4py communicator (wrapped once and cached on the MPI communicator).
+/// `first_op`: the operation this communicator is for; when it makes the default communicator (the first call), a
+/// timeout there names that operation.
 /// @throws InvalidArgument for anything else.
-CommPtr comm_from(nb::handle h);
+CommPtr comm_from(nb::handle h, const char* first_op = nullptr);
 
 /// The Python object for a token; a complete token is one shared object (no allocation per call).
 nb::object token_object(const Token& t);

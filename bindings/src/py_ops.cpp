@@ -252,7 +252,7 @@ nb::object call_op(OpKind op, const FastArgs& a, Communicator& c) {
 template <int I>
 nb::object module_function(const FastArgs& a) {
   if (nb::object r; jax_dispatch(py_ops()[I].op, a, a.get(F::kComm), &r)) return r;  // JAX values: shardkit._jax
-  CommPtr c = comm_from(a.get(F::kComm));
+  CommPtr c = comm_from(a.get(F::kComm), op_name(py_ops()[I].op));
   return call_op(py_ops()[I].op, a, *c);
 }
 

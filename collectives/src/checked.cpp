@@ -148,7 +148,7 @@ void check_signatures(MpiCommHandle control, const Signature& mine, const OpCont
   }
   if (differing) {
     // Name the operation each rank called when they differ; otherwise the one they share.
-    throw MismatchError(concat("MismatchError: ranks disagree on ", ctx.describe(), ": ", diff.str(),
+    throw MismatchError(concat("ranks disagree on ", ctx.describe(), ": ", diff.str(),
                                ". Nothing was sent; the communicator is still usable."));
   }
 }
@@ -180,7 +180,7 @@ void check_alltoallv_counts(MpiCommHandle control, std::span<const std::int64_t>
   for (int p = 0; p < size; ++p)
     if (flags[p]) bad.push_back(p);
   if (!bad.empty())
-    throw MismatchError(concat("MismatchError: ranks disagree on the counts of ", ctx.describe(), ": rank(s) ",
+    throw MismatchError(concat("ranks disagree on the counts of ", ctx.describe(), ": rank(s) ",
                                rank_list(bad), " expect other counts than their peers send",
                                local.empty() ? "" : " (", local, local.empty() ? "" : ")",
                                ". Nothing was sent; the communicator is still usable."));

@@ -137,14 +137,17 @@ int runtime_device() {
 Communicator::Communicator(std::unique_ptr<detail::CommunicatorImpl> impl) : impl_(std::move(impl)) {}
 Communicator::~Communicator() = default;
 
-std::shared_ptr<Communicator> Communicator::world(const Runtime& runtime, CommOptions options) {
+std::shared_ptr<Communicator> Communicator::world(const Runtime& runtime, CommOptions options,
+                                                 std::string_view first_op) {
   const int device = runtime.device().kind == DeviceKind::kCUDA ? runtime.device().index : -1;
   // The Runtime's world duplicate is shardkit's own: in checked mode the ranks first agree on it, which names the
   // ranks that do not arrive. Every rank makes its world communicators in the same order (the sequence number).
   static std::uint64_t creations = 0;
+  // Messages read "<step> of communicator 'world'": "creation of ...", or "allreduce, the first collective of ...".
+  const std::string step = first_op.empty() ? "creation" : detail::concat(first_op, ", the first collective");
   detail::AbortState abort;
-  detail::agree_to_create(runtime.world(), "creation", options.name, creations++, options, abort);
-  MpiComm dup = detail::dup_within_timeout(runtime.world(), "creation", options.name, options, abort);
+  detail::agree_to_create(runtime.world(), step.c_str(), options.name, creations++, options, abort);
+  MpiComm dup = detail::dup_within_timeout(runtime.world(), step.c_str(), options.name, options, abort);
   return std::shared_ptr<Communicator>(
       new Communicator(detail::build(std::move(dup), 0, std::move(options), device, true)));
 }

@@ -14,8 +14,8 @@ namespace {
 }  // namespace
 
 namespace detail {
-void throw_cuda_error(int code, const char* expr, const char*, int) {
-  throw BackendError("CUDA", code, concat("CUDA error ", code, " in ", expr, " (built without CUDA)"));
+void throw_cuda_error(int code, const char* expr, const char* file, int line) {
+  throw BackendError("CUDA", code, concat("CUDA error ", code, " (built without CUDA)"), source_location(expr, file, line));
 }
 void cuda_strided_copy(void*, const std::int64_t*, const void*, const std::int64_t*, const std::int64_t*, int,
                        std::size_t, StreamHandle) {

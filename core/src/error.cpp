@@ -1,5 +1,8 @@
 #include "shardkit/core/error.hpp"
 
+#include <cctype>
+#include <string_view>
+
 namespace shardkit {
 
 const char* error_code_name(ErrorCode code) noexcept {
@@ -15,19 +18,35 @@ const char* error_code_name(ErrorCode code) noexcept {
 
 namespace detail {
 
+std::string source_location(const char* expr, const char* file, int line) {
+  std::string_view path(file);
+#ifdef SHARDKIT_SOURCE_DIR
+  if (path.starts_with(SHARDKIT_SOURCE_DIR)) path.remove_prefix(std::string_view(SHARDKIT_SOURCE_DIR).size());
+#endif
+  return concat(expr, " at ", path, ":", line);
+}
+
+std::string called_function(const char* expr) {
+  std::string_view e(expr);
+  const auto open = e.find('(');
+  if (open == std::string_view::npos || open == 0) return {};
+  for (char c : e.substr(0, open))
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':')) return {};
+  return concat(" in ", e.substr(0, open));
+}
+
 void throw_check_failure(const char* expr, const char* file, int line, const std::string& detail,
                          const std::string& message) {
-  std::string text = message.empty() ? std::string("check failed") : message;
-  text += concat(" [check ", expr);
+  std::string text = message.empty() ? std::string("invalid argument") : message;
   if (!detail.empty()) text += " " + detail;
-  text += concat(" failed at ", file, ":", line, "]");
-  throw InvalidArgument(text);
+  throw InvalidArgument(text, source_location(expr, file, line));
 }
 
 void throw_internal(const char* expr, const char* file, int line, const std::string& message) {
   throw Error(ErrorCode::kInternal,
-              concat("internal error: ", message.empty() ? "assertion failed" : message, " [", expr, " at ", file, ":",
-                     line, "]"));
+              concat("internal error in shardkit: ", message.empty() ? "assertion failed" : message,
+                     " (a bug: please report it with the error's `where`)"),
+              source_location(expr, file, line));
 }
 
 }  // namespace detail

@@ -122,8 +122,8 @@ void throw_mpi_error(int code, const char* expr, const char* file, int line) {
   if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof text, "unknown MPI error");
   int cls = code;
   MPI_Error_class(code, &cls);
-  throw BackendError("MPI", code, concat("MPI error ", code, " (class ", cls, ": ", text, ") in ", expr, " at ", file,
-                                         ":", line));
+  throw BackendError("MPI", code, concat("MPI error ", code, " (class ", cls, ": ", text, ")", called_function(expr)),
+                     source_location(expr, file, line));
 }
 
 }  // namespace detail

@@ -30,7 +30,7 @@ template <typename F>
 void expect_mismatch(F body, const std::string& op, const std::string& diff) {
   auto c = checked();
   const std::uint64_t seq = c->sequence();
-  const std::string want = "MismatchError: ranks disagree on " + op + " #" + std::to_string(seq) +
+  const std::string want = "ranks disagree on " + op + " #" + std::to_string(seq) +
                            " on communicator 'checked': " + diff +
                            ". Nothing was sent; the communicator is still usable.";
   try {

@@ -62,6 +62,54 @@ TEST_F(Chunked, DataMovement) {
   EXPECT_EQ(st.count, kN);
 }
 
+// mpi4jax's defaults (any source, any tag) on a chunked receive: the first piece fixes the source and tag of the
+// others, on a blocking communicator, one polled against a timeout, and for sendrecv (whose sends go out before the
+// first piece is waited for, else two ranks exchanging would wait for each other). The status names the real sender,
+// tag and the whole count. An async communicator cannot wait for the first piece: refused before anything is sent.
+TEST(ChunkedWildcards, RecvAndSendrecvFromAnySourceWithAnyTag) {
+  if (on_gpu()) GTEST_SKIP() << "the MPI limit only concerns the MPI backend";
+  constexpr std::int64_t kN = 2503;
+  const DType d = DType::kFloat32;
+  for (const bool timed : {false, true}) {
+    CommOptions o;
+    o.name = timed ? "chunked-any-timed" : "chunked-any";
+    o.max_message_elements = 1000;
+    o.timeout = timed ? std::chrono::milliseconds(60000) : std::chrono::milliseconds(0);
+    auto comm = Communicator::world(o);
+    Communicator& c = *comm;
+    const int r = c.rank(), n = c.size();
+    const int right = (r + 1) % n, left = (r + n - 1) % n;
+    RecvStatus st;
+    auto [y, t] = c.sendrecv(input(d, {kN}, r, Pattern::kData), input(d, {kN}, r, Pattern::kData), kAnySource, right,
+                             /*send_tag=*/7 + r, /*recv_tag=*/kAnyTag, &st);
+    EXPECT_TRUE(same(y, input(d, {kN}, left, Pattern::kData))) << o.name;
+    EXPECT_EQ(st.source, left) << o.name;
+    EXPECT_EQ(st.tag, 7 + left) << o.name;
+    EXPECT_EQ(st.count, kN) << o.name;
+    if (n < 2) continue;
+    c.barrier();  // every sendrecv is done: the send below is the only message a wildcard receive can match
+    // recv: rank 1 sends to rank 0, which receives from anyone with any tag.
+    if (r == 1) c.send(input(d, {kN}, 1, Pattern::kData), 0, 3).wait();
+    if (r == 0) {
+      RecvStatus rs;
+      auto [z, tz] = c.recv(Array::empty({kN}, d), kAnySource, kAnyTag, &rs);
+      tz.wait();
+      EXPECT_TRUE(same(z, input(d, {kN}, 1, Pattern::kData))) << o.name;
+      EXPECT_EQ(rs.source, 1) << o.name;
+      EXPECT_EQ(rs.tag, 3) << o.name;
+      EXPECT_EQ(rs.count, kN) << o.name;
+    }
+  }
+  CommOptions o;
+  o.name = "chunked-any-async";
+  o.max_message_elements = 1000;
+  o.async = true;
+  auto async = Communicator::world(o);
+  Array buf = Array::empty({kN}, d);
+  EXPECT_THROW(async->recv_into(buf, kAnySource, 0), InvalidArgument);
+  EXPECT_THROW(async->recv_into(buf, 0, kAnyTag), InvalidArgument);
+}
+
 TEST_F(Chunked, VariableCounts) {
   Communicator& c = comm();
   const int r = c.rank(), n = c.size();

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
       return 1;
     } catch (const TimeoutError& e) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("rank %d: caught after %.1f s: %s\n", rt.rank(), s, e.what());
+      std::printf("rank %d: caught after %.1f s: TimeoutError: %s\n", rt.rank(), s, e.what());
     }
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const TimeoutError& e) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("rank %d: caught after %.1f s: %s\n", comm->rank(), s, e.what());
+    std::printf("rank %d: caught after %.1f s: TimeoutError: %s\n", comm->rank(), s, e.what());
     std::fflush(stdout);
   }
   // The pending token of the aborted operation: asking again reports the failure without touching the aborted

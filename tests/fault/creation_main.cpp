@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const TimeoutError& e) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("rank %d: caught after %.1f s: %s\n", base->rank(), s, e.what());
+    std::printf("rank %d: caught after %.1f s: TimeoutError: %s\n", base->rank(), s, e.what());
     std::fflush(stdout);
   }
   // Give the other waiting ranks time to report before this one's exit ends the job.

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     try {
       comm->allreduce_inplace(x, ReduceOp::kSum);
     } catch (const TimeoutError& e) {
-      std::printf("rank %d: %s\n", comm->rank(), e.what());
+      std::printf("rank %d: TimeoutError: %s\n", comm->rank(), e.what());
       std::fflush(stdout);
       // Each waiting rank's own timer must fire, and the test checks every one of them. The first rank to return
       // ends the whole job, so without a grace period a rank descheduled on an oversubscribed machine could be

@@ -37,3 +37,25 @@ def test_backend_error(sk):
         sk.distribute(np.zeros(sk.size()), sk.NamedSharding(mesh, sk.P("x")), device="cuda:0")
     assert info.value.backend == "CUDA"
     assert isinstance(info.value.native_code, int)
+
+
+def test_messages_hold_no_internals(sk, size):
+    """What users read names the problem, not shardkit's source: no file paths, no check expressions. The check
+    and its location are kept in .where, for bug reports."""
+    mesh = sk.Mesh((size,), "x")
+    raised = []
+    for call in (lambda: sk.mpi.bcast(np.zeros(3), size),                                   # a table rule
+                 lambda: sk.matmul(sk.distribute(np.ones((size, 2)), sk.NamedSharding(mesh, sk.P("x"))),
+                                   sk.distribute(np.ones((3, 2)), sk.NamedSharding(mesh, sk.P()))),   # a CHECK_EQ
+                 lambda: sk.NamedSharding(mesh, sk.P("x", "x"))):                             # a CHECK
+        with pytest.raises(sk.InvalidArgument) as info:
+            call()
+        raised.append(info.value)
+    for e in raised:
+        text = str(e)
+        assert not any(s in text for s in ("[check", ".cpp", ".hpp", "failed at", "/src/")), text
+        assert not text.startswith(("InvalidArgument", "TimeoutError", "MismatchError")), text
+    assert "matmul: inner dimensions differ" in str(raised[1]) and "(2 == 3 is false)" in str(raised[1])
+    assert raised[0].where is None                          # raised by the table's rule, not by a check macro
+    assert raised[1].where.startswith("a.shape()[1] == b.shape()[0] at sharding/src/matmul.cpp:"), raised[1].where
+    assert "uses mesh axis 'x' twice" in str(raised[2]) and "named_sharding.cpp:" in raised[2].where

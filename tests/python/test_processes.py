@@ -152,7 +152,7 @@ def test_a_skipped_collective_times_out_and_ends_the_job():
     took = time.time() - start
     out = r.stdout + r.stderr
     for q in range(2):
-        assert f"rank {q} TimeoutError: TimeoutError: allreduce #0 on communicator 'timeout-test'" in out, out
+        assert f"rank {q} TimeoutError: allreduce #0 on communicator 'timeout-test'" in out, out
     assert "rank(s) 2 did not arrive" in out
     assert "ending the job" in out
     assert r.returncode != 0

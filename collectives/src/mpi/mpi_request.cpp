@@ -46,7 +46,7 @@ void raise_timeout(const OpContext& ctx, AbortState& abort, const std::string& d
   // The job cannot continue safely on this communicator: ask the Runtime to end the job at exit instead of
   // finalising (which could hang on the operation left in flight).
   request_abort_at_exit(abort.reason);
-  throw TimeoutError(concat("TimeoutError: ", ctx.describe(), " did not complete within ", ctx.timeout.count() / 1000.0,
+  throw TimeoutError(concat(ctx.describe(), " did not complete within ", ctx.timeout.count() / 1000.0,
                             " s", detail.empty() ? "" : ": ", detail,
                             ". The communicator is aborted; the job will end at exit."));
 }

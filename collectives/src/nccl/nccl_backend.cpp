@@ -315,7 +315,7 @@ void await_created(NcclState& state, std::chrono::milliseconds timeout, const ch
     if (Clock::now() >= deadline) {
       state.abort_once(concat(what, " timed out"));
       request_abort_at_exit(state.abort->reason);
-      throw TimeoutError(concat("TimeoutError: ", what, " did not complete within ", timeout.count() / 1000.0,
+      throw TimeoutError(concat(what, " did not complete within ", timeout.count() / 1000.0,
                                 " s (a rank did not join, or NCCL's bootstrap is blocked); the NCCL communicator was "
                                 "aborted"));
     }

@@ -116,7 +116,7 @@ void NcclEvent::wait() {
     if (ctx_.has_deadline() && Clock::now() >= ctx_.deadline) {
       state_->abort_once(ctx_.describe() + " timed out");
       request_abort_at_exit(state_->abort->reason);
-      throw TimeoutError(concat("TimeoutError: ", ctx_.describe(), " did not complete within ",
+      throw TimeoutError(concat(ctx_.describe(), " did not complete within ",
                                 ctx_.timeout.count() / 1000.0, " s; the NCCL communicator was aborted"));
     }
     if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));

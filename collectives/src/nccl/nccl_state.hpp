@@ -25,7 +25,8 @@
           "NCCL", static_cast<int>(shardkit_nccl_st_),                                                     \
           ::shardkit::detail::concat("NCCL error ", static_cast<int>(shardkit_nccl_st_), " (",             \
                                      ncclGetErrorString(shardkit_nccl_st_), ": ", ncclGetLastError(nullptr), \
-                                     ") in " #expr " at ", __FILE__, ":", __LINE__));                      \
+                                     ")", ::shardkit::detail::called_function(#expr)),                     \
+          ::shardkit::detail::source_location(#expr, __FILE__, __LINE__));                                 \
   } while (0)
 
 namespace shardkit::detail {

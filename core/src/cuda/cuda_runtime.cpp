@@ -18,8 +18,8 @@ namespace detail {
 void throw_cuda_error(int code, const char* expr, const char* file, int line) {
   const auto err = static_cast<cudaError_t>(code);
   throw BackendError("CUDA", code,
-                     concat("CUDA error ", code, " (", cudaGetErrorName(err), ": ", cudaGetErrorString(err), ") in ",
-                            expr, " at ", file, ":", line));
+                     concat("CUDA error ", code, " (", cudaGetErrorName(err), ": ", cudaGetErrorString(err), ")", called_function(expr)),
+                     source_location(expr, file, line));
 }
 
 }  // namespace detail

@@ -19,7 +19,8 @@ namespace {
     if (shardkit_st_ != CUBLAS_STATUS_SUCCESS)                                                                   \
       throw BackendError("cuBLAS", static_cast<int>(shardkit_st_),                                               \
                          concat("cuBLAS error ", cublasGetStatusName(shardkit_st_), " (",                        \
-                                cublasGetStatusString(shardkit_st_), ") in " #expr " at ", __FILE__, ":", __LINE__)); \
+                                cublasGetStatusString(shardkit_st_), ")"),                                      \
+                         source_location(#expr, __FILE__, __LINE__));                                           \
   } while (0)
 
 // A device's handle with the lock that makes cublasSetStream and the GEMM one critical section: a cuBLAS handle is

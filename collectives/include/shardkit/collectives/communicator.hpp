@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardkit/collectives/ops.hpp"
@@ -59,7 +60,10 @@ struct CommunicatorImpl;
 class Communicator {
  public:
   /// All ranks of the job (a duplicate of the Runtime's world communicator). Collective.
-  static std::shared_ptr<Communicator> world(const Runtime& runtime, CommOptions options = {});
+  /// `first_op`: for a default communicator made on first use, the operation that makes it ("allreduce"); a rank that
+  /// never arrives then gives a TimeoutError naming that operation, which is what the caller called.
+  static std::shared_ptr<Communicator> world(const Runtime& runtime, CommOptions options = {},
+                                             std::string_view first_op = {});
   /// All ranks of the job of the live Runtime. Collective.
   static std::shared_ptr<Communicator> world(CommOptions options = {});
   /// A communicator over the ranks of an existing MPI communicator, which it duplicates (an independent message

@@ -19,21 +19,28 @@ enum class ErrorCode {
 /// Name of an error code ("InvalidArgument", ...).
 const char* error_code_name(ErrorCode code) noexcept;
 
-/// Base of every exception shardkit throws.
+/// Base of every exception shardkit throws. `what()` is the text for users: what went wrong and what to do, with no
+/// source paths or check expressions; those go to `where()`, for bug reports.
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  Error(ErrorCode code, const std::string& message, std::string where = {})
+      : std::runtime_error(message), code_(code), where_(std::move(where)) {}
   /// The kind of failure.
   ErrorCode code() const noexcept { return code_; }
+  /// The check or native call that raised it and its source location ("root < size at collectives/src/...:42");
+  /// empty when the error was not raised by a check macro.
+  const std::string& where() const noexcept { return where_; }
 
  private:
   ErrorCode code_;
+  std::string where_;
 };
 
 /// A caller passed an argument the API does not accept (thrown before anything is sent).
 class InvalidArgument : public Error {
  public:
-  explicit InvalidArgument(const std::string& message) : Error(ErrorCode::kInvalidArgument, message) {}
+  explicit InvalidArgument(const std::string& message, std::string where = {})
+      : Error(ErrorCode::kInvalidArgument, message, std::move(where)) {}
 };
 
 /// Ranks disagreed on the signature of a collective (operation, dtype, count, root, op, sequence number).
@@ -48,8 +55,9 @@ class BackendError : public Error {
   /// @param backend  "MPI", "NCCL", "CUDA", ...
   /// @param native_code  the library's error code
   /// @param message  full message, including the library's own error string
-  BackendError(std::string backend, int native_code, const std::string& message)
-      : Error(ErrorCode::kBackend, message), backend_(std::move(backend)), native_code_(native_code) {}
+  /// @param where  the native call and its source location (see Error::where)
+  BackendError(std::string backend, int native_code, const std::string& message, std::string where = {})
+      : Error(ErrorCode::kBackend, message, std::move(where)), backend_(std::move(backend)), native_code_(native_code) {}
   /// Which library failed.
   const std::string& backend() const noexcept { return backend_; }
   /// The library's own error code.
@@ -86,17 +94,24 @@ std::string concat(const Parts&... parts) {
 /// Throws BackendError for a failed CUDA runtime call; implemented where CUDA is linked (or reports "not built").
 [[noreturn]] void throw_cuda_error(int code, const char* expr, const char* file, int line);
 
+/// "(3 == 5 is false)": the values a failed comparison check adds to its message.
 template <typename A, typename B>
 std::string describe_operands(const A& a, const B& b, const char* op) {
   std::ostringstream os;
-  os << "(" << a << " " << op << " " << b << ")";
+  os << "(" << a << " " << op << " " << b << " is false)";
   return os.str();
 }
+
+/// The source location of a check for Error::where: the path from the project's top folder when it is known.
+std::string source_location(const char* expr, const char* file, int line);
+/// " in MPI_Recv" for the expression "MPI_Recv(buf, ...)": the native function a failed call named, for messages
+/// (empty when the expression is not a call).
+std::string called_function(const char* expr);
 
 }  // namespace detail
 }  // namespace shardkit
 
-/// Throws InvalidArgument with the condition text, file, line and message when `cond` is false.
+/// Throws InvalidArgument with the message when `cond` is false (the condition, file and line go to where()).
 #define SHARDKIT_CHECK(cond, ...)                                                                       \
   do {                                                                                                  \
     if (!(cond)) [[unlikely]]                                                                           \
