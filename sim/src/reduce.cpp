@@ -7,60 +7,6 @@
 
 namespace shardkit::sim {
 
-float half_to_float(std::uint16_t h) {
-  const std::uint32_t sign = (h & 0x8000u) << 16;
-  std::uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400u) == 0);
-      bits = sign | ((127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-std::uint16_t float_to_half(float f) {
-  std::uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const std::uint16_t sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
-  const std::uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u) return sign | (absx > 0x7f800000u ? 0x7e00 : 0x7c00);
-  if (absx >= 0x477ff000u) return sign | 0x7c00;  // overflow to infinity
-  if (absx < 0x38800000u) {                       // subnormal or zero: round to nearest even
-    const float a = std::fabs(f) * 16777216.0f;   // 2^24
-    return sign | static_cast<std::uint16_t>(std::nearbyint(a));
-  }
-  std::uint32_t m = absx + 0xc8000fffu + ((absx >> 13) & 1u);  // rebias and round to nearest even
-  return sign | static_cast<std::uint16_t>(m >> 13);
-}
-
-float bf16_to_float(std::uint16_t b) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-std::uint16_t float_to_bf16(float f) {
-  std::uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<std::uint16_t>(x >> 16);
-}
-
 std::size_t nccl_type_size(ncclDataType_t t) {
   switch (t) {
     case ncclInt8: case ncclUint8: return 1;

@@ -7,12 +7,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "shardkit/core/float16.hpp"
+
 namespace shardkit::sim {
 
-float half_to_float(std::uint16_t h);
-std::uint16_t float_to_half(float f);
-float bf16_to_float(std::uint16_t b);
-std::uint16_t float_to_bf16(float f);
+// core's conversions (one definition, header-only: core links sim), on raw bits.
+inline float half_to_float(std::uint16_t h) { return ::shardkit::half_to_float(Half{h}); }
+inline std::uint16_t float_to_half(float f) { return ::shardkit::float_to_half(f).bits; }
+inline float bf16_to_float(std::uint16_t b) { return ::shardkit::bfloat16_to_float(BFloat16{b}); }
+inline std::uint16_t float_to_bf16(float f) { return ::shardkit::float_to_bfloat16(f).bits; }
 
 /// Bytes of one element of `t`; 0 for an unknown type.
 std::size_t nccl_type_size(ncclDataType_t t);

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "shardkit/core/float16.hpp"
+
 namespace shardkit {
 
 /// Element types of arrays and collectives (the 15 types of DESIGN.md).
@@ -60,19 +62,6 @@ DType from_dlpack_type(DLPackType type);
 
 std::ostream& operator<<(std::ostream& os, DType dtype);
 
-/// IEEE 754 binary16, stored as its bits. Host conversions round to nearest even.
-struct Half {
-  std::uint16_t bits = 0;
-};
-/// bfloat16 (the top half of a float32), stored as its bits. Host conversions round to nearest even.
-struct BFloat16 {
-  std::uint16_t bits = 0;
-};
-
-float half_to_float(Half h) noexcept;
-Half float_to_half(float f) noexcept;
-float bfloat16_to_float(BFloat16 b) noexcept;
-BFloat16 float_to_bfloat16(float f) noexcept;
 
 /// The value of a real element as a double: Half and BFloat16 through their float conversions, other types by
 /// static_cast.

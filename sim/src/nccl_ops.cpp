@@ -1,0 +1,234 @@
+// The simulated NCCL's operations (communicators: nccl_comm.cpp): every communication is an MPI operation on the
+// communicator's private MPI communicator, issued by the worker of the stream it was enqueued on, so it is ordered with
+// the kernels and copies of that stream exactly as an NCCL kernel is. Reductions gather the inputs and reduce them in
+// rank order. Grouped sends and receives of one stream progress together, as one fused NCCL kernel does.
+
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nccl_internal.hpp"
+#include "reduce.hpp"
+#include "sim_internal.hpp"
+
+using namespace shardkit::sim;
+
+namespace {
+
+// Waits for MPI requests on a worker; gives up (false) when the communicator is aborted, as an aborted NCCL kernel does.
+bool wait_all(ncclComm_t c, std::vector<MPI_Request>& reqs) {
+  for (long spin = 0;; ++spin) {
+    int done = 0;
+    MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
+    if (done) return true;
+    if (c->aborted) return false;
+    if (spin > 100) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+// ---- enqueueing -------------------------------------------------------------------------------------------------
+struct P2P {
+  ncclComm_t comm;
+  bool send;
+  void* buf;
+  int bytes;
+  int peer;
+};
+struct Group {
+  int depth = 0;
+  std::vector<std::pair<std::shared_ptr<Stream>, std::function<void()>>> colls;
+  std::vector<std::pair<std::shared_ptr<Stream>, P2P>> p2p;
+};
+thread_local Group group;
+
+using OpFn = std::function<bool(ncclComm_t)>;
+
+std::function<void()> wrap(ncclComm_t c, OpFn fn) {
+  c->pending++;
+  return [c, fn = std::move(fn)] {
+    if (!c->aborted && !fn(c) && !c->aborted) c->async_error = ncclSystemError;
+    c->pending--;
+  };
+}
+
+void check_open(ncclComm_t c, const char* call) {
+  check_live(c, call);
+  if (c->finalized) fatal(std::string(call) + " on an NCCL communicator after ncclCommFinalize");
+}
+
+ncclResult_t submit(ncclComm_t c, cudaStream_t s, const char* call, OpFn fn, bool empty = false) {
+  check_open(c, call);
+  if (empty) fn = [](ncclComm_t) { return true; };  // nothing to move (the count is the same on every rank)
+  auto st = stream_of(s);
+  if (st->device() != c->device)
+    return nccl_error(ncclInvalidArgument, std::string(call) + ": stream of device " + std::to_string(st->device()) +
+                                          " on a communicator of device " + std::to_string(c->device));
+  if (group.depth > 0)
+    group.colls.emplace_back(st, wrap(c, std::move(fn)));
+  else
+    st->enqueue(wrap(c, std::move(fn)));
+  return ncclSuccess;
+}
+
+bool bytes_ok(std::size_t count, ncclDataType_t t, int* bytes) {
+  const std::size_t b = count * nccl_type_size(t);
+  if (nccl_type_size(t) == 0 || b > static_cast<std::size_t>(INT32_MAX)) return false;
+  *bytes = static_cast<int>(b);
+  return true;
+}
+
+ncclResult_t p2p(const void* buf, std::size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s,
+                 bool send, const char* call) {
+  check_open(c, call);
+  int bytes = 0;
+  if (!bytes_ok(count, t, &bytes)) return nccl_error(ncclInvalidArgument, std::string(call) + ": bad type or count");
+  if (peer < 0 || peer >= c->size) return nccl_error(ncclInvalidArgument, std::string(call) + ": peer out of range");
+  auto st = stream_of(s);
+  if (st->device() != c->device) return nccl_error(ncclInvalidArgument, std::string(call) + ": stream of another device");
+  P2P op{c, send, const_cast<void*>(buf), bytes, peer};
+  if (group.depth > 0) {
+    group.p2p.emplace_back(st, op);
+    return ncclSuccess;
+  }
+  st->enqueue(wrap(c, [op](ncclComm_t cc) {
+    std::vector<MPI_Request> r(1);
+    if (op.send)
+      MPI_Isend(rw(op.buf), op.bytes, MPI_BYTE, op.peer, 0, cc->data, &r[0]);
+    else
+      MPI_Irecv(rw(op.buf), op.bytes, MPI_BYTE, op.peer, 0, cc->data, &r[0]);
+    return wait_all(cc, r);
+  }));
+  return ncclSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+ncclResult_t ncclGroupStart() {
+  ++group.depth;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (group.depth == 0) return nccl_error(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+  if (--group.depth > 0) return ncclSuccess;
+  for (auto& [st, fn] : group.colls) st->enqueue(std::move(fn));
+  group.colls.clear();
+  // The grouped sends and receives of one stream progress together, as one fused NCCL kernel does.
+  while (!group.p2p.empty()) {
+    auto st = group.p2p.front().first;
+    std::vector<P2P> ops;
+    for (auto it = group.p2p.begin(); it != group.p2p.end();) {
+      if (it->first == st) {
+        ops.push_back(it->second);
+        it = group.p2p.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    ncclComm_t c = ops.front().comm;
+    st->enqueue(wrap(c, [ops](ncclComm_t cc) {
+      std::vector<MPI_Request> r(ops.size());
+      for (std::size_t i = 0; i < ops.size(); ++i)
+        if (!ops[i].send) MPI_Irecv(rw(ops[i].buf), ops[i].bytes, MPI_BYTE, ops[i].peer, 0, ops[i].comm->data, &r[i]);
+      for (std::size_t i = 0; i < ops.size(); ++i)
+        if (ops[i].send) MPI_Isend(rw(ops[i].buf), ops[i].bytes, MPI_BYTE, ops[i].peer, 0, ops[i].comm->data, &r[i]);
+      return wait_all(cc, r);
+    }));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
+  return p2p(buf, count, t, peer, c, s, true, "ncclSend");
+}
+ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
+  return p2p(buf, count, t, peer, c, s, false, "ncclRecv");
+}
+
+ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t c,
+                           cudaStream_t s) {
+  int bytes = 0;
+  if (!bytes_ok(count, t, &bytes)) return nccl_error(ncclInvalidArgument, "ncclBroadcast: bad type or count");
+  return submit(c, s, "ncclBroadcast", [=](ncclComm_t cc) {
+    if (cc->rank == root && send != recv) std::memmove(rw(recv), rw(send), static_cast<std::size_t>(bytes));
+    std::vector<MPI_Request> r(1);
+    MPI_Ibcast(rw(recv), bytes, MPI_BYTE, root, cc->data, &r[0]);
+    return wait_all(cc, r);
+  }, bytes == 0);
+}
+
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t c,
+                           cudaStream_t s) {
+  int bytes = 0;
+  if (!bytes_ok(count, t, &bytes)) return nccl_error(ncclInvalidArgument, "ncclAllGather: bad type or count");
+  return submit(c, s, "ncclAllGather", [=](ncclComm_t cc) {
+    std::vector<char> in(rw(send) ? static_cast<const char*>(rw(send)) : nullptr,
+                         rw(send) ? static_cast<const char*>(rw(send)) + bytes : nullptr);
+    std::vector<MPI_Request> r(1);
+    MPI_Iallgather(in.data(), bytes, MPI_BYTE, rw(recv), bytes, MPI_BYTE, cc->data, &r[0]);
+    return wait_all(cc, r);
+  }, bytes == 0);
+}
+
+namespace {
+// All ranks' `count`-element inputs, in rank order, reduced into out (on the worker).
+bool gather_reduce(ncclComm_t cc, const void* send, void* out, std::size_t count, ncclDataType_t t, ncclRedOp_t op,
+                   int bytes) {
+  std::vector<char> all(static_cast<std::size_t>(bytes) * cc->size);
+  std::vector<char> in(static_cast<const char*>(rw(send)), static_cast<const char*>(rw(send)) + bytes);
+  std::vector<MPI_Request> r(1);
+  MPI_Iallgather(in.data(), bytes, MPI_BYTE, all.data(), bytes, MPI_BYTE, cc->data, &r[0]);
+  if (!wait_all(cc, r)) return false;
+  std::vector<char> acc(all.begin(), all.begin() + bytes);
+  for (int i = 1; i < cc->size; ++i) reduce_into(acc.data(), all.data() + static_cast<std::size_t>(i) * bytes, count, t, op);
+  if (op == ncclAvg) divide(acc.data(), count, t, cc->size);
+  if (out) std::memcpy(rw(out), acc.data(), acc.size());
+  return true;
+}
+bool valid_op(ncclRedOp_t op) { return op == ncclSum || op == ncclProd || op == ncclMin || op == ncclMax || op == ncclAvg; }
+}  // namespace
+
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                           cudaStream_t s) {
+  int bytes = 0;
+  if (!bytes_ok(count, t, &bytes) || !valid_op(op)) return nccl_error(ncclInvalidArgument, "ncclAllReduce: bad arguments");
+  return submit(c, s, "ncclAllReduce",
+                [=](ncclComm_t cc) { return gather_reduce(cc, send, recv, count, t, op, bytes); }, bytes == 0);
+}
+
+ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, int root,
+                        ncclComm_t c, cudaStream_t s) {
+  int bytes = 0;
+  if (!bytes_ok(count, t, &bytes) || !valid_op(op)) return nccl_error(ncclInvalidArgument, "ncclReduce: bad arguments");
+  return submit(c, s, "ncclReduce", [=](ncclComm_t cc) {
+    return gather_reduce(cc, send, cc->rank == root ? recv : nullptr, count, t, op, bytes);
+  }, bytes == 0);
+}
+
+ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
+                               ncclComm_t c, cudaStream_t s) {
+  int bytes = 0;
+  if (!bytes_ok(recvcount, t, &bytes) || !valid_op(op))
+    return nccl_error(ncclInvalidArgument, "ncclReduceScatter: bad arguments");
+  return submit(c, s, "ncclReduceScatter", [=](ncclComm_t cc) {
+    const std::size_t b = static_cast<std::size_t>(bytes), n = static_cast<std::size_t>(cc->size);
+    std::vector<char> in(static_cast<const char*>(rw(send)), static_cast<const char*>(rw(send)) + b * n), parts(b * n);
+    std::vector<MPI_Request> r(1);
+    MPI_Ialltoall(in.data(), bytes, MPI_BYTE, parts.data(), bytes, MPI_BYTE, cc->data, &r[0]);
+    if (!wait_all(cc, r)) return false;
+    for (std::size_t i = 1; i < n; ++i) reduce_into(parts.data(), parts.data() + i * b, recvcount, t, op);
+    if (op == ncclAvg) divide(parts.data(), recvcount, t, cc->size);
+    std::memcpy(rw(recv), parts.data(), b);
+    return true;
+  }, bytes == 0);
+}
+
+}  // extern "C"
