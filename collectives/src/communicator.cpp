@@ -13,6 +13,7 @@
 #include "communicator_impl.hpp"
 #include "creation.hpp"
 #include "mpi/mpi_request.hpp"
+#include "op_table.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/runtime.hpp"
 
@@ -74,15 +75,28 @@ void CommunicatorImpl::decide_nccl() {
   const bool shared = all && gpu_shared(c, device);
   if (all && !shared) {
     nccl = make_nccl_backend(control(), device, abort, options.timeout);
-  } else if (options.backend == BackendKind::kNccl) {
-    throw BackendError("NCCL", 0,
-                       concat("SHARDKIT_BACKEND=nccl but not every rank can use NCCL (",
-                              shared            ? "ranks share a GPU, which NCCL refuses"
-                              : !nccl_built()   ? "not built"
-                              : device < 0      ? "this rank has no GPU"
-                                                : "another rank has no GPU",
-                              ")"));
+  } else {
+    nccl_refusal = shared            ? "ranks share a GPU, which NCCL refuses"
+                   : !nccl_built()   ? "not built"
+                   : device < 0      ? "this rank has no GPU"
+                                     : "another rank has no GPU";
   }
+}
+
+void CommunicatorImpl::require_nccl(OpKind op) const {
+  if (nccl_usable_for(op)) return;
+  throw BackendError("NCCL", 0,
+                     concat("SHARDKIT_BACKEND=nccl but ", op_name(op), " on communicator '", options.name,
+                            "' cannot use NCCL (",
+                            !nccl_refusal.empty() ? nccl_refusal
+                            : nccl                ? "point-to-point on a communicator that agreed on NCCL only after "
+                                                    "it was made"
+                                                  : "the ranks have not agreed on NCCL",
+                            ")"));
+}
+
+bool CommunicatorImpl::nccl_usable_for(OpKind op) const {
+  return nccl != nullptr && (op_spec(op).collective || nccl_for_p2p);
 }
 
 void CommunicatorImpl::ensure_usable() const {
@@ -95,8 +109,9 @@ void CommunicatorImpl::ensure_usable() const {
 namespace {
 
 // A communicator over `data`: owned (a duplicate or split made for it) or borrowed from the caller. With
-// `eager_nccl`, the NCCL decision (and bootstrap) happens now, so later point-to-point operations on GPU buffers
-// never have to bootstrap NCCL between two ranks only.
+// `eager_nccl`, the NCCL decision (and bootstrap) happens now, on every rank of a build with NCCL, with or without a
+// GPU (a rank without one says no; skipping the decision there would leave the others waiting for it), so that
+// point-to-point operations on GPU buffers may use NCCL without bootstrapping it between two ranks only.
 std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, CommOptions options, int device,
                                         bool eager_nccl) {
   auto m = std::make_unique<CommunicatorImpl>();
@@ -116,7 +131,10 @@ std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, C
   }
   m->device = device;
   if (!m->owned.is_null()) m->control();  // owned communicators are made collectively anyway: set up now
-  if (eager_nccl && device >= 0) m->decide_nccl();
+  if (eager_nccl && nccl_built()) {
+    m->decide_nccl();
+    m->nccl_for_p2p = true;
+  }
   if (Config::get().verbose && m->rank == 0)
     std::fprintf(stderr, "shardkit: communicator '%s': %d ranks, backends mpi%s\n", m->options.name.c_str(), m->size,
                  m->nccl ? "+nccl" : "");
@@ -189,12 +207,14 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, std::strin
                                          impl->options.max_message_elements);
     impl->nccl = std::move(nccl);
     impl->nccl_decided = true;
+    impl->nccl_for_p2p = true;  // decided with the split, by every rank of the parent
     return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
   }
   if (color < 0) return nullptr;
-  // The parent already agreed not to use NCCL; so do its parts.
+  // The parent already agreed not to use NCCL (or has not decided yet); so do its parts.
   auto impl = detail::build(std::move(sub), 0, std::move(opts), m.device, false);
   impl->nccl_decided = m.nccl_decided;
+  impl->nccl_for_p2p = m.nccl_decided;  // known to every rank of the split alike
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 

@@ -27,6 +27,12 @@ struct CommunicatorImpl {
   int size = 1;
   int device = -1;            // the GPU this rank would run NCCL on (-1: none)
   bool nccl_decided = false;  // whether the ranks have agreed on using NCCL yet
+  // Whether that agreement was made when the communicator was made (collectively, by every rank): only then may
+  // point-to-point operations use NCCL. A decision made later, by the first collective on GPU buffers, could not be
+  // made by a send between two ranks (the others never come), and a send before it and its receive after it would
+  // take different backends; so on such communicators send/recv/sendrecv always take MPI.
+  bool nccl_for_p2p = false;
+  std::string nccl_refusal;  // why the ranks agreed not to use NCCL, for SHARDKIT_BACKEND=nccl's error
   std::uint64_t seq = 0;
   int tag_ub = 32767;
   // The last operation of each backend: switching backend waits for the other one (rule 3 across backends).
@@ -35,8 +41,12 @@ struct CommunicatorImpl {
   /// The control communicator, created (collectively, under the timeout) on first use.
   MpiCommHandle control();
   /// Agrees with the other ranks on NCCL (collective): used only when every rank has a GPU, NCCL is built and the
-  /// backend is not forced to MPI. @throws BackendError when the backend is forced to NCCL and a rank cannot use it.
+  /// backend is not forced to MPI (else nccl_refusal says why).
   void decide_nccl();
+  /// @throws BackendError when the backend is forced to NCCL and `op` cannot use it here.
+  void require_nccl(OpKind op) const;
+  /// Whether `op` may run on NCCL here (NCCL agreed on; for point-to-point, agreed on at creation).
+  bool nccl_usable_for(OpKind op) const;
   /// @throws BackendError once the communicator was aborted.
   void ensure_usable() const;
   /// Runs one operation through the pipeline (validate, route, check, stage, run, token).

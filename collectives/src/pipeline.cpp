@@ -101,8 +101,10 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
     RouteRequest req{op, options.backend, where};
     if (const Array* first = send ? send : recv) req.dtype = first->dtype();
     req.reduce = a.reduce;
-    if (needs_nccl(req) && !nccl_decided) decide_nccl();
-    req.nccl_available = nccl != nullptr;
+    // The decision is collective: point-to-point operations never start it (see nccl_for_p2p).
+    if (needs_nccl(req) && !nccl_decided && spec.collective) decide_nccl();
+    if (needs_nccl(req) && options.backend == BackendKind::kNccl) require_nccl(op);
+    req.nccl_available = nccl_usable_for(op);
     if (route(req) == BackendKind::kNccl) chosen = nccl.get();
   }
   Backend& b = *chosen;
@@ -197,7 +199,7 @@ BackendKind Communicator::backend_for(OpKind op, Device device) const {
   detail::Placement where = device.is_device_memory() ? detail::Placement::kDevice : detail::Placement::kHost;
   if (spec.send == detail::Role::kNone && spec.recv == detail::Role::kNone) where = detail::Placement::kNone;
   detail::RouteRequest req{op, m.options.backend, where};
-  req.nccl_available = m.nccl != nullptr;
+  req.nccl_available = m.nccl_usable_for(op);
   return detail::route(req);
 }
 

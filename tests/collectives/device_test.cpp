@@ -1,6 +1,10 @@
 // NCCL operations and the caller's CUDA device: an operation sets its communicator's device for its own calls and
 // gives the caller's current device back.
 
+#include <mpi.h>
+
+#include <chrono>
+
 #include "collective_test_util.hpp"
 #include "mpi/staging.hpp"
 #include "shardkit/core/cuda.hpp"
@@ -20,6 +24,57 @@ TEST(NcclDevice, OperationsLeaveTheCallersCurrentDevice) {
   EXPECT_EQ(cuda::current_device(), other);
   cuda::set_device(mine);
   EXPECT_EQ(y.to(Device::cpu()).to_vector<float>()[3], 3.0f * static_cast<float>(world()->size()));
+}
+
+// Point-to-point on GPU buffers needs only the ranks that exchange. A communicator that did not agree on NCCL when it
+// was made (here, the caller's, wrapped) must not start that agreement, which is collective, from a send or a receive:
+// they take MPI. Before, ranks 0 and 1 waited in it for the others (a timeout in the communicator's set-up, or a hang).
+TEST(NcclDevice, PointToPointOnAWrappedCommunicatorNeedsOnlyItsPeers) {
+  if (!on_gpu()) GTEST_SKIP() << "GPU suite only (SHARDKIT_TEST_BUFFERS=cuda)";
+  if (world()->size() < 2) GTEST_SKIP() << "needs two ranks";
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  {
+    CommOptions o;
+    o.name = "p2p-only";
+    o.timeout = std::chrono::seconds(20);
+    auto c = Communicator::wrap_mpi(from_mpi(dup), o);
+    const Device gpu = runtime().device();
+    if (c->rank() == 0) c->send(Array::arange(100, DType::kFloat32, gpu), 1, 5).wait();
+    if (c->rank() == 1) {
+      Array got = Array::empty({100}, DType::kFloat32, gpu);
+      c->recv_into(got, 0, 5).wait();
+      EXPECT_EQ(got.to(Device::cpu()).to_vector<float>()[99], 99.0f);
+    }
+    EXPECT_EQ(c->backend_for(OpKind::kSend, gpu), BackendKind::kMpi);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Comm_free(&dup);
+}
+
+// Every rank takes part in the NCCL decision of a communicator it makes, with or without a GPU: where only some ranks
+// have one (run so on the simulated GPU: collectives_mixed_devices), the ranks agree on MPI and the GPU ranks' device
+// buffers are staged. Before, the ranks without a GPU skipped the decision and the others waited for them in it.
+TEST(MixedDevices, WorldMadeWhereOnlySomeRanksHaveAGpu) {
+  const Device mine = runtime().device();
+  int has = mine.kind == DeviceKind::kCUDA ? 1 : 0, all = 0, any = 0;
+  MPI_Allreduce(&has, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&has, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  CommOptions o;
+  o.name = "mixed";
+  o.timeout = std::chrono::seconds(20);
+  auto c = Communicator::world(o);
+  if (!all) {
+    EXPECT_FALSE(c->has_nccl());
+  }
+  const Array x = Array::arange(10, DType::kFloat32, mine);
+  auto [y, t] = c->allreduce(x, ReduceOp::kSum);
+  t.wait();
+  EXPECT_EQ(y.device(), mine);
+  EXPECT_EQ(y.to(Device::cpu()).to_vector<float>()[9], 9.0f * static_cast<float>(c->size()));
+  if (std::getenv("SHARDKIT_TEST_EXPECT_MIXED")) {
+    EXPECT_TRUE(any && !all) << "expected a mixed job";
+  }
 }
 
 // The pinned staging pool reuses blocks but holds at most its cap idle: one large message must not pin its size class
