@@ -27,33 +27,16 @@ import contextlib
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax._src import core as _jcore
-from jax._src import dispatch as _dispatch
-from jax._src import effects as _effects
-# The concrete jax.Array type by name, not as type(jnp.zeros(())): this module may be loaded while JAX traces, when
-# jnp.zeros makes a tracer.
-from jax._src.array import ArrayImpl as _ArrayImpl
-from jax._src.interpreters import ad, batching
-from jax._src.interpreters import mlir
-from jax._src.lib.mlir import ir
-from jax._src.lib.mlir.dialects import hlo
 
 from . import _core
+from . import _jax_compat as jc
+from ._jax_compat import ad, batching, hlo, ir, mlir
 
 __all__ = ["collective_p", "available", "bind"]
 
 
-class ShardkitEffect(_effects.Effect):
-    """The ordered side effect of every shardkit operation: one chain, in program order."""
-
-    __str__ = lambda self: "shardkit"  # noqa: E731
-
-
-_effect = ShardkitEffect()
-for _set in (_effects.lowerable_effects, _effects.ordered_effects, _effects.control_flow_allowed_effects,
-             _effects.custom_derivatives_allowed_effects, _effects.remat_allowed_effects):
-    _set.add_type(ShardkitEffect)
+# The ordered side effect of every shardkit operation: one chain, in program order.
+_effect = jc.ordered_effect("shardkit")
 
 _TARGETS = _core._jax_ffi_targets()
 for _name, _capsule in _TARGETS.items():
@@ -67,9 +50,9 @@ _NO_VALUE = ("send", "barrier")  # operations whose only result is the token
 # nothing).
 _SAME_SHAPE = ("ppermute", "replicated")
 
-collective_p = _jcore.Primitive("shardkit_collective")
+collective_p = jc.Primitive("shardkit_collective")
 collective_p.multiple_results = True
-collective_p.def_impl(lambda *args, **params: _dispatch.apply_primitive(collective_p, *args, **params))
+collective_p.def_impl(lambda *args, **params: jc.apply_primitive(collective_p, *args, **params))
 
 
 def bind(*args, op, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0, recv_tag=-1, transpose=False,
@@ -91,7 +74,7 @@ def _abstract_eval(*args, op, comm, root, transpose, **_):
         return (), {_effect}
     x = args[0]
     shape = x.shape if transpose or op in _SAME_SHAPE else _out_shape(op, x.shape, comm, root)
-    return (_jcore.ShapedArray(shape, x.dtype),), {_effect}
+    return (jc.ShapedArray(shape, x.dtype),), {_effect}
 
 
 collective_p.def_effectful_abstract_eval(_abstract_eval)
@@ -108,7 +91,7 @@ def _lowering(target):
     def custom_call(ctx, op, args, avals_in, avals_out, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0,
                     recv_tag=-1):
         token = ctx.tokens_in.get(_effect)
-        result_types = [hlo.TokenType.get()] + [mlir.aval_to_ir_type(ctx.module_context, a) for a in avals_out]
+        result_types = [hlo.TokenType.get()] + [jc.aval_to_ir_type(ctx, a) for a in avals_out]
         # One array attribute in the handler's order (ffi_handlers.cpp's Attrs): XLA decodes attributes by name at
         # every call.
         attrs = {"call": ir.DenseI64ArrayAttr.get([_core._op_code(op), int(comm), int(reduce), int(root), int(dest),
@@ -227,7 +210,7 @@ def _transpose_rule(cts, *args, op, reduce, transpose, **params):
         recv_like, send = args
         if params["source"] < 0:
             raise NotImplementedError("The linear transpose of sendrecv needs a definite source (not ANY_SOURCE)")
-        aval = send.aval if ad.is_undefined_primal(send) else _jcore.get_aval(send)
+        aval = send.aval if ad.is_undefined_primal(send) else jax.typeof(send)
         like = jnp.zeros(aval.shape, aval.dtype)
         # The reverse exchange: the cotangent goes back to `source` with the tag the value came with, and comes from
         # `dest` with the tag this rank sent. Received with ANY_TAG, the value's tag is unknown here: this rank's
@@ -262,7 +245,7 @@ ad.primitive_transposes[collective_p] = _transpose_rule
 # traced; its compiled program names them. jax.jit keys its caches on this context, set to the mesh while a body runs
 # (or is traced), so a trace made under one mesh never serves another. Equal meshes (same shape, names, device order
 # and communicator) share traces: the first one's axis communicators, over the same ranks, serve both.
-_mesh_context = jax.make_user_context(None) if hasattr(jax, "make_user_context") else None
+_mesh_context = jc.user_context()
 
 
 def mesh_key(mesh):
@@ -285,11 +268,11 @@ def comm_handle(comm):
 
 
 def _is_tracing():
-    return not _jcore.trace_state_clean()
+    return not jc.trace_state_clean()
 
 
 def _accept_token(token):
-    if token is None or isinstance(token, (_jcore.Token, _jcore.Tracer)):
+    if token is None or isinstance(token, (jc.Token, jc.Tracer)):
         return  # JAX tokens: ordering is program order already
     if isinstance(token, _core.Token):
         token.wait()
@@ -300,7 +283,7 @@ def _accept_token(token):
 def dispatch(name, kw, comm):
     """shardkit._core's hook: runs shardkit.mpi function `name` (arguments `kw`) on JAX values."""
     tracing = _is_tracing()
-    if not tracing and not isinstance(kw.get("token"), _jcore.Token):
+    if not tracing and not isinstance(kw.get("token"), jc.Token):
         # Eager calls on concrete arrays: the native path (the C++ side sends them there before calling this).
         return NotImplemented
     if kw.get("status") is not None:
@@ -378,35 +361,8 @@ def _translate(e):
 # while shardkit can still free communicators (before MPI_Finalize and nanobind's shutdown).
 atexit.register(jax.clear_caches)
 
-def _trace_probe():
-    """(state, value, state, value): JAX is not tracing when both states hold these values (what trace_state_clean
-    compares), for the C++ side to read without a Python call; None where JAX's internals differ."""
-    try:  # (this module may be loaded while JAX traces: the values are not compared here)
-        probe = (_jcore.trace_state_strong_ref, _jcore.eval_trace, _jcore.axis_env_state, _jcore.top_axis_env)
-        probe[0].value, probe[2].value  # noqa: B018  (readable, as the C++ side reads them)
-        return probe
-    except AttributeError:
-        return None
 
-
-def _host_importer():
-    """jaxlib's DLPack importer and its arguments after the capsule, for eager results on the CPU device: what
-    jax.dlpack.from_dlpack calls, without its Python layers (a result of an operation on jax.Arrays already has the
-    dtype JAX made). (None, None) where jaxlib's function differs: results then go through jax.dlpack."""
-    try:
-        from jax._src.lib import _jax as _jaxlib, jaxlib_extension_version
-
-        fn = _jaxlib.dlpack_managed_tensor_to_buffer
-        device = jax.devices("cpu")[0]
-        args = (device, None, None, 1) if jaxlib_extension_version >= 467 else (device, None, None)  # kDLCPU = 1
-        probe = fn(np.full(3, 7, np.float32).__dlpack__(), *args)
-        if (type(probe) is _ArrayImpl and probe.devices() == {device} and probe.dtype == np.float32
-                and np.array_equal(np.asarray(probe), np.full(3, 7, np.float32))):
-            return fn, args
-    except Exception:  # noqa: BLE001  (any failure: keep the public path)
-        pass
-    return None, None
-
-
-_core._set_jax_hook(dispatch, _ArrayImpl, _jcore.Tracer, _jcore.Token, _jcore.trace_state_clean,
-                    _trace_probe(), *_host_importer())
+# shardkit._core's entry into this module, with what it reads of JAX without a Python call (shardkit._jax_compat finds
+# each for the installed JAX).
+_core._set_jax_hook(dispatch, jc.ArrayImpl, jc.Tracer, jc.Token, jc.trace_state_clean, jc.trace_probe(),
+                    *jc.host_importer())

@@ -63,12 +63,15 @@ struct Hook {
   PyTypeObject* array_type = nullptr;   // jaxlib's ArrayImpl
   PyTypeObject* tracer_type = nullptr;  // jax.core.Tracer (every tracer derives from it)
   PyTypeObject* token_type = nullptr;   // jax.core.Token
-  // Whether JAX is tracing: the two states of jax.core's trace context and their values at the top level (no
-  // trace), compared by identity as jax.core.trace_state_clean does; or, where JAX's internals differ, that
+  // Whether JAX is tracing: where jax.core keeps the current trace and axis environment (an object and the name of
+  // its attribute, as shardkit._jax_compat.trace_probe finds them for the installed JAX) and their values at the top
+  // level (no trace), compared by identity as jax.core.trace_state_clean does; or, where JAX's internals differ, that
   // function itself (`clean`).
   PyObject* trace_state = nullptr;
+  PyObject* trace_attr = nullptr;
   PyObject* top_trace = nullptr;
   PyObject* axis_state = nullptr;
+  PyObject* axis_attr = nullptr;
   PyObject* top_axis = nullptr;
   PyObject* clean = nullptr;
   bool tried = false;  // shardkit._jax was imported (or failed to be)
@@ -84,11 +87,10 @@ bool is_jax_value(nb::handle h) {
 // True when no JAX transformation is tracing on this thread (concrete arrays are then used as they are).
 bool at_top_level() {
   if (g_hook.trace_state) {
-    static PyObject* value = PyUnicode_InternFromString("value");
-    nb::object trace = nb::steal(PyObject_GetAttr(g_hook.trace_state, value));
+    nb::object trace = nb::steal(PyObject_GetAttr(g_hook.trace_state, g_hook.trace_attr));
     if (!trace.is_valid()) throw nb::python_error();
     if (trace.ptr() != g_hook.top_trace) return false;
-    nb::object axis = nb::steal(PyObject_GetAttr(g_hook.axis_state, value));
+    nb::object axis = nb::steal(PyObject_GetAttr(g_hook.axis_state, g_hook.axis_attr));
     if (!axis.is_valid()) throw nb::python_error();
     return axis.ptr() == g_hook.top_axis;
   }
@@ -213,17 +215,22 @@ void register_jax(nb::module_& m) {
     g_hook.clean = trace_clean.ptr();
     if (!trace_probe.is_none()) {
       nb::tuple p = nb::cast<nb::tuple>(trace_probe);
-      SHARDKIT_CHECK_EQ(p.size(), 4u, "trace probe: (trace state, top-level trace, axis state, top-level axis env)");
+      SHARDKIT_CHECK_EQ(p.size(), 6u, "trace probe: (trace state, attribute, top-level trace, axis state, attribute, "
+                        "top-level axis env)");
+      SHARDKIT_CHECK(nb::isinstance<nb::str>(p[1]) && nb::isinstance<nb::str>(p[4]),
+                     "trace probe: the attribute names are strings");
       g_hook.trace_state = p[0].ptr();
-      g_hook.top_trace = p[1].ptr();
-      g_hook.axis_state = p[2].ptr();
-      g_hook.top_axis = p[3].ptr();
+      g_hook.trace_attr = p[1].ptr();
+      g_hook.top_trace = p[2].ptr();
+      g_hook.axis_state = p[3].ptr();
+      g_hook.axis_attr = p[4].ptr();
+      g_hook.top_axis = p[5].ptr();
     }
     set_jax_host(array_type, importer, importer_args);
     g_hook.tried = true;
   }, "Installs shardkit._jax: its dispatch function, JAX's value types, how to tell that JAX is tracing "
-     "(trace_state_clean, or a (state, value, state, value) probe of it; None: call the function) and jaxlib's "
-     "DLPack importer for eager results (None: jax.dlpack).",
+     "(trace_state_clean, or a (state, attribute, value, state, attribute, value) probe of it; None: call the "
+     "function) and jaxlib's DLPack importer for eager results (None: jax.dlpack).",
      nb::arg("fn"), nb::arg("array_type"), nb::arg("tracer_type"), nb::arg("token_type"), nb::arg("trace_clean"),
      nb::arg("trace_probe").none(), nb::arg("importer").none(), nb::arg("importer_args").none());
   m.def("_jax_ffi_targets", [] {

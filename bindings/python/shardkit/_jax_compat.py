@@ -1,0 +1,124 @@
+"""Every JAX internal the JAX layer uses (``jax._src``, jaxlib's extension), in one module, as mpi4jax's
+``_src/jax_compat.py``: shardkit._jax and shardkit._jax_shard_map import JAX's private names from here only.
+
+Tested on jax/jaxlib 0.8.3, 0.9.2 and 0.10.2 (``scripts/jax_versions.sh`` runs the JAX suites on the oldest and the
+newest; pyproject.toml declares the range). Where the internals differ between them, a small function here hides the
+difference, found by what the installed JAX offers rather than by its version number:
+
+- ``aval_to_ir_type``: jax 0.10's ``mlir.aval_to_ir_type`` takes the module context first; 0.8 and 0.9's take the
+  abstract value only.
+- ``trace_probe``: where JAX keeps the current trace and axis environment (0.10: two config states read as ``.value``;
+  0.8 and 0.9: attributes of the thread-local ``trace_ctx``), for the C++ side to tell tracing from eager calls
+  without calling into Python.
+- ``host_importer``: jaxlib's DLPack importer takes the device type (kDLCPU) as a fifth argument from 0.10 on.
+
+Loaded only once JAX is (shardkit never imports JAX itself).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import jax
+import numpy as np
+from jax._src import core as _core
+from jax._src import dispatch as _dispatch
+from jax._src import effects as _effects
+# The concrete jax.Array type by name, not as type(jnp.zeros(())): this module may be loaded while JAX traces, when
+# jnp.zeros makes a tracer.
+from jax._src.array import ArrayImpl
+from jax._src.interpreters import ad, batching, mlir
+from jax._src.lib.mlir import ir
+from jax._src.lib.mlir.dialects import hlo
+
+__all__ = ["TESTED_VERSIONS", "ArrayImpl", "Primitive", "ShapedArray", "Token", "Tracer", "ad", "apply_primitive",
+           "aval_to_ir_type", "batching", "hlo", "host_importer", "ir", "mlir", "ordered_effect",
+           "trace_probe", "trace_state_clean", "user_context"]
+
+TESTED_VERSIONS = ("0.8.3", "0.9.2", "0.10.2")
+
+Primitive = _core.Primitive
+ShapedArray = _core.ShapedArray
+Token = _core.Token
+Tracer = _core.Tracer
+trace_state_clean = _core.trace_state_clean
+apply_primitive = _dispatch.apply_primitive
+
+
+def ordered_effect(name):
+    """An instance of a new effect type that JAX orders (one token chain, in program order), lowers, and allows in
+    control flow, custom derivatives and remat."""
+    cls = type(f"{name.capitalize()}Effect", (_effects.Effect,), {"__str__": lambda self: name})
+    for effect_set in (_effects.lowerable_effects, _effects.ordered_effects, _effects.control_flow_allowed_effects,
+                       _effects.custom_derivatives_allowed_effects, _effects.remat_allowed_effects):
+        effect_set.add_type(cls)
+    return cls()
+
+
+def _takes_module_context(fn):
+    try:
+        return len(inspect.signature(fn).parameters) >= 2
+    except (TypeError, ValueError):  # a builtin without a signature: 0.10's form is the newer one
+        return True
+
+
+if _takes_module_context(mlir.aval_to_ir_type):
+    def aval_to_ir_type(ctx, aval):
+        """The MLIR type of an abstract value, in a lowering rule whose context is `ctx`."""
+        return mlir.aval_to_ir_type(ctx.module_context, aval)
+else:
+    def aval_to_ir_type(ctx, aval):
+        """The MLIR type of an abstract value, in a lowering rule whose context is `ctx`."""
+        return mlir.aval_to_ir_type(aval)
+
+
+def user_context():
+    """A context manager factory that jax.jit's caches are keyed on (jax.make_user_context), or None where JAX has
+    none."""
+    return jax.make_user_context(None) if hasattr(jax, "make_user_context") else None
+
+
+def trace_probe():
+    """(object, attribute, value, object, attribute, value): JAX is not tracing on this thread when both objects'
+    attributes are these values (compared by identity, as trace_state_clean does), for the C++ side to read without
+    a Python call; None where JAX keeps its trace state otherwise (the C++ side then calls trace_state_clean)."""
+    # (This module may be loaded while JAX traces: the values are the top-level ones, not the current ones.)
+    if hasattr(_core, "trace_state_strong_ref") and hasattr(_core, "axis_env_state"):  # 0.10: config states
+        probe = (_core.trace_state_strong_ref, "value", _core.eval_trace,
+                 _core.axis_env_state, "value", _core.top_axis_env)
+    else:  # 0.8, 0.9: a threading.local TracingContext
+        probe = (_core.trace_ctx, "trace", _core.eval_trace, _core.trace_ctx, "axis_env", _core.top_axis_env)
+    try:
+        for obj, attr in ((probe[0], probe[1]), (probe[3], probe[4])):
+            getattr(obj, attr)  # readable, as the C++ side reads it
+        # The probe and trace_state_clean agree here (both true at the top level, both false inside a trace).
+        if (probe[2] is getattr(probe[0], probe[1]) and probe[5] is getattr(probe[3], probe[4])) != \
+                trace_state_clean():
+            return None
+        return probe
+    except AttributeError:
+        return None
+
+
+def host_importer():
+    """jaxlib's DLPack importer and its arguments after the capsule, for eager results on the CPU device: what
+    jax.dlpack.from_dlpack calls, without its Python layers (a result of an operation on jax.Arrays already has the
+    dtype JAX made). (None, None) where jaxlib's function differs: results then go through jax.dlpack."""
+    try:
+        from jax._src.lib import _jax as _jaxlib  # noqa: PLC0415
+
+        fn = _jaxlib.dlpack_managed_tensor_to_buffer
+        device = jax.devices("cpu")[0]
+    except Exception:  # noqa: BLE001  (any failure: keep the public path)
+        return None, None
+    # (capsule, device, stream, copy, dl_device_type) from 0.10 on, (capsule, device, stream, copy) before; kDLCPU = 1.
+    for args in ((device, None, None, 1), (device, None, None)):
+        try:
+            expected = np.full(3, 7, np.float32)
+            probe = fn(expected.__dlpack__(), *args)
+            if (type(probe) is ArrayImpl and probe.devices() == {device} and probe.dtype == np.float32
+                    and np.array_equal(np.asarray(probe), expected)):
+                return fn, args
+        except Exception:  # noqa: BLE001, S112  (this form is not the installed one: try the next)
+            continue
+    return None, None
