@@ -134,11 +134,12 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
     check_signatures(control(), s, ctx, *abort);
     if (op == OpKind::kAlltoallv) check_alltoallv_counts(control(), a.send_counts, a.recv_counts, ctx, *abort);
   }
-  // The caller's token: a host wait for MPI; NCCL orders its stream on it itself.
-  if (b.kind() == BackendKind::kMpi) after.wait();
-
   // Contiguous buffers; in place when the caller passed one array as both.
   const bool in_place = send && recv && same_buffer(*send, *recv);
+  // The caller's token: a host wait for MPI; NCCL orders its stream on it itself, but packing a strided input (or an
+  // in-place buffer's contents) reads it now, so that must wait for the token too.
+  const bool packs = in_place ? !recv->is_contiguous() : send && !send->is_contiguous();
+  if (b.kind() == BackendKind::kMpi || packs) after.wait();
   std::optional<Out> out;
   std::optional<In> in;
   if (recv) {

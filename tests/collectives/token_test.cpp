@@ -42,23 +42,26 @@ TEST(TokenRule1, EveryOperationTakesAndReturnsAToken) {
 
 // Rule 2: an operation given a token starts after the operation that produced it, across communicators. Swept over
 // sizes below and above MPI's eager limit (a rendezvous delays the read of a large send buffer by itself, which hid a
-// missing wait), in place and not, on the test buffers' device (GPU buffers, NCCL, in the GPU suite).
-class TokenRule2 : public ::testing::TestWithParam<std::tuple<std::int64_t, bool>> {
+// missing wait), in place and not, contiguous and strided (a strided buffer is packed into a contiguous one, which
+// must wait for the token as well), on the test buffers' device (GPU buffers, NCCL, in the GPU suite).
+class TokenRule2 : public ::testing::TestWithParam<std::tuple<std::int64_t, bool, bool>> {
  protected:
   void SetUp() override { SHARDKIT_SKIP_IF_GPU_SUITE_WITHOUT_GPU(); }
 };
 
 TEST_P(TokenRule2, TwoCommunicatorsOrderedOnlyByTokens) {
-  const auto [n, in_place] = GetParam();
+  const auto [n, in_place, strided] = GetParam();
   auto a = make_async("A", false);
   auto b = make_async("B", false);
   const int r = a->rank(), size = a->size();
-  Array host = Array::zeros({n}, DType::kInt64);
+  const std::int64_t step = strided ? 2 : 1;
+  Array host = Array::zeros({n * step}, DType::kInt64);
   if (r == 0) {
-    for (std::int64_t i = 0; i < n; ++i) host.data_as<std::int64_t>()[i] = i + 1;
+    for (std::int64_t i = 0; i < n; ++i) host.data_as<std::int64_t>()[i * step] = i + 1;
   }
   Array buf = host.to(buffer_device()).clone();
-  Array alias = buf;  // another handle: it carries no ready event, so only the token can order the read
+  // Another handle: it carries no ready event, so only the token can order the read (every other element if strided).
+  Array alias = strided ? buf.reshape({n, 2}).select(1, 0) : buf;
   // Set both communicators up for these buffers first (NCCL's set-up is collective: at the first call it would make
   // the ranks wait for the root, which would order the operations by itself).
   for (auto* c : {a.get(), b.get()})
@@ -70,16 +73,16 @@ TEST_P(TokenRule2, TwoCommunicatorsOrderedOnlyByTokens) {
   // Must read `alias` only after the bcast completed.
   Token tb = in_place ? b->allreduce_inplace(alias, ReduceOp::kSum, ta) : b->allreduce(alias, sum, ReduceOp::kSum, ta);
   tb.wait();
-  const auto got = sum.to_vector<std::int64_t>();
+  const auto got = (in_place ? alias.contiguous() : sum).to_vector<std::int64_t>();
   for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], size * (i + 1)) << "element " << i;
 }
 
 // 8 elements go eagerly (the send buffer is read when the operation starts), 1000 (8 KB) and 65536 by rendezvous.
 INSTANTIATE_TEST_SUITE_P(SizesAndInPlace, TokenRule2,
-                         ::testing::Combine(::testing::Values(8, 1000, 65536), ::testing::Bool()),
-                         [](const ::testing::TestParamInfo<std::tuple<std::int64_t, bool>>& p) {
+                         ::testing::Combine(::testing::Values(8, 1000, 65536), ::testing::Bool(), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<std::int64_t, bool, bool>>& p) {
                            return "n" + std::to_string(std::get<0>(p.param)) +
-                                  (std::get<1>(p.param) ? "_in_place" : "");
+                                  (std::get<1>(p.param) ? "_in_place" : "") + (std::get<2>(p.param) ? "_strided" : "");
                          });
 
 TEST(TokenRule2User, UserWorkOrderedOnATokenSeesTheResult) {
