@@ -448,37 +448,24 @@ class MpiBackend final : public Backend {
                             "the first piece to arrive before the others are posted: name the source and tag, or "
                             "use a communicator without CommOptions::async");
     const std::size_t first_request = p.requests.size();
-    if (!wildcard_chunks) {
-      for_chunks(max_count_, total, [&](std::int64_t off, int n) {
-        post<MPI_Irecv>(p, static_cast<void*>(at(b, off)), n, t, mpi_source(source), mpi_tag(tag), c_);
-      });
-      if (also) also(p);
-    } else {
-      // The first piece fixes the source and tag of the others (as in the blocking path): post it and the sends,
-      // wait for it under the deadline, then post the rest from that source with that tag.
-      bool first = true;
-      MPI_Status first_status{};
-      for_chunks(max_count_, total, [&](std::int64_t off, int n) {
-        if (!first) {
-          post<MPI_Irecv>(p, static_cast<void*>(at(b, off)), n, t, first_status.MPI_SOURCE, first_status.MPI_TAG, c_);
-          return;
-        }
-        first = false;
-        post<MPI_Irecv>(p, static_cast<void*>(at(b, off)), n, t, mpi_source(source), mpi_tag(tag), c_);
-        if (also) also(p);
-        std::vector<MPI_Request> one{p.requests[first_request]};
-        std::vector<MPI_Status> st(1);
-        if (!wait_all(one, &st, ctx.deadline)) complete(p, ctx, *abort_);  // past the deadline: raises TimeoutError
-        p.requests[first_request] = MPI_REQUEST_NULL;  // completed (and freed) through `one`
-        first_status = st[0];
-      });
-      if (status) {
-        fill_status(status, first_status, dtype);
-        status->count = total;
-      }
-      return finish(std::move(p), ctx);
-    }
-    if (status) {
+    int src = mpi_source(source), tg = mpi_tag(tag);
+    for_chunks(max_count_, total, [&](std::int64_t off, int n) {
+      post<MPI_Irecv>(p, static_cast<void*>(at(b, off)), n, t, src, tg, c_);
+      if (off > 0) return;
+      if (also) also(p);  // a sendrecv's sends go out before its first piece is waited for
+      if (!wildcard_chunks) return;
+      // The first piece fixes the source and tag of the others, as in the blocking path: wait for it (deadline kept).
+      std::vector<MPI_Request> one{p.requests[first_request]};
+      std::vector<MPI_Status> st(1);
+      if (!wait_all(one, &st, ctx.deadline)) complete(p, ctx, *abort_);  // past the deadline: raises TimeoutError
+      p.requests[first_request] = MPI_REQUEST_NULL;  // completed (and freed) through `one`
+      src = st[0].MPI_SOURCE;
+      tg = st[0].MPI_TAG;
+      if (status) fill_status(status, st[0], dtype);
+    });
+    if (status && wildcard_chunks) {
+      status->count = total;
+    } else if (status) {
       p.want_statuses = true;
       chain(p, [status, first_request, total, dtype, max = max_count_](const std::vector<MPI_Status>& st) {
         if (st.size() > first_request) fill_status(status, st[first_request], dtype);
