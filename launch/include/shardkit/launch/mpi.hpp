@@ -12,20 +12,26 @@ namespace shardkit {
 /// An MPI_Comm as an integer (a pointer in Open MPI, an int in MPICH).
 using MpiCommHandle = std::uintptr_t;
 
+namespace detail {
+/// Converts an MPI handle to or from an integer: reinterpret_cast where one side is a pointer (Open MPI's handles),
+/// static_cast between integers (MPICH's).
+template <typename To, typename From>
+To handle_cast(From value) noexcept {
+  if constexpr (std::is_pointer_v<To> || std::is_pointer_v<From>)
+    return reinterpret_cast<To>(value);
+  else
+    return static_cast<To>(value);
+}
+}  // namespace detail
+
 /// Converts between MPI_Comm and MpiCommHandle; instantiate where mpi.h is included: `to_mpi<MPI_Comm>(h)`.
 template <typename Comm>
 Comm to_mpi(MpiCommHandle h) noexcept {
-  if constexpr (std::is_pointer_v<Comm>)
-    return reinterpret_cast<Comm>(h);
-  else
-    return static_cast<Comm>(h);
+  return detail::handle_cast<Comm>(h);
 }
 template <typename Comm>
 MpiCommHandle from_mpi(Comm c) noexcept {
-  if constexpr (std::is_pointer_v<Comm>)
-    return reinterpret_cast<MpiCommHandle>(c);
-  else
-    return static_cast<MpiCommHandle>(c);
+  return detail::handle_cast<MpiCommHandle>(c);
 }
 
 bool mpi_initialized() noexcept;  ///< MPI_Initialized
