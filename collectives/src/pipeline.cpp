@@ -107,6 +107,12 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
     req.nccl_available = nccl_usable_for(op);
     if (route(req) == BackendKind::kNccl) chosen = nccl.get();
   }
+  if (chosen != mpi.get())
+    for (const Array* x : {send, static_cast<const Array*>(recv)})
+      if (x && x->device().kind == DeviceKind::kCUDA && x->device().index != device)
+        throw InvalidArgument(concat(op_name(op), ": a buffer on ", x->device(), ", but communicator '", options.name,
+                                     "' runs NCCL on cuda:", device, " (copy it there with .to(), or run this rank "
+                                     "on that device)"));
   Backend& b = *chosen;
   // Operations on one communicator run in call order, also across backends.
   Token& other = chosen == mpi.get() ? last_nccl : last_mpi;

@@ -9,10 +9,14 @@
 // through ncclCommGetAsyncError until done; so does ncclCommFinalize on such a communicator until every operation
 // issued on it has completed (ncclCommDestroy without it waits for them, as NCCL's does). SHARDKIT_SIM_NCCL_INIT_STALL_RANK=<world rank> makes that rank's bootstrap
 // never start (a lost peer, a blocked network), so that creation without a deadline hangs as it would on a cluster.
+// On a non-blocking communicator every enqueueing call returns ncclInProgress, and the next call before
+// ncclCommGetAsyncError stops reporting it is fatal, as NCCL requires (SHARDKIT_SIM_NCCL_ENQUEUE_STALL=1: it never
+// stops, so that a wait without a deadline hangs). Buffers must be memory of the communicator's device.
 
 #include <unistd.h>
 
 #include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -39,6 +43,14 @@ void check_live(ncclComm_t c, const char* call) {
   if (c->dead)
     fatal(std::string(call) + " on an NCCL communicator after ncclCommAbort or ncclCommDestroy (abort once, then never "
                               "touch the handle)");
+}
+
+int enqueue_polls() {
+  static const int polls = [] {
+    const char* v = std::getenv("SHARDKIT_SIM_NCCL_ENQUEUE_STALL");
+    return v && std::atoi(v) != 0 ? std::numeric_limits<int>::max() : 3;
+  }();
+  return polls;
 }
 
 }  // namespace shardkit::sim
@@ -293,6 +305,10 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async) {
   check_live(comm, "ncclCommGetAsyncError");
   *async = static_cast<ncclResult_t>(comm->async_error.load());
+  if (*async == ncclSuccess && comm->enqueue_polls > 0) {
+    if (comm->enqueue_polls != std::numeric_limits<int>::max()) --comm->enqueue_polls;  // max: stalled for good
+    *async = ncclInProgress;
+  }
   return ncclSuccess;
 }
 namespace {

@@ -20,6 +20,9 @@ struct ncclComm {
   std::atomic<int> pending{0};
   bool blocking = true;                 // created with ncclConfig_t::blocking != 0 (or no config)
   std::atomic<bool> finalized{false};  // ncclCommFinalize called: no more operations
+  // Non-blocking communicators: after an enqueueing call (or a group's end) NCCL may still be enqueueing; it reports
+  // ncclInProgress through ncclCommGetAsyncError for this many more polls, and the next call must wait until then.
+  std::atomic<int> enqueue_polls{0};
 };
 
 namespace shardkit::sim {
@@ -28,5 +31,8 @@ namespace shardkit::sim {
 ncclResult_t nccl_error(ncclResult_t r, std::string what);
 /// Fatal for a null communicator or one used after ncclCommAbort/ncclCommDestroy (real NCCL crashes or hangs).
 void check_live(ncclComm_t c, const char* call);
+/// Polls a non-blocking communicator reports ncclInProgress after each enqueueing call (SHARDKIT_SIM_NCCL_ENQUEUE_STALL=1:
+/// for good, as when NCCL cannot finish enqueueing).
+int enqueue_polls();
 
 }  // namespace shardkit::sim

@@ -44,8 +44,41 @@ struct Group {
   int depth = 0;
   std::vector<std::pair<std::shared_ptr<Stream>, std::function<void()>>> colls;
   std::vector<std::pair<std::shared_ptr<Stream>, P2P>> p2p;
+  std::vector<ncclComm_t> comms;  // the communicators the group enqueues on (in progress after ncclGroupEnd)
 };
 thread_local Group group;
+
+// A call on a non-blocking communicator still enqueueing the previous one: NCCL requires polling
+// ncclCommGetAsyncError until it is no longer ncclInProgress first.
+void check_settled(ncclComm_t c, const char* call) {
+  if (!c->blocking && c->enqueue_polls > 0)
+    fatal(std::string(call) + " on a non-blocking NCCL communicator whose previous call is still in progress (poll "
+                              "ncclCommGetAsyncError until it is not ncclInProgress)");
+}
+
+// What an enqueueing call returns: on a non-blocking communicator, ncclInProgress for a while.
+ncclResult_t enqueued(ncclComm_t c) {
+  if (group.depth > 0) {
+    group.comms.push_back(c);
+    return ncclSuccess;
+  }
+  if (c->blocking) return ncclSuccess;
+  c->enqueue_polls = enqueue_polls();
+  return ncclInProgress;
+}
+
+// Buffers must be memory of the communicator's device (NCCL: an illegal address or invalid argument).
+ncclResult_t check_buffers(ncclComm_t c, const char* call, std::initializer_list<const void*> bufs) {
+  for (const void* b : bufs) {
+    Region r;
+    if (!find_region(b, &r) || r.kind == MemKind::kPinned)
+      return nccl_error(ncclInvalidArgument, std::string(call) + ": a buffer that is not device memory");
+    if (r.kind == MemKind::kDevice && r.device != c->device)
+      return nccl_error(ncclInvalidArgument, std::string(call) + ": a buffer of device " + std::to_string(r.device) +
+                                                 " on a communicator of device " + std::to_string(c->device));
+  }
+  return ncclSuccess;
+}
 
 using OpFn = std::function<bool(ncclComm_t)>;
 
@@ -62,18 +95,22 @@ void check_open(ncclComm_t c, const char* call) {
   if (c->finalized) fatal(std::string(call) + " on an NCCL communicator after ncclCommFinalize");
 }
 
-ncclResult_t submit(ncclComm_t c, cudaStream_t s, const char* call, OpFn fn, bool empty = false) {
+ncclResult_t submit(ncclComm_t c, cudaStream_t s, const char* call, std::initializer_list<const void*> bufs, OpFn fn,
+                    bool empty = false) {
   check_open(c, call);
+  check_settled(c, call);
   if (empty) fn = [](ncclComm_t) { return true; };  // nothing to move (the count is the same on every rank)
   auto st = stream_of(s);
   if (st->device() != c->device)
     return nccl_error(ncclInvalidArgument, std::string(call) + ": stream of device " + std::to_string(st->device()) +
                                           " on a communicator of device " + std::to_string(c->device));
+  if (!empty)
+    if (const ncclResult_t r = check_buffers(c, call, bufs); r != ncclSuccess) return r;
   if (group.depth > 0)
     group.colls.emplace_back(st, wrap(c, std::move(fn)));
   else
     st->enqueue(wrap(c, std::move(fn)));
-  return ncclSuccess;
+  return enqueued(c);
 }
 
 bool bytes_ok(std::size_t count, ncclDataType_t t, int* bytes) {
@@ -86,15 +123,18 @@ bool bytes_ok(std::size_t count, ncclDataType_t t, int* bytes) {
 ncclResult_t p2p(const void* buf, std::size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s,
                  bool send, const char* call) {
   check_open(c, call);
+  check_settled(c, call);
   int bytes = 0;
   if (!bytes_ok(count, t, &bytes)) return nccl_error(ncclInvalidArgument, std::string(call) + ": bad type or count");
   if (peer < 0 || peer >= c->size) return nccl_error(ncclInvalidArgument, std::string(call) + ": peer out of range");
   auto st = stream_of(s);
   if (st->device() != c->device) return nccl_error(ncclInvalidArgument, std::string(call) + ": stream of another device");
+  if (bytes > 0)
+    if (const ncclResult_t r = check_buffers(c, call, {buf}); r != ncclSuccess) return r;
   P2P op{c, send, const_cast<void*>(buf), bytes, peer};
   if (group.depth > 0) {
     group.p2p.emplace_back(st, op);
-    return ncclSuccess;
+    return enqueued(c);
   }
   st->enqueue(wrap(c, [op](ncclComm_t cc) {
     std::vector<MPI_Request> r(1);
@@ -104,7 +144,7 @@ ncclResult_t p2p(const void* buf, std::size_t count, ncclDataType_t t, int peer,
       MPI_Irecv(rw(op.buf), op.bytes, MPI_BYTE, op.peer, 0, cc->data, &r[0]);
     return wait_all(cc, r);
   }));
-  return ncclSuccess;
+  return enqueued(c);
 }
 
 }  // namespace
@@ -143,7 +183,11 @@ ncclResult_t ncclGroupEnd() {
       return wait_all(cc, r);
     }));
   }
-  return ncclSuccess;
+  ncclResult_t result = ncclSuccess;
+  for (ncclComm_t c : group.comms)
+    if (enqueued(c) == ncclInProgress) result = ncclInProgress;
+  group.comms.clear();
+  return result;
 }
 
 ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
@@ -157,7 +201,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
                            cudaStream_t s) {
   int bytes = 0;
   if (!bytes_ok(count, t, &bytes)) return nccl_error(ncclInvalidArgument, "ncclBroadcast: bad type or count");
-  return submit(c, s, "ncclBroadcast", [=](ncclComm_t cc) {
+  return submit(c, s, "ncclBroadcast", {recv}, [=](ncclComm_t cc) {
     if (cc->rank == root && send != recv) std::memmove(rw(recv), rw(send), static_cast<std::size_t>(bytes));
     std::vector<MPI_Request> r(1);
     MPI_Ibcast(rw(recv), bytes, MPI_BYTE, root, cc->data, &r[0]);
@@ -169,7 +213,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
                            cudaStream_t s) {
   int bytes = 0;
   if (!bytes_ok(count, t, &bytes)) return nccl_error(ncclInvalidArgument, "ncclAllGather: bad type or count");
-  return submit(c, s, "ncclAllGather", [=](ncclComm_t cc) {
+  return submit(c, s, "ncclAllGather", {send, recv}, [=](ncclComm_t cc) {
     std::vector<char> in(rw(send) ? static_cast<const char*>(rw(send)) : nullptr,
                          rw(send) ? static_cast<const char*>(rw(send)) + bytes : nullptr);
     std::vector<MPI_Request> r(1);
@@ -200,7 +244,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
                            cudaStream_t s) {
   int bytes = 0;
   if (!bytes_ok(count, t, &bytes) || !valid_op(op)) return nccl_error(ncclInvalidArgument, "ncclAllReduce: bad arguments");
-  return submit(c, s, "ncclAllReduce",
+  return submit(c, s, "ncclAllReduce", {send, recv},
                 [=](ncclComm_t cc) { return gather_reduce(cc, send, recv, count, t, op, bytes); }, bytes == 0);
 }
 
@@ -208,7 +252,7 @@ ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType
                         ncclComm_t c, cudaStream_t s) {
   int bytes = 0;
   if (!bytes_ok(count, t, &bytes) || !valid_op(op)) return nccl_error(ncclInvalidArgument, "ncclReduce: bad arguments");
-  return submit(c, s, "ncclReduce", [=](ncclComm_t cc) {
+  return submit(c, s, "ncclReduce", {send}, [=](ncclComm_t cc) {
     return gather_reduce(cc, send, cc->rank == root ? recv : nullptr, count, t, op, bytes);
   }, bytes == 0);
 }
@@ -218,7 +262,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
   int bytes = 0;
   if (!bytes_ok(recvcount, t, &bytes) || !valid_op(op))
     return nccl_error(ncclInvalidArgument, "ncclReduceScatter: bad arguments");
-  return submit(c, s, "ncclReduceScatter", [=](ncclComm_t cc) {
+  return submit(c, s, "ncclReduceScatter", {send, recv}, [=](ncclComm_t cc) {
     const std::size_t b = static_cast<std::size_t>(bytes), n = static_cast<std::size_t>(cc->size);
     std::vector<char> in(static_cast<const char*>(rw(send)), static_cast<const char*>(rw(send)) + b * n), parts(b * n);
     std::vector<MPI_Request> r(1);

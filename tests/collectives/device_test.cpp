@@ -4,6 +4,8 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include "collective_test_util.hpp"
 #include "mpi/staging.hpp"
@@ -74,6 +76,44 @@ TEST(MixedDevices, WorldMadeWhereOnlySomeRanksHaveAGpu) {
   EXPECT_EQ(y.to(Device::cpu()).to_vector<float>()[9], 9.0f * static_cast<float>(c->size()));
   if (std::getenv("SHARDKIT_TEST_EXPECT_MIXED")) {
     EXPECT_TRUE(any && !all) << "expected a mixed job";
+  }
+}
+
+// A buffer on another GPU than the communicator's: refused before anything is sent (NCCL would fault or fail).
+TEST(NcclDevice, BufferOnAnotherDeviceIsRefused) {
+  if (!on_gpu()) GTEST_SKIP() << "GPU suite only (SHARDKIT_TEST_BUFFERS=cuda)";
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs";  // a limit of this machine, not a missing GPU
+  auto c = world();
+  if (!c->has_nccl()) GTEST_SKIP() << "no NCCL communicator";
+  const Device other = Device::cuda((runtime().device().index + 1) % cuda::device_count());
+  const Array x = Array::arange(8, DType::kFloat32, other);
+  try {
+    c->allreduce(x, ReduceOp::kSum);
+    ADD_FAILURE() << "no InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("runs NCCL on cuda:"), std::string::npos) << e.what();
+  }
+}
+
+// NCCL still enqueueing an operation (ncclInProgress for good: SHARDKIT_SIM_NCCL_ENQUEUE_STALL=1 on the simulated GPU)
+// must not hold the caller past the timeout: TimeoutError, the communicator aborted, the job ended at exit (the ctest
+// entry collectives_nccl_settle_timeout checks the line this prints and the exit).
+TEST(NcclSettle, StuckEnqueueTimesOut) {
+  if (!std::getenv("SHARDKIT_SIM_NCCL_ENQUEUE_STALL")) GTEST_SKIP() << "run by collectives_nccl_settle_timeout";
+  CommOptions o;
+  o.name = "settle";
+  o.timeout = std::chrono::seconds(1);
+  auto c = Communicator::world(o);
+  ASSERT_TRUE(c->has_nccl());
+  const Array x = Array::arange(8, DType::kFloat32, runtime().device());
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    c->allreduce(x, ReduceOp::kSum);
+    ADD_FAILURE() << "no TimeoutError";
+  } catch (const TimeoutError& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("settle: TimeoutError after %.1f s: %s\n", s, e.what());
+    EXPECT_LT(s, 5.0);
   }
 }
 

@@ -256,18 +256,28 @@ class NcclBackend final : public Backend {
   }
 
   Token end(const OpContext& ctx, std::initializer_list<Array> arrays) {
-    settle();
+    settle(ctx);
     state_->reap();
     return Token(std::make_shared<NcclEvent>(s(), state_, ctx, arrays));
   }
 
   // The communicator is non-blocking (see nonblocking_config): after a call NCCL may report ncclInProgress while it
-  // finishes enqueueing, and the next call must wait for that. An error is left to the token's poll to report.
-  void settle() {
-    ncclResult_t st = ncclInProgress;
-    do {
+  // finishes enqueueing, and the next call must wait for that, under the operation's deadline. An error is left to
+  // the token's poll to report.
+  void settle(const OpContext& ctx) {
+    for (long spin = 0;; ++spin) {
+      ncclResult_t st = ncclInProgress;
       SHARDKIT_NCCL_CHECK(ncclCommGetAsyncError(comm(), &st));
-    } while (st == ncclInProgress);
+      if (st != ncclInProgress) return;
+      if (Clock::now() >= ctx.deadline) {
+        const std::string why = concat(ctx.describe(), " did not complete within ", ctx.timeout.count() / 1000.0,
+                                       " s: NCCL was still enqueueing it (ncclInProgress)");
+        state_->abort_once(why);
+        request_abort_at_exit(why);
+        throw TimeoutError(why + "; the NCCL communicator was aborted and the job will end at exit");
+      }
+      if (spin > 100) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
   }
 
   template <typename F>
