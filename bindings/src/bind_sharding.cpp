@@ -206,9 +206,20 @@ void refuse_axis_index_groups(nb::handle groups, const char* op) {
 
 // psum/pmax/pmin: a Python scalar as scalar_op; anything else as the value form of allreduce over the axes'
 // communicator, ordered on the body's token.
+// A bool array (JAX's rules, axis_reduction: psum counts as int32, pmax/pmin are or/and) goes through ShardContext,
+// which converts it; the one attribute read that tells is the per-call cost of the others.
 nb::object reduce_op(ShardContext& c, nb::handle x, nb::handle axes, ReduceOp op) {
   const Axes a = axes_from(axes);
   if (is_python_scalar(x)) return scalar_op(c, x, a, op);
+  static const nb::object bool_dtype = nb::module_::import_("numpy").attr("dtype")("bool");
+  if (nb::object dt = nb::getattr(x, "dtype", nb::none()); !dt.is_none() && dt.equal(bool_dtype)) {
+    Framework fw;
+    const Array in = array_from_py(x, &fw);
+    nb::gil_scoped_release release;
+    Array y = op == ReduceOp::kSum ? c.psum(in, a) : op == ReduceOp::kMax ? c.pmax(in, a) : c.pmin(in, a);
+    nb::gil_scoped_acquire acquire;
+    return array_to_py(std::move(y), fw);
+  }
   auto comm = c.mesh().axis_comm(a);
   OpArgs args;
   args.reduce = op;
@@ -435,6 +446,14 @@ void register_sharding(nb::module_& m) {
   def_fast<pmax>(m, "pmax", "pmax", axis_params, "Maximum over the ranks along the named axes.");
   def_fast<pmin>(m, "pmin", "pmin", axis_params, "Minimum over the ranks along the named axes.");
   m.def("refuse_axis_index_groups", &refuse_axis_index_groups, nb::arg("groups").none(), nb::arg("op"));
+  m.def(
+      "_axis_reduction",
+      [](int op, const std::string& dtype, const char* name) {
+        const AxisReduction r = axis_reduction(static_cast<ReduceOp>(op), dtype_from_name(dtype), name);
+        return nb::make_tuple(static_cast<int>(r.op), std::string(dtype_name(r.input)));
+      },
+      nb::arg("op"), nb::arg("dtype"), nb::arg("name"),
+      "(reduction, input dtype) of psum/pmax/pmin on a dtype: JAX's rules, the eager body's (shardkit::axis_reduction)");
   m.def("current_context", [] { return &current_context(); }, nb::rv_policy::reference);
 
   m.def("shard_map", [](nb::callable f, const Mesh& mesh, std::vector<PartitionSpec> in_specs,

@@ -82,23 +82,28 @@ Array convert_integers(const Array& x, DType to) {
 
 // ---- ShardContext --------------------------------------------------------------------------------------------------
 
-Array ShardContext::psum(const Array& x, const Axes& axes) {
-  auto [y, t] = mesh_.axis_comm(axes)->allreduce(x, ReduceOp::kSum, token_);
+AxisReduction axis_reduction(ReduceOp op, DType dtype, const char* name) {
+  if (dtype == DType::kBool) {
+    if (op == ReduceOp::kSum) return {ReduceOp::kSum, DType::kInt32};
+    if (op == ReduceOp::kMax) return {ReduceOp::kLogicalOr, DType::kBool};
+    if (op == ReduceOp::kMin) return {ReduceOp::kLogicalAnd, DType::kBool};
+  }
+  if (!reduce_op_supports(op, dtype))
+    throw InvalidArgument(detail::concat(name, ": not defined for dtype ", dtype));
+  return {op, dtype};
+}
+
+Array ShardContext::reduce(const Array& x, const Axes& axes, ReduceOp op, const char* name) {
+  const AxisReduction r = axis_reduction(op, x.dtype(), name);
+  const Array in = r.input == x.dtype() ? x : convert_integers(x, r.input).to(x.device());
+  auto [y, t] = mesh_.axis_comm(axes)->allreduce(in, r.op, token_);
   token_ = t;
   return y;
 }
 
-Array ShardContext::pmax(const Array& x, const Axes& axes) {
-  auto [y, t] = mesh_.axis_comm(axes)->allreduce(x, ReduceOp::kMax, token_);
-  token_ = t;
-  return y;
-}
-
-Array ShardContext::pmin(const Array& x, const Axes& axes) {
-  auto [y, t] = mesh_.axis_comm(axes)->allreduce(x, ReduceOp::kMin, token_);
-  token_ = t;
-  return y;
-}
+Array ShardContext::psum(const Array& x, const Axes& axes) { return reduce(x, axes, ReduceOp::kSum, "psum"); }
+Array ShardContext::pmax(const Array& x, const Axes& axes) { return reduce(x, axes, ReduceOp::kMax, "pmax"); }
+Array ShardContext::pmin(const Array& x, const Axes& axes) { return reduce(x, axes, ReduceOp::kMin, "pmin"); }
 
 Array ShardContext::pmean(const Array& x, const Axes& axes) {
   if (is_floating(x.dtype()) || is_complex(x.dtype())) {
@@ -110,8 +115,7 @@ Array ShardContext::pmean(const Array& x, const Axes& axes) {
   // JAX's pmean is psum(x) / n: the sum stays integral (bool summed as int32, as JAX's psum does), the division
   // promotes as jax.numpy does with 64-bit types enabled (64-bit integers to float64, the others to float32).
   const DType out = x.dtype() == DType::kInt64 || x.dtype() == DType::kUInt64 ? DType::kFloat64 : DType::kFloat32;
-  const Array in = x.dtype() == DType::kBool ? convert_integers(x, DType::kInt32).to(x.device()) : x;
-  const Array sum = psum(in, axes);
+  const Array sum = psum(x, axes);
   token_.wait();
   Array y = convert_integers(sum, out);
   divide(y, axis_size(axes));

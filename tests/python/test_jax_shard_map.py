@@ -69,6 +69,52 @@ def test_jit_compiled_body_inside_eager_shard_map(sk):
     np.testing.assert_allclose(np.asarray(got), want)
 
 
+@pytest.mark.parametrize("traced", [False, True])
+def test_bool_reductions_follow_jax(sk, traced):
+    """JAX's rules, one for the eager and the traced body: psum of bool counts (int32), pmax/pmin are or/and (bool)."""
+    mesh = sk.Mesh(np.arange(sk.size()), ("x",))
+    n = sk.size()
+    x = np.stack([np.arange(n), np.ones(n)], axis=1).reshape(-1)  # rank r holds [r, 1]
+    body = lambda b: (sk.psum(b > 0, "x"), sk.pmax(b > 0, "x"), sk.pmin(b > 0, "x"))  # noqa: E731
+    f = sk.shard_map(body, mesh=mesh, in_specs=(sk.P("x"),), out_specs=(sk.P(), sk.P(), sk.P()))
+    if traced:
+        got = [np.asarray(v) for v in jax.jit(f)(jnp.asarray(x))]
+    else:
+        got = [np.asarray(v.local) for v in f(x)]
+    assert got[0].dtype == np.int32 and got[0].tolist() == [n - 1, n]
+    assert got[1].dtype == np.bool_ and got[1].tolist() == [n > 1, True]
+    assert got[2].dtype == np.bool_ and got[2].tolist() == [False, True]
+
+
+def test_traced_reduction_refuses_an_undefined_dtype_while_tracing(sk):
+    mesh = sk.Mesh(np.arange(sk.size()), ("x",))
+    f = jax.jit(sk.shard_map(lambda b: sk.pmax(b, "x"), mesh=mesh, in_specs=(sk.P("x"),), out_specs=sk.P()))
+    with pytest.raises(sk.InvalidArgument, match="pmax: not defined for dtype complex64"):
+        jax.jit(f).lower(jnp.zeros(2 * sk.size(), jnp.complex64))  # lowering traces; nothing runs
+
+
+def test_traced_psum_of_a_python_scalar_stays_weakly_typed(sk):
+    mesh = sk.Mesh(np.arange(sk.size()), ("x",))
+    f = jax.jit(sk.shard_map(lambda b: b * sk.psum(1.0, "x"), mesh=mesh, in_specs=(sk.P("x"),), out_specs=sk.P("x")))
+    y = f(jnp.arange(2.0 * sk.size(), dtype=jnp.bfloat16))
+    assert y.dtype == jnp.bfloat16  # as jax.lax.psum(1.0) in JAX's shard_map: 1.0 is weak
+    np.testing.assert_array_equal(np.asarray(y, np.float32), np.arange(2.0 * sk.size()) * sk.size())
+
+
+@pytest.mark.parametrize("name", ["pmax", "pmin"])
+@pytest.mark.parametrize("transform", ["grad", "jvp", "linear_transpose"])
+def test_pmax_pmin_have_no_derivative_and_say_so(sk, name, transform):
+    """The error names what the body called (as JAX's primitives do), not the allreduce it is made of."""
+    mesh = sk.Mesh(np.arange(sk.size()), ("x",))
+    f = sk.shard_map(lambda b: getattr(sk, name)(b, "x"), mesh=mesh, in_specs=(sk.P("x"),), out_specs=sk.P("x"))
+    x = jnp.arange(2.0 * sk.size())
+    g = {"grad": jax.grad(lambda a: f(a).sum()), "jvp": lambda a: jax.jvp(f, (a,), (a,))[1],
+         "linear_transpose": lambda a: jax.linear_transpose(f, a)(a)[0]}[transform]
+    with pytest.raises(NotImplementedError, match=rf"Differentiation rule for '{name}' not implemented") as info:
+        jax.jit(g)(x)
+    assert "allreduce" not in str(info.value)
+
+
 def test_traced_shard_map_under_grad(sk):
     mesh = sk.Mesh(np.arange(sk.size()), ("x",))
     f = sk.shard_map(lambda b: sk.psum((b * b).sum(), "x"), mesh=mesh, in_specs=(sk.P("x"),), out_specs=sk.P())

@@ -74,7 +74,7 @@ def _abstract_eval(*args, op, comm, root, transpose, **_):
         return (), {_effect}
     x = args[0]
     shape = x.shape if transpose or op in _SAME_SHAPE else _out_shape(op, x.shape, comm, root)
-    return (jc.ShapedArray(shape, x.dtype),), {_effect}
+    return (jc.ShapedArray(shape, x.dtype, weak_type=x.weak_type),), {_effect}  # a Python scalar stays weakly typed
 
 
 collective_p.def_effectful_abstract_eval(_abstract_eval)
@@ -181,10 +181,20 @@ batching.primitive_batchers[collective_p] = _batch_rule
 _SM_LINEAR = ("allgather", "alltoall", "bcast", "replicated")
 
 
+def _no_derivative(op, reduce, sm, what):
+    """The error for a reduction other than sum, naming what the caller called: pmax/pmin in a shard_map body (as
+    JAX's primitives do), mpi4jax's text for shardkit.mpi."""
+    if sm:
+        name = "psum_scatter" if op == "reduce_scatter" else "p" + _core.ReduceOp(reduce).name.lower()
+        return NotImplementedError(f"Differentiation rule for '{name}' not implemented (only psum and psum_scatter "
+                                   f"have derivatives, as in JAX)")
+    return NotImplementedError(f"The {what} of {op} is only defined for op=MPI.SUM")
+
+
 def _jvp_rule(primals, tangents, *, op, reduce, **params):
     if op == "allreduce" or (op == "reduce_scatter" and params["sm"]):
         if reduce != _SUM:
-            raise NotImplementedError(f"The adjoint of {op} is only defined for op=MPI.SUM")
+            raise _no_derivative(op, reduce, params["sm"], "adjoint")
     elif op == "sendrecv":
         # sendrecv(sendbuf, recvbuf): linear in sendbuf; recvbuf only gives shape and dtype.
         out = bind(*primals, op=op, reduce=reduce, **params)
@@ -202,7 +212,7 @@ def _transpose_rule(cts, *args, op, reduce, transpose, **params):
     sm = params["sm"]
     if op == "allreduce":
         if reduce != _SUM:
-            raise NotImplementedError("The linear transpose of allreduce is only defined for op=MPI.SUM")
+            raise _no_derivative(op, reduce, sm, "linear transpose")
         # shard_map: psum; shardkit.mpi: the identity on each rank (mpi4jax), lowered as `transpose`
         (res,) = bind(ct, op=op, reduce=reduce, transpose=transpose if sm else not transpose, **params)
         return [res]

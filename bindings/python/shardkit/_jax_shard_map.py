@@ -35,18 +35,24 @@ class TracedContext:
     def axis_size(self, axis_name):
         return int(self.mesh.axis_size(list(_axes(axis_name))))
 
-    def _reduce(self, x, axis_name, op):
-        (out,) = _jax.bind(jnp.asarray(x), op="allreduce", comm=self._comm(axis_name), reduce=int(op), sm=True)
+    def _reduce(self, x, axis_name, op, name):
+        # The eager body's rule (C++ axis_reduction): bool counts as int32 for psum, is or/and for pmax/pmin; a dtype
+        # the reduction is not defined for is refused now, while tracing, not when the compiled program runs.
+        x = jnp.asarray(x)
+        reduce, dtype = _core._axis_reduction(int(op), x.dtype.name, name)
+        if dtype != x.dtype.name:
+            x = x.astype(dtype)
+        (out,) = _jax.bind(x, op="allreduce", comm=self._comm(axis_name), reduce=reduce, sm=True)
         return out
 
     def psum(self, x, axis_name):
-        return self._reduce(x, axis_name, _core.ReduceOp.SUM)
+        return self._reduce(x, axis_name, _core.ReduceOp.SUM, "psum")
 
     def pmax(self, x, axis_name):
-        return self._reduce(x, axis_name, _core.ReduceOp.MAX)
+        return self._reduce(x, axis_name, _core.ReduceOp.MAX, "pmax")
 
     def pmin(self, x, axis_name):
-        return self._reduce(x, axis_name, _core.ReduceOp.MIN)
+        return self._reduce(x, axis_name, _core.ReduceOp.MIN, "pmin")
 
     def pmean(self, x, axis_name):
         return self.psum(x, axis_name) / self.axis_size(axis_name)

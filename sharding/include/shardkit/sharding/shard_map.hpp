@@ -5,10 +5,22 @@
 #include <utility>
 #include <vector>
 
+#include "shardkit/collectives/ops.hpp"
 #include "shardkit/collectives/token.hpp"
 #include "shardkit/sharding/sharded_array.hpp"
 
 namespace shardkit {
+
+/// How an axis reduction (psum, pmax, pmin) runs on a dtype, with JAX's rules: bool sums as int32 (a count, int32
+/// result), bool max and min are logical or and and (bool results); other dtypes as given, where the operation table
+/// defines the reduction. One rule for the eager ShardContext and the traced shard_map body (Python reads it).
+struct AxisReduction {
+  ReduceOp op;  ///< the reduction the allreduce runs
+  DType input;  ///< the dtype the value is converted to first (its own when no conversion is needed)
+};
+/// @param name  "psum", "pmax" or "pmin", for the error
+/// @throws InvalidArgument when the reduction is not defined for `dtype` (before anything is sent or traced).
+AxisReduction axis_reduction(ReduceOp op, DType dtype, const char* name);
 
 /// What a shard_map body can call: the mesh, its axis indices, and collectives over named axes (one name or a
 /// tuple, major to minor). Shapes follow JAX's rules. Every collective is collective over the ranks that differ
@@ -23,11 +35,12 @@ class ShardContext {
   /// Product of the sizes of `axes`.
   std::int64_t axis_size(const Axes& axes) const { return mesh_.axis_size(axes); }
 
-  /// Sum over the group.
+  /// Sum over the group (bool counts, as int32; see axis_reduction).
   Array psum(const Array& x, const Axes& axes);
   /// Mean over the group. Floating and complex dtypes keep theirs; integers and bool give JAX's psum(x) / n with
   /// 64-bit types enabled: float64 for int64 and uint64, float32 for the others.
   Array pmean(const Array& x, const Axes& axes);
+  /// Maximum / minimum over the group (bool: logical or / and).
   Array pmax(const Array& x, const Axes& axes);
   Array pmin(const Array& x, const Axes& axes);
   /// Untiled: a new dimension of size axis_size at `dim`, stacking the members' blocks; tiled: the blocks
@@ -49,6 +62,8 @@ class ShardContext {
   Token& token() noexcept { return token_; }
 
  private:
+  Array reduce(const Array& x, const Axes& axes, ReduceOp op, const char* name);
+
   Mesh mesh_;
   Token token_;
 };
