@@ -46,21 +46,18 @@ std::optional<DType> buffer_dtype(const char* format, Py_ssize_t itemsize) {
     case 'i':
     case 'l':
     case 'q':
-      return n == 1   ? DType::kInt8
-             : n == 2 ? DType::kInt16
-             : n == 4 ? DType::kInt32
-             : n == 8 ? DType::kInt64
-                      : std::optional<DType>();
     case 'B':
     case 'H':
     case 'I':
     case 'L':
-    case 'Q':
-      return n == 1   ? DType::kUInt8
-             : n == 2 ? DType::kUInt16
-             : n == 4 ? DType::kUInt32
-             : n == 8 ? DType::kUInt64
-                      : std::optional<DType>();
+    case 'Q': {
+      // The integer of that size: the format letter says only signed (lower case) or not, the item size the width.
+      const int width = n == 1 ? 0 : n == 2 ? 1 : n == 4 ? 2 : n == 8 ? 3 : -1;
+      if (width < 0) return std::nullopt;
+      constexpr DType kSigned[] = {DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64};
+      constexpr DType kUnsigned[] = {DType::kUInt8, DType::kUInt16, DType::kUInt32, DType::kUInt64};
+      return (c >= 'a' ? kSigned : kUnsigned)[width];
+    }
     case 'e':
       return n == 2 ? std::optional(DType::kFloat16) : std::nullopt;
     case 'f':

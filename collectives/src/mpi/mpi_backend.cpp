@@ -153,86 +153,74 @@ class MpiBackend final : public Backend {
 
   // ---- data movement: native call, or point-to-point pieces when counts exceed the limit ---------------------
 
-  Token allgather(const Array& send, Array& recv, const OpContext& ctx) {
+  // allgather, gather, scatter and alltoall: stage the buffers (`send` null off a scatter's root, `recv` off a
+  // gather's), then one native call when each rank's part (`n` elements) fits an MPI count, else point-to-point pieces
+  // over the internal communicator, which `pieces(s, r, sends, recvs)` lists.
+  template <auto Blocking, auto Nonblocking, typename Pieces, typename... Root>
+  Token movement(const Array* send, Array* recv, DType dtype, std::int64_t n, const OpContext& ctx, Pieces&& pieces,
+                 Root... root) {
     PendingOp p;
     const bool nb = nonblocking(ctx);
-    Buf s = stage(send, p, nb, Use::kIn);
-    Buf r = stage(recv, p, nb, Use::kOut);
-    const std::int64_t n = send.numel();
+    Buf s = send ? stage(*send, p, nb, Use::kIn) : Buf{};
+    Buf r = recv ? stage(*recv, p, nb, Use::kOut) : Buf{};
     if (n <= max_count_) {
-      const MPI_Datatype t = mpi_datatype(send.dtype());
+      const MPI_Datatype t = mpi_datatype(dtype);
       const int k = static_cast<int>(n);
-      call_mpi<MPI_Allgather, MPI_Iallgather>(p, nb, static_cast<const void*>(s.data()), k, t, r.data(), k, t, c_);
+      call_mpi<Blocking, Nonblocking>(p, nb, static_cast<const void*>(s.data()), k, t, r.data(), k, t, root..., c_);
       return finish(std::move(p), ctx);
     }
     std::vector<Piece> sends, recvs;
-    for (int peer = 0; peer < size_; ++peer) {
-      sends.push_back({peer, at(s, 0), n});
-      recvs.push_back({peer, at(r, peer * n), n});
-    }
-    exchange(sends, recvs, send.dtype(), to_mpi<MPI_Comm>(internal_()), rank_, max_count_, p);
+    pieces(s, r, sends, recvs);
+    exchange(sends, recvs, dtype, to_mpi<MPI_Comm>(internal_()), rank_, max_count_, p);
     return finish(std::move(p), ctx);
+  }
+
+  Token allgather(const Array& send, Array& recv, const OpContext& ctx) {
+    const std::int64_t n = send.numel();
+    return movement<MPI_Allgather, MPI_Iallgather>(&send, &recv, send.dtype(), n, ctx,
+                                                   [&](auto& s, auto& r, auto& to, auto& from) {
+                                                     for (int peer = 0; peer < size_; ++peer) {
+                                                       to.push_back({peer, at(s, 0), n});
+                                                       from.push_back({peer, at(r, peer * n), n});
+                                                     }
+                                                   });
   }
 
   // `recv` is set on the root only.
   Token gather(const Array& send, Array* recv, int root, const OpContext& ctx) {
-    PendingOp p;
-    const bool nb = nonblocking(ctx);
-    Buf s = stage(send, p, nb, Use::kIn);
-    Buf r = recv ? stage(*recv, p, nb, Use::kOut) : Buf{};
     const std::int64_t n = send.numel();
-    if (n <= max_count_) {
-      const MPI_Datatype t = mpi_datatype(send.dtype());
-      const int k = static_cast<int>(n);
-      call_mpi<MPI_Gather, MPI_Igather>(p, nb, static_cast<const void*>(s.data()), k, t, r.data(), k, t, root, c_);
-      return finish(std::move(p), ctx);
-    }
-    std::vector<Piece> sends{{root, at(s, 0), n}}, recvs;
-    if (recv)
-      for (int peer = 0; peer < size_; ++peer) recvs.push_back({peer, at(r, peer * n), n});
-    exchange(sends, recvs, send.dtype(), to_mpi<MPI_Comm>(internal_()), rank_, max_count_, p);
-    return finish(std::move(p), ctx);
+    return movement<MPI_Gather, MPI_Igather>(
+        &send, recv, send.dtype(), n, ctx,
+        [&](auto& s, auto& r, auto& to, auto& from) {
+          to.push_back({root, at(s, 0), n});
+          if (recv)
+            for (int peer = 0; peer < size_; ++peer) from.push_back({peer, at(r, peer * n), n});
+        },
+        root);
   }
 
   // `send` is set on the root only.
   Token scatter(const Array* send, Array& recv, int root, const OpContext& ctx) {
-    PendingOp p;
-    const bool nb = nonblocking(ctx);
-    Buf s = send ? stage(*send, p, nb, Use::kIn) : Buf{};
-    Buf r = stage(recv, p, nb, Use::kOut);
     const std::int64_t n = recv.numel();
-    if (n <= max_count_) {
-      const MPI_Datatype t = mpi_datatype(recv.dtype());
-      const int k = static_cast<int>(n);
-      call_mpi<MPI_Scatter, MPI_Iscatter>(p, nb, static_cast<const void*>(s.data()), k, t, r.data(), k, t, root, c_);
-      return finish(std::move(p), ctx);
-    }
-    std::vector<Piece> sends, recvs{{root, at(r, 0), n}};
-    if (send)
-      for (int peer = 0; peer < size_; ++peer) sends.push_back({peer, at(s, peer * n), n});
-    exchange(sends, recvs, recv.dtype(), to_mpi<MPI_Comm>(internal_()), rank_, max_count_, p);
-    return finish(std::move(p), ctx);
+    return movement<MPI_Scatter, MPI_Iscatter>(
+        send, &recv, recv.dtype(), n, ctx,
+        [&](auto& s, auto& r, auto& to, auto& from) {
+          from.push_back({root, at(r, 0), n});
+          if (send)
+            for (int peer = 0; peer < size_; ++peer) to.push_back({peer, at(s, peer * n), n});
+        },
+        root);
   }
 
   Token alltoall(const Array& send, Array& recv, const OpContext& ctx) {
-    PendingOp p;
-    const bool nb = nonblocking(ctx);
-    Buf s = stage(send, p, nb, Use::kIn);
-    Buf r = stage(recv, p, nb, Use::kOut);
     const std::int64_t n = size_ == 0 ? 0 : send.numel() / size_;
-    if (n <= max_count_) {
-      const MPI_Datatype t = mpi_datatype(send.dtype());
-      const int k = static_cast<int>(n);
-      call_mpi<MPI_Alltoall, MPI_Ialltoall>(p, nb, static_cast<const void*>(s.data()), k, t, r.data(), k, t, c_);
-      return finish(std::move(p), ctx);
-    }
-    std::vector<Piece> sends, recvs;
-    for (int peer = 0; peer < size_; ++peer) {
-      sends.push_back({peer, at(s, peer * n), n});
-      recvs.push_back({peer, at(r, peer * n), n});
-    }
-    exchange(sends, recvs, send.dtype(), to_mpi<MPI_Comm>(internal_()), rank_, max_count_, p);
-    return finish(std::move(p), ctx);
+    return movement<MPI_Alltoall, MPI_Ialltoall>(&send, &recv, send.dtype(), n, ctx,
+                                                 [&](auto& s, auto& r, auto& to, auto& from) {
+                                                   for (int peer = 0; peer < size_; ++peer) {
+                                                     to.push_back({peer, at(s, peer * n), n});
+                                                     from.push_back({peer, at(r, peer * n), n});
+                                                   }
+                                                 });
   }
 
   Token allgatherv(const Array& send, Array& recv, std::span<const std::int64_t> counts,

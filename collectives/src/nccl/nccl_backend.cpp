@@ -155,24 +155,25 @@ class NcclBackend final : public Backend {
     return end(ctx, {send, recv});
   }
   Token gather(const Array& send, Array& recv, int root, const OpContext& ctx) {
-    begin(ctx, {send, recv});
-    const std::size_t bytes = send.nbytes();
-    group([&] {
-      if (rank_ == root)
-        for (int r = 0; r < size_; ++r)
-          SHARDKIT_NCCL_CHECK(ncclRecv(byte_at(recv, r * bytes), bytes, ncclInt8, r, comm(), s()));
-      SHARDKIT_NCCL_CHECK(ncclSend(send.data(), bytes, ncclInt8, root, comm(), s()));
-    });
-    return end(ctx, {send, recv});
+    return rooted(send, recv, root, /*to_root=*/true, ctx);
   }
   Token scatter(const Array& send, Array& recv, int root, const OpContext& ctx) {
+    return rooted(send, recv, root, /*to_root=*/false, ctx);
+  }
+  // gather (to_root) and scatter: every rank exchanges its piece with the root (itself included), in one group; the
+  // root's side is one piece per rank.
+  Token rooted(const Array& send, Array& recv, int root, bool to_root, const OpContext& ctx) {
     begin(ctx, {send, recv});
-    const std::size_t bytes = recv.nbytes();
+    const std::size_t bytes = to_root ? send.nbytes() : recv.nbytes();
+    const Array& many = to_root ? recv : send;
+    const auto move = [&](void* buf, int peer, bool in) {
+      SHARDKIT_NCCL_CHECK(in ? ncclRecv(buf, bytes, ncclInt8, peer, comm(), s())
+                             : ncclSend(buf, bytes, ncclInt8, peer, comm(), s()));
+    };
     group([&] {
       if (rank_ == root)
-        for (int r = 0; r < size_; ++r)
-          SHARDKIT_NCCL_CHECK(ncclSend(byte_at(send, r * bytes), bytes, ncclInt8, r, comm(), s()));
-      SHARDKIT_NCCL_CHECK(ncclRecv(recv.data(), bytes, ncclInt8, root, comm(), s()));
+        for (int r = 0; r < size_; ++r) move(byte_at(many, r * bytes), r, to_root);
+      move(to_root ? send.data() : recv.data(), root, !to_root);
     });
     return end(ctx, {send, recv});
   }
