@@ -123,11 +123,28 @@ def test_tokens_of_both_kinds(mpi, sk, size):
     assert isinstance(tok, sk.Token)
     r, tok = mpi.allreduce(r, op=MPI.SUM, token=tok)
     np.testing.assert_array_equal(r, np.full(2, size * size))
-    # A JAX token eagerly: the primitive runs (and is waited for); the result is a jax.Array as well.
+    # A JAX token eagerly (complete outside a trace): the native path, on the communicator itself; a jax.Array back.
     r, tok = mpi.allreduce(jnp.ones(2), op=MPI.SUM, token=jax.lax.create_token())
-    assert isinstance(r, jax.Array)
+    assert isinstance(r, jax.Array) and isinstance(tok, sk.Token)
     np.testing.assert_array_equal(r, np.full(2, size))
     assert isinstance(mpi.barrier(), sk.Token)
+
+
+def test_eager_calls_match_whatever_token_they_carry(mpi, sk, rank, size):
+    """All eager calls of one communicator match each other: a send given a JAX token and a receive given none (before,
+    the first ran on the communicator's duplicate for compiled programs and the two never met)."""
+    if size < 2:
+        pytest.skip("needs 2 ranks")
+    comm = sk._core.make_comm(timeout=20, name="eager-tokens")
+    y = jnp.arange(3.0)
+    if rank == 0:
+        mpi.send(y, 1, tag=4, comm=comm, token=jax.lax.create_token())
+        got, _ = mpi.recv(y, 1, tag=5, comm=comm)
+        np.testing.assert_array_equal(got, 2 * np.arange(3.0))
+    elif rank == 1:
+        got, _ = mpi.recv(y, 0, tag=4, comm=comm)
+        np.testing.assert_array_equal(got, np.arange(3.0))
+        mpi.send(got * 2, 0, tag=5, comm=comm, token=jax.lax.create_token())
 
 
 def test_concrete_arrays_met_while_tracing_are_staged(mpi, sk, size):

@@ -293,13 +293,12 @@ def _accept_token(token):
 def dispatch(name, kw, comm):
     """shardkit._core's hook: runs shardkit.mpi function `name` (arguments `kw`) on JAX values."""
     tracing = _is_tracing()
-    if not tracing and not isinstance(kw.get("token"), jc.Token):
-        # Eager calls on concrete arrays: the native path (the C++ side sends them there before calling this).
+    if not tracing:
+        # Eager calls on concrete arrays, with or without a token: the native path, on the communicator itself (the
+        # C++ side sends them there before calling this).
         return NotImplemented
     if kw.get("status") is not None:
-        if tracing:
-            raise ValueError(f"{name}: status= cannot be filled inside a JAX transformation (use it eagerly)")
-        return NotImplemented  # eager with status: the native path fills it
+        raise ValueError(f"{name}: status= cannot be filled inside a JAX transformation (use it eagerly)")
     _accept_token(kw.get("token"))
     h = comm_handle(comm)
     p = {"op": name, "comm": h}

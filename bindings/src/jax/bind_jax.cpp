@@ -152,9 +152,11 @@ bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out
       (op != OpKind::kSendrecv || is_ndarray(a.get(Field::kRecvbuf))))
     return false;
   if (!hook_ready()) return false;
-  // Outside any trace, without a JAX token, the native path runs the call on concrete arrays directly (jax.Arrays
-  // through the buffer protocol, results back as jax.Arrays), as shardkit._jax's dispatch would send it there.
-  if (!jax_token(token) && at_top_level()) return false;
+  // Outside any trace the native path runs the call on concrete arrays directly (jax.Arrays through the buffer
+  // protocol, results back as jax.Arrays), with or without a JAX token (complete outside a trace): every eager call of
+  // a communicator runs on the communicator itself, so eager sends and receives match whatever tokens they carry
+  // (compiled programs use its duplicate).
+  if (at_top_level()) return false;
   // While JAX traces: a call with a JAX value among its arrays (sendrecv's NumPy sendbuf then becomes a constant of
   // the program) or a JAX token is staged; barrier asks the hook.
   const bool jax_input = is_jax_value(x) || is_jax_value(token) ||
