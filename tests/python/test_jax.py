@@ -236,6 +236,30 @@ def test_numpy_calls_inside_a_trace_take_the_host_path_and_traced_buffers_are_st
     np.testing.assert_array_equal(jax.jit(fn)(jnp.zeros(2)), np.full(2, float(src)))
 
 
+@pytest.mark.parametrize("mode", ["jit", "vmap"])
+@pytest.mark.parametrize("op", ["recv", "sendrecv"])
+def test_status_is_filled_when_the_compiled_program_runs(mpi, rank, size, op, mode):
+    """As mpi4jax: a Status given inside jax.jit (or vmap) is filled by the receive each time the program runs."""
+    src, dst = (rank - 1) % size, (rank + 1) % size
+    status = MPI.Status()
+
+    def f(x):
+        if op == "sendrecv":
+            return mpi.sendrecv(x + rank, x, src, dst, sendtag=3 + rank, status=status)[0]
+        tok = mpi.send(x + rank, dst, tag=3 + rank)
+        return mpi.recv(x, src, status=status, token=tok)[0]
+
+    g = jax.jit(f) if mode == "jit" else jax.vmap(f)
+    x = jnp.zeros(3, jnp.float32) if mode == "jit" else jnp.zeros((2, 3), jnp.float32)
+    for _ in range(2):  # filled at every run, not once when traced
+        status.Set_source(-5)
+        status.Set_tag(-5)
+        got = g(x)
+        np.testing.assert_array_equal(got, np.full(x.shape, float(src)))
+        assert (status.Get_source(), status.Get_tag()) == (src, 3 + src)
+        assert status.Get_count(MPI.FLOAT) == x.size  # under vmap the batch travels as one message
+
+
 def test_eager_call_with_a_jax_token_and_a_status(mpi, rank, size):
     src, dst = (rank - 1) % size, (rank + 1) % size
     status = MPI.Status()

@@ -124,13 +124,9 @@ def test_token_of_another_kind(mpi, mode):
         run(mode, lambda x: mpi.allreduce(x, MPI.SUM, token=3)[0], jnp.ones(3))
 
 
-@pytest.mark.parametrize("mode", ["jit", "vmap"])
-@pytest.mark.parametrize("op", ["recv", "sendrecv"])
-def test_status_inside_a_transformation(mpi, rank, op, mode):
-    f = {"recv": lambda x: mpi.recv(x, rank, status=MPI.Status())[0],
-         "sendrecv": lambda x: mpi.sendrecv(x, x, rank, rank, status=MPI.Status())[0]}[op]
-    with pytest.raises(ValueError, match=rf"{op}: status= cannot be filled inside a JAX transformation"):
-        run(mode, f, jnp.ones(3))
+def test_status_inside_a_transformation_must_be_an_mpi4py_status(mpi, rank):
+    with pytest.raises(TypeError, match="status must be an mpi4py MPI.Status, not dict"):
+        jax.jit(lambda x: mpi.recv(x, rank, status={})[0])(jnp.ones(3))
 
 
 @pytest.mark.parametrize("mode", ["eager", "jit"])
@@ -191,7 +187,7 @@ def test_transpose_of_sendrecv_from_any_source(mpi, rank):
         jax.grad(lambda x: mpi.sendrecv(x, x, mpi.ANY_SOURCE, rank)[0].sum())(jnp.ones(3))
 
 
-@pytest.mark.parametrize("fields", [0, 7, 9])
+@pytest.mark.parametrize("fields", [0, 8, 10])
 def test_handler_refuses_a_malformed_call_attribute(mpi, fields):
     """The XLA handler reads its arguments from one int64 array; a program built by hand with another length is
     refused by name (not read past its end). Local to each rank: nothing is sent."""
@@ -199,6 +195,6 @@ def test_handler_refuses_a_malformed_call_attribute(mpi, fields):
 
     x = jnp.arange(3.0)
     call = jax.ffi.ffi_call("shardkit_collective_cpu", jax.ShapeDtypeStruct(x.shape, x.dtype), has_side_effect=True)
-    message = rf"shardkit\.InvalidArgument: .*attribute 'call' has {fields} values, expected 8"
+    message = rf"shardkit\.InvalidArgument: .*attribute 'call' has {fields} values, expected 9"
     with pytest.raises(jax.errors.JaxRuntimeError, match=message):
         jax.block_until_ready(jax.jit(lambda x: call(x, x, call=np.zeros(fields, np.int64)))(x))

@@ -56,12 +56,14 @@ collective_p.def_impl(lambda *args, **params: jc.apply_primitive(collective_p, *
 
 
 def bind(*args, op, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0, recv_tag=-1, transpose=False,
-         perm=(), sm=False):
+         perm=(), sm=False, status=0):
     """Binds the primitive: ``args`` are x (and sendbuf for sendrecv); returns the list of results. ``sm``: a
     collective of a shard_map body (shardkit._jax_shard_map), with the exact transposes of the derivative rules;
-    ``perm``: the (source, destination) pairs of the shard_map-only operation "ppermute"."""
+    ``perm``: the (source, destination) pairs of the shard_map-only operation "ppermute"; ``status``: the address of
+    an MPI_Status (an mpi4py Status) the handler fills when the receive completes, as mpi4jax does, or 0."""
     return collective_p.bind(*args, op=op, comm=comm, reduce=reduce, root=root, dest=dest, source=source,
-                             send_tag=send_tag, recv_tag=recv_tag, transpose=transpose, perm=perm, sm=sm)
+                             send_tag=send_tag, recv_tag=recv_tag, transpose=transpose, perm=perm, sm=sm,
+                             status=status)
 
 
 def _out_shape(op, shape, comm, root):
@@ -89,13 +91,13 @@ _PPERMUTE_TAG = 7  # the tag of a shard_map ppermute's messages
 
 def _lowering(target):
     def custom_call(ctx, op, args, avals_in, avals_out, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0,
-                    recv_tag=-1):
+                    recv_tag=-1, status=0):
         token = ctx.tokens_in.get(_effect)
         result_types = [hlo.TokenType.get()] + [jc.aval_to_ir_type(ctx, a) for a in avals_out]
         # One array attribute in the handler's order (ffi_handlers.cpp's Attrs): XLA decodes attributes by name at
         # every call.
         attrs = {"call": ir.DenseI64ArrayAttr.get([_core._op_code(op), int(comm), int(reduce), int(root), int(dest),
-                                                   int(source), int(send_tag), int(recv_tag)])}
+                                                   int(source), int(send_tag), int(recv_tag), int(status)])}
         call = mlir.custom_call(
             target, result_types=result_types, operands=[token, *args], backend_config=attrs, api_version=4,
             has_side_effect=True, operand_layouts=[()] + [_layout(a) for a in avals_in],
@@ -226,7 +228,8 @@ def _transpose_rule(cts, *args, op, reduce, transpose, **params):
         # `dest` with the tag this rank sent. Received with ANY_TAG, the value's tag is unknown here: this rank's
         # own send tag stands for it, as in mpi4jax (every rank of an SPMD program sends with the same tag).
         back_tag = params["recv_tag"] if params["recv_tag"] != _core.ANY_TAG else params["send_tag"]
-        p = dict(params, source=params["dest"], dest=params["source"], send_tag=back_tag, recv_tag=params["send_tag"])
+        p = dict(params, source=params["dest"], dest=params["source"], send_tag=back_tag, recv_tag=params["send_tag"],
+                 status=0)
         (res,) = bind(like, ct, op=op, reduce=reduce, transpose=transpose, **p)
         return [None, res]
     if op == "replicated":  # this rank's share of the cotangent of a value `root` ranks hold
@@ -297,11 +300,11 @@ def dispatch(name, kw, comm):
         # Eager calls on concrete arrays, with or without a token: the native path, on the communicator itself (the
         # C++ side sends them there before calling this).
         return NotImplemented
-    if kw.get("status") is not None:
-        raise ValueError(f"{name}: status= cannot be filled inside a JAX transformation (use it eagerly)")
     _accept_token(kw.get("token"))
     h = comm_handle(comm)
     p = {"op": name, "comm": h}
+    if kw.get("status") is not None:
+        p["status"] = _status_address(kw["status"])
     if "op" in kw:
         p["reduce"] = _core._reduce_code(kw["op"])
     for field, param in (("root", "root"), ("dest", "dest"), ("source", "source")):
@@ -338,6 +341,22 @@ def dispatch(name, kw, comm):
     if name in _NO_VALUE:
         return token
     return out[0], token
+
+
+# Statuses given to traced receives: kept alive for the life of the process, since compiled programs write into them
+# each time they run (mpi4jax leaves that to the caller).
+_statuses = []
+
+
+def _status_address(status):
+    """The address of an mpi4py Status's MPI_Status, which the compiled receive fills when it runs (mpi4jax's rule)."""
+    from mpi4py import MPI  # noqa: PLC0415  (a Status was given: mpi4py is loaded)
+
+    if not isinstance(status, MPI.Status):
+        raise TypeError(f"status must be an mpi4py MPI.Status, not {type(status).__name__}")
+    if not any(s is status for s in _statuses):
+        _statuses.append(status)
+    return MPI._addressof(status)
 
 
 def _check_peers(name, p, args):

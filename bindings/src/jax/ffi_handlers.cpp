@@ -10,6 +10,8 @@
 // for it on the device (the token's order_stream). The host never synchronises, and NCCL runs on the communicator's
 // own stream as for any other device operation.
 
+#include <mpi.h>
+
 #include <algorithm>
 #include <array>
 #include <optional>
@@ -68,27 +70,41 @@ Array& wrap(ffi::AnyBuffer b, Device device, bool read_only, std::size_t slot) {
 
 // The arguments of one call: one int64 array attribute "call" in this order (shardkit/_jax.py writes it). One
 // attribute, not one per argument: XLA decodes attributes by name at every call, a string comparison each.
+// `status`: the address of the caller's MPI_Status (an mpi4py Status, as mpi4jax passes it), filled when a receive
+// completes inside the compiled program; 0 for none.
 struct Attrs {
-  std::int64_t op, comm, reduce, root, dest, source, send_tag, recv_tag;
+  std::int64_t op, comm, reduce, root, dest, source, send_tag, recv_tag, status;
 };
-constexpr std::size_t kCallFields = 8;
+constexpr std::size_t kCallFields = 9;
 
 Attrs read_call(ffi::Span<const std::int64_t> call) {
   if (call.size() != kCallFields)
     throw InvalidArgument(shardkit::detail::concat("shardkit's XLA handler: attribute 'call' has ", call.size(),
                                                    " values, expected ", kCallFields));
-  return {call[0], call[1], call[2], call[3], call[4], call[5], call[6], call[7]};
+  return {call[0], call[1], call[2], call[3], call[4], call[5], call[6], call[7], call[8]};
+}
+
+// Writes what a receive matched into the caller's MPI_Status: source, tag, and the count as bytes (so that
+// Status.Get_count(datatype) divides it by the datatype's size, as after an MPI receive).
+void fill_mpi_status(std::int64_t address, const RecvStatus& st, DType dtype) {
+  auto* out = reinterpret_cast<MPI_Status*>(static_cast<std::uintptr_t>(address));
+  out->MPI_SOURCE = st.source;
+  out->MPI_TAG = st.tag;
+  out->MPI_ERROR = MPI_SUCCESS;
+  MPI_Status_set_elements_x(out, MPI_BYTE, static_cast<MPI_Count>(st.count) * static_cast<MPI_Count>(dtype_size(dtype)));
 }
 
 // Runs the value form of `a.op` on XLA's buffers. Returns the operation's token. `stream`: XLA's stream for device
 // buffers (nullptr on the host): the operation follows XLA's work on it, and the copies it needs are ordered on it.
+// `status`: filled once the returned token completes, when the call asks for it (at.status).
 Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets rets, Device device,
-                   StreamHandle stream = nullptr) {
+                   RecvStatus* status, StreamHandle stream = nullptr) {
   Communicator& c = jax_comm(at.comm);
   const auto op = static_cast<OpKind>(at.op);
   OpArgs a{.reduce = static_cast<ReduceOp>(at.reduce), .root = static_cast<int>(at.root),
            .dest = static_cast<int>(at.dest), .source = static_cast<int>(at.source),
            .send_tag = static_cast<int>(at.send_tag), .recv_tag = static_cast<int>(at.recv_tag)};
+  if (at.status) a.status = status;
   auto arg = [&](std::size_t i) -> Array& {
     auto b = args.get<ffi::AnyBuffer>(i);
     if (b.has_error()) throw InvalidArgument(shardkit::detail::concat(op_name(op), ": operand ", i, " is not an array"));
@@ -140,10 +156,19 @@ ffi::Error to_ffi_error(const std::exception& e) {
   return ffi::Error(ffi::ErrorCode::kInternal, shardkit::detail::concat("shardkit.", kind, ": ", e.what()));
 }
 
+// The dtype of the received value (the result buffer) for a status's count.
+DType result_dtype(ffi::RemainingRets& rets) {
+  auto r = rets.get<ffi::AnyBuffer>(1);
+  return r.has_error() ? DType::kUInt8 : dtype_of((*r)->element_type());
+}
+
 ffi::Error collective_cpu(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Span<const std::int64_t> call) {
   try {
-    Token t = run_value_on(read_call(call), args, rets, Device::cpu());
+    const Attrs at = read_call(call);
+    RecvStatus status;
+    Token t = run_value_on(at, args, rets, Device::cpu(), &status);
     t.wait();  // XLA:CPU reads the results when the handler returns
+    if (at.status) fill_mpi_status(at.status, status, result_dtype(rets));
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return to_ffi_error(e);
@@ -159,7 +184,12 @@ ffi::Error collective_cuda(StreamHandle stream, ffi::RemainingArgs args, ffi::Re
     int index = -1;
     if (auto x = args.get<ffi::AnyBuffer>(1); !x.has_error()) index = cuda::pointer_info(x->untyped_data()).device;
     if (index < 0) index = cuda::current_device();
-    Token t = run_value_on(at, args, rets, Device::cuda(index), stream);
+    RecvStatus status;
+    Token t = run_value_on(at, args, rets, Device::cuda(index), &status, stream);
+    if (at.status) {  // the host needs the receive done to say what it matched
+      t.wait();
+      fill_mpi_status(at.status, status, result_dtype(rets));
+    }
     t.order_stream(stream);  // XLA's later work on the stream waits for the operation, on the device
     return ffi::Error::Success();
   } catch (const std::exception& e) {
