@@ -344,3 +344,15 @@ def test_compiled_operations_of_mixed_shapes_and_dtypes(mpi, rank, size):
         np.testing.assert_allclose(ga, np.arange(3.0) + (size - 1) / 2, rtol=1e-6)
         np.testing.assert_array_equal(gb, np.arange(5).reshape(5, 1) + rank + size)
         np.testing.assert_array_equal(gc, np.full((2, 2), rank))  # size hops around the ring
+
+
+def test_jax_internals_are_used_in_one_module_only():
+    """Every use of JAX's private modules sits in shardkit/_jax_compat.py, where the supported versions differ."""
+    import pathlib
+
+    import shardkit
+
+    package = pathlib.Path(shardkit.__file__).parent
+    users = sorted(f.name for f in package.glob("*.py") if "jax._src" in f.read_text() and f.name != "_jax_compat.py")
+    assert users == []
+    assert "jax._src" in (package / "_jax_compat.py").read_text()

@@ -11,8 +11,8 @@ program in program order: XLA neither reorders nor drops them, whether or not th
 ``token=`` argument accepts shardkit tokens (waited for) and JAX tokens (ordering is already program order); inside a
 trace the returned token is a JAX token. Eager calls on concrete arrays go back to the native path, which
 returns shardkit tokens: jax.Arrays on the CPU come in through the buffer protocol (others through DLPack), and results
-go back through jaxlib's DLPack importer without a copy; an eager call given a JAX token runs the primitive and waits for it. Compiled programs run on
-a duplicate of each communicator (``_core._jax_comm_handle``), so XLA's threads never match eager calls.
+go back through jaxlib's DLPack importer without a copy, whatever token an eager call carries. Compiled programs run
+on a duplicate of each communicator (``_core._jax_comm_handle``), so XLA's threads never match eager calls.
 
 Transformations follow mpi4jax 0.7: every operation batches under ``jax.vmap``; ``allreduce`` with ``op=SUM`` has a
 JVP and a transpose (the transpose of the sum over ranks is the identity on each rank, as mpi4jax defines it), and
