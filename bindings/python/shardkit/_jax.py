@@ -295,8 +295,7 @@ def _accept_token(token):
 
 def dispatch(name, kw, comm):
     """shardkit._core's hook: runs shardkit.mpi function `name` (arguments `kw`) on JAX values."""
-    tracing = _is_tracing()
-    if not tracing:
+    if not _is_tracing():
         # Eager calls on concrete arrays, with or without a token: the native path, on the communicator itself (the
         # C++ side sends them there before calling this).
         return NotImplemented
@@ -327,17 +326,10 @@ def dispatch(name, kw, comm):
                                     f"for {args[0].dtype.name}")
     _check_peers(name, p, args)
     try:
-        out = bind(*args, **p)
+        out = bind(*args, **p)  # runs now under a transformation outside jax.jit (vmap of concrete arrays)
     except jax.errors.JaxRuntimeError as e:  # the handler's shardkit error, raised again as its class
         raise _translate(e) from None
-    if tracing:
-        token = jax.lax.create_token()
-    else:
-        try:
-            jax.block_until_ready(out)  # the next eager call may use the same communicator from this thread
-        except jax.errors.JaxRuntimeError as e:
-            raise _translate(e) from None
-        token = _core._complete_token
+    token = jax.lax.create_token()
     if name in _NO_VALUE:
         return token
     return out[0], token
