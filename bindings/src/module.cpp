@@ -9,6 +9,7 @@ void register_arrays(nb::module_& m);
 void register_runtime(nb::module_& m);
 void register_collectives(nb::module_& m);
 void register_sharding(nb::module_& m);
+void register_shard_map(nb::module_& m);
 void register_ops(nb::module_& m);
 void register_jax(nb::module_& m);
 }  // namespace shardkit::py
@@ -21,5 +22,6 @@ NB_MODULE(_core, m) {
   shardkit::py::register_collectives(m);
   shardkit::py::register_ops(m);
   shardkit::py::register_sharding(m);
+  shardkit::py::register_shard_map(m);
   shardkit::py::register_jax(m);
 }

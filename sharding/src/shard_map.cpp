@@ -3,33 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <set>
 
 #include "layout.hpp"
 #include "shardkit/core/error.hpp"
 
 namespace shardkit {
 namespace {
-
-int normalize(int dim, int ndim, const char* op) {
-  if (dim < 0) dim += ndim;
-  SHARDKIT_CHECK(dim >= 0 && dim < ndim, op, ": dimension ", dim, " out of range for rank ", ndim);
-  return dim;
-}
-
-// Inserts a dimension of size 1 at `pos` (a view of a contiguous array).
-Array expand(const Array& x, int pos) {
-  Shape s = x.shape();
-  s.insert(s.begin() + pos, 1);
-  return detail::packed(x).reshape(s);
-}
-
-// Removes dimension `pos` (of size 1).
-Array squeeze(const Array& x, int pos) {
-  Shape s = x.shape();
-  s.erase(s.begin() + pos);
-  return detail::packed(x).reshape(s);
-}
 
 Array finish(Array out, const Token& t) {
   if (t.waitable()) out.set_ready(t.waitable());
@@ -78,123 +57,75 @@ Array convert_integers(const Array& x, DType to) {
   return out;
 }
 
+// Applies shape moves: a moveaxis is a view; a reshape packs first where the view is not contiguous (a copy that
+// waits for the array's ready event).
+Array apply(Array v, const std::vector<ShapeMove>& moves) {
+  for (const ShapeMove& m : moves) {
+    if (m.from < 0) {
+      v = detail::packed(v).reshape(m.shape);
+      continue;
+    }
+    std::vector<int> order;
+    for (int d = 0; d < v.ndim(); ++d)
+      if (d != m.from) order.push_back(d);
+    order.insert(order.begin() + m.to, m.from);
+    v = v.permute(order);
+  }
+  return v;
+}
+
 }  // namespace
 
 // ---- ShardContext --------------------------------------------------------------------------------------------------
 
-AxisReduction axis_reduction(ReduceOp op, DType dtype, const char* name) {
-  if (dtype == DType::kBool) {
-    if (op == ReduceOp::kSum) return {ReduceOp::kSum, DType::kInt32};
-    if (op == ReduceOp::kMax) return {ReduceOp::kLogicalOr, DType::kBool};
-    if (op == ReduceOp::kMin) return {ReduceOp::kLogicalAnd, DType::kBool};
+Array ShardContext::run(AxisOp what, const Array& x, const Axes& axes, const AxisArgs& args) {
+  const AxisPlan p = plan_axis(what, mesh_, axes, x.shape(), x.dtype(), args);
+  const Array converted = p.input == x.dtype() ? x : convert_integers(x, p.input).to(x.device());
+  const Array in = detail::packed(apply(converted, p.before));
+  Array y;
+  if (p.op) {
+    auto comm = mesh_.axis_comm(axes);
+    // The value form binds `in` as its rule says; send and sendrecv read it as their send buffer.
+    OpArgs a{.send = &in, .reduce = p.reduce, .root = p.root, .dest = p.dest, .source = p.source,
+             .send_tag = p.tag, .recv_tag = p.tag};
+    if (value_rule(*p.op) == ValueRule::kNone) {
+      token_ = comm->run(*p.op, a, token_);
+    } else {
+      auto [v, t] = comm->run_value(*p.op, in, a, token_);
+      token_ = t;
+      y = std::move(v);
+    }
   }
-  if (!reduce_op_supports(op, dtype))
-    throw InvalidArgument(detail::concat(name, ": not defined for dtype ", dtype));
-  return {op, dtype};
+  if (p.zeros) return finish(Array::zeros(p.shape, x.dtype(), x.device()), token_);
+  y = detail::packed(apply(std::move(y), p.after));
+  if (p.output != y.dtype()) y = convert_integers(y, p.output).to(x.device());
+  if (p.divide != 1) divide(y, p.divide);
+  return finish(std::move(y), token_);
 }
 
-Array ShardContext::reduce(const Array& x, const Axes& axes, ReduceOp op, const char* name) {
-  const AxisReduction r = axis_reduction(op, x.dtype(), name);
-  const Array in = r.input == x.dtype() ? x : convert_integers(x, r.input).to(x.device());
-  auto [y, t] = mesh_.axis_comm(axes)->allreduce(in, r.op, token_);
-  token_ = t;
-  return y;
-}
-
-Array ShardContext::psum(const Array& x, const Axes& axes) { return reduce(x, axes, ReduceOp::kSum, "psum"); }
-Array ShardContext::pmax(const Array& x, const Axes& axes) { return reduce(x, axes, ReduceOp::kMax, "pmax"); }
-Array ShardContext::pmin(const Array& x, const Axes& axes) { return reduce(x, axes, ReduceOp::kMin, "pmin"); }
-
-Array ShardContext::pmean(const Array& x, const Axes& axes) {
-  if (is_floating(x.dtype()) || is_complex(x.dtype())) {
-    Array y = psum(x, axes);
-    token_.wait();
-    divide(y, axis_size(axes));
-    return y;
-  }
-  // JAX's pmean is psum(x) / n: the sum stays integral (bool summed as int32, as JAX's psum does), the division
-  // promotes as jax.numpy does with 64-bit types enabled (64-bit integers to float64, the others to float32).
-  const DType out = x.dtype() == DType::kInt64 || x.dtype() == DType::kUInt64 ? DType::kFloat64 : DType::kFloat32;
-  const Array sum = psum(x, axes);
-  token_.wait();
-  Array y = convert_integers(sum, out);
-  divide(y, axis_size(axes));
-  return y.to(x.device());
-}
+Array ShardContext::psum(const Array& x, const Axes& axes) { return run(AxisOp::kPsum, x, axes); }
+Array ShardContext::pmean(const Array& x, const Axes& axes) { return run(AxisOp::kPmean, x, axes); }
+Array ShardContext::pmax(const Array& x, const Axes& axes) { return run(AxisOp::kPmax, x, axes); }
+Array ShardContext::pmin(const Array& x, const Axes& axes) { return run(AxisOp::kPmin, x, axes); }
 
 Array ShardContext::all_gather(const Array& x, const Axes& axes, int dim, bool tiled) {
-  auto comm = mesh_.axis_comm(axes);
-  if (!tiled) {
-    dim = normalize(dim, x.ndim() + 1, "all_gather");
-    // Stack: gather along a new dimension of size 1 inserted at `dim`.
-    const std::vector<std::int64_t> ones(comm->size(), 1);
-    return detail::gather_along(*comm, expand(x, dim), dim, ones, token_);
-  }
-  dim = normalize(dim, x.ndim(), "all_gather");
-  const std::vector<std::int64_t> sizes(comm->size(), x.dim(dim));
-  return detail::gather_along(*comm, x, dim, sizes, token_);
+  return run(AxisOp::kAllGather, x, axes, {.dim = dim, .tiled = tiled});
 }
 
 Array ShardContext::psum_scatter(const Array& x, const Axes& axes, int scatter_dim, bool tiled) {
-  auto comm = mesh_.axis_comm(axes);
-  scatter_dim = normalize(scatter_dim, x.ndim(), "psum_scatter");
-  if (!tiled) {
-    SHARDKIT_CHECK_EQ(x.dim(scatter_dim), comm->size(), "psum_scatter (untiled): dimension ", scatter_dim,
-                      " must equal the size of axes ", axes.to_string());
-    return squeeze(detail::reduce_scatter_along(*comm, x, scatter_dim, ReduceOp::kSum, token_), scatter_dim);
-  }
-  return detail::reduce_scatter_along(*comm, x, scatter_dim, ReduceOp::kSum, token_);
+  return run(AxisOp::kPsumScatter, x, axes, {.dim = scatter_dim, .tiled = tiled});
 }
 
 Array ShardContext::ppermute(const Array& x, const Axes& axes, const std::vector<std::pair<int, int>>& perm) {
-  auto comm = mesh_.axis_comm(axes);
-  const int k = comm->size(), me = comm->rank();
-  std::set<int> sources, dests;
-  int dest = -1, source = -1;
-  for (const auto& [src, dst] : perm) {
-    SHARDKIT_CHECK(src >= 0 && src < k && dst >= 0 && dst < k, "ppermute: pair (", src, ", ", dst,
-                   ") out of range for axes ", axes.to_string(), " of size ", k);
-    SHARDKIT_CHECK(sources.insert(src).second, "ppermute: source ", src, " appears twice");
-    SHARDKIT_CHECK(dests.insert(dst).second, "ppermute: destination ", dst, " appears twice");
-    if (src == me) dest = dst;
-    if (dst == me) source = src;
-  }
-  Array out = Array::zeros(x.shape(), x.dtype(), x.device());
-  Array send = detail::packed(x);
-  constexpr int kTag = 17;
-  if (dest >= 0 && source >= 0) {
-    token_ = comm->sendrecv_into(send, dest, out, source, kTag, kTag, nullptr, token_);
-  } else if (dest >= 0) {
-    token_ = comm->send(send, dest, kTag, token_);
-  } else if (source >= 0) {
-    token_ = comm->recv_into(out, source, kTag, nullptr, token_);
-  }
-  return finish(out, token_);
+  return run(AxisOp::kPpermute, x, axes, {.perm = perm});
 }
 
 Array ShardContext::all_to_all(const Array& x, const Axes& axes, int split_dim, int concat_dim, bool tiled) {
-  auto comm = mesh_.axis_comm(axes);
-  split_dim = normalize(split_dim, x.ndim(), "all_to_all");
-  concat_dim = normalize(concat_dim, x.ndim(), "all_to_all");
-  if (tiled) return detail::all_to_all_along(*comm, x, split_dim, concat_dim, token_);
-  SHARDKIT_CHECK_EQ(x.dim(split_dim), comm->size(), "all_to_all (untiled): dimension ", split_dim,
-                    " must equal the size of axes ", axes.to_string());
-  // JAX's rule: a new axis appears at concat_dim, the split axis (now of size 1) goes away.
-  if (split_dim == concat_dim) return detail::all_to_all_along(*comm, x, split_dim, concat_dim, token_);
-  Array y = expand(x, split_dim < concat_dim ? concat_dim + 1 : concat_dim);
-  const int split = split_dim < concat_dim ? split_dim : split_dim + 1;
-  const int concat = split_dim < concat_dim ? concat_dim + 1 : concat_dim;
-  Array z = detail::all_to_all_along(*comm, y, split, concat, token_);
-  return squeeze(z, split);
+  return run(AxisOp::kAllToAll, x, axes, {.dim = split_dim, .concat_dim = concat_dim, .tiled = tiled});
 }
 
 Array ShardContext::pbroadcast(const Array& x, const Axes& axes, int source) {
-  auto comm = mesh_.axis_comm(axes);
-  SHARDKIT_CHECK(source >= 0 && source < comm->size(), "pbroadcast: source ", source, " out of range for axes ",
-                 axes.to_string(), " of size ", comm->size());
-  auto [y, t] = comm->bcast(x, source, token_);
-  token_ = t;
-  return y;
+  return run(AxisOp::kPbroadcast, x, axes, {.source = source});
 }
 
 // ---- shard_map ---------------------------------------------------------------------------------------------------------

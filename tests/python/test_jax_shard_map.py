@@ -208,6 +208,51 @@ def test_errors_in_traced_bodies(sk):
                                        out_specs=sk.P("x"))(a))(jnp.ones(sk.size()))
 
 
+# Each check of an axis collective, given one block shape: the eager body (ShardContext) and the traced one
+# (TracedContext) execute the same plan (shardkit::plan_axis), so they refuse with one message.
+REFUSALS = {
+    "all_gather": (lambda sk, b: sk.all_gather(b, "x", axis=3), "all_gather: dimension 3 out of range"),
+    "psum_scatter_tiled": (lambda sk, b: sk.psum_scatter(b, "x", tiled=True), "is not divisible by"),
+    "psum_scatter": (lambda sk, b: sk.psum_scatter(b, "x"), r"psum_scatter \(tiled=False\): dimension 0 of size"),
+    "all_to_all": (lambda sk, b: sk.all_to_all(b, "x", 0, 1, tiled=True), "all_to_all: dimension 0 of size"),
+    "all_to_all_concat": (lambda sk, b: sk.all_to_all(b, "x", 0, 2), "all_to_all: dimension 2 out of range"),
+    "ppermute": (lambda sk, b: sk.ppermute(b, "x", [(0, 0), (0, 0)]), r"not a permutation .* source 0 appears twice"),
+    "ppermute_range": (lambda sk, b: sk.ppermute(b, "x", [(0, 9)]), r"pair \(0, 9\) is out of range"),
+    "pbroadcast": (lambda sk, b: sk.pbroadcast(b, "x", 9), "pbroadcast: source 9 out of range"),
+    "pmax_complex": (lambda sk, b: sk.pmax(b.astype(np.complex64), "x"), "pmax: not defined for dtype complex64"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_eager_and_traced_bodies_refuse_alike(sk, case):
+    body, pattern = REFUSALS[case]
+    n = sk.size()
+    mesh = sk.Mesh(np.arange(n), ("x",))
+    # (n + 1) rows per rank: dimension 0 neither equals nor divides by the axis size (at 1 rank, the tiled cases divide)
+    g = np.ones((n * (n + 1), 2), np.float32)
+    messages = []
+    for traced in (False, True):
+        f = sk.shard_map(lambda b: body(sk, b), mesh=mesh, in_specs=sk.P("x"), out_specs=sk.P("x"), check_vma=False)
+        if n == 1 and case in ("psum_scatter_tiled", "all_to_all"):
+            (jax.jit(f) if traced else f)(jnp.asarray(g) if traced else g)
+            continue
+        with pytest.raises(sk.InvalidArgument, match=pattern) as e:
+            (jax.jit(f) if traced else f)(jnp.asarray(g) if traced else g)
+        messages.append(str(e.value))
+    assert len(set(messages)) <= 1, messages
+
+
+def test_every_axis_collective_is_in_both_bodies_and_the_module(sk):
+    from shardkit import _jax_shard_map
+
+    names = sk._core._axis_ops()
+    assert "psum" in names and "ppermute" in names
+    for name in names:
+        assert callable(getattr(sk, name)), name
+        assert callable(getattr(_jax_shard_map.TracedContext, name)), name
+        assert callable(getattr(sk._core.ShardContext, name)), name
+
+
 @pytest.mark.processes
 @pytest.mark.parametrize("np_", [1, 2, 3])
 @pytest.mark.parametrize("example,last", [("multiply_by_two.py", "allclose: True"),

@@ -265,6 +265,48 @@ TEST(ShardContext, PmeanOfIntegersIsTheFloatingMean) {
   EXPECT_EQ(ctx.pmean(Array::from_values<float>({1.0f}), "x").dtype(), DType::kFloat32);
 }
 
+// JAX's result shape of axis collective `op` on a block of shape (s0, s1), at dimension 0 (all_to_all: split 0,
+// concat 1), over k members.
+Shape jax_shape(AxisOp op, const Shape& s, std::int64_t k, bool tiled) {
+  switch (op) {
+    case AxisOp::kAllGather: return tiled ? Shape{k * s[0], s[1]} : Shape{k, s[0], s[1]};
+    case AxisOp::kPsumScatter: return tiled ? Shape{s[0] / k, s[1]} : Shape{s[1]};
+    case AxisOp::kAllToAll: return tiled ? Shape{s[0] / k, s[1] * k} : Shape{s[1], k};
+    default: return s;
+  }
+}
+
+// Every axis collective, on blocks with a zero-size dimension and on blocks whose split dimension does not divide:
+// the plan's shape and the result's are JAX's, and every rank refuses alike.
+TEST(ShardContext, EveryAxisOpFollowsItsPlanIncludingSizeZero) {
+  for (int i = 0; i < kAxisOpCount; ++i) {
+    const auto op = static_cast<AxisOp>(i);
+    EXPECT_EQ(axis_op_from_name(axis_op_name(op)), op);
+  }
+  EXPECT_THROW(axis_op_from_name("pswap"), InvalidArgument);
+  for_each_case([](const Mesh& m, const Axes& axes, ShardContext& ctx, const std::vector<int>& group) {
+    const auto k = static_cast<std::int64_t>(group.size());
+    const std::vector<std::pair<int, int>> shift = {{0, static_cast<int>(k) - 1}};
+    for (const Shape& shape : {Shape{0, 3}, Shape{2 * k, 0}, Shape{k, 5}}) {
+      for (int i = 0; i < kAxisOpCount; ++i) {
+        const auto op = static_cast<AxisOp>(i);
+        for (bool tiled : {false, true}) {
+          const AxisArgs args{.dim = 0, .concat_dim = 1, .tiled = tiled, .source = 0, .perm = shift};
+          SCOPED_TRACE(std::string(axis_op_name(op)) + " " + shape_to_string(shape) + (tiled ? " tiled" : ""));
+          const bool splits = tiled ? shape[0] % k == 0 : shape[0] == k;
+          if ((op == AxisOp::kPsumScatter || op == AxisOp::kAllToAll) && !splits) {
+            EXPECT_THROW(plan_axis(op, m, axes, shape, DType::kFloat64, args), InvalidArgument);
+            continue;
+          }
+          const AxisPlan p = plan_axis(op, m, axes, shape, DType::kFloat64, args);
+          EXPECT_EQ(p.shape, jax_shape(op, shape, k, tiled));
+          EXPECT_EQ(ctx.run(op, iota(shape, m.rank() + 1), axes, args).shape(), p.shape);
+        }
+      }
+    }
+  });
+}
+
 TEST(ShardContext, UnknownAndRepeatedAxes) {
   ShardContext ctx(test_meshes().front());
   const Array x = input_of(0);

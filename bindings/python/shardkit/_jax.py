@@ -56,13 +56,13 @@ collective_p.def_impl(lambda *args, **params: jc.apply_primitive(collective_p, *
 
 
 def bind(*args, op, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0, recv_tag=-1, transpose=False,
-         perm=(), sm=False, status=0):
+         sm=False, status=0):
     """Binds the primitive: ``args`` are x (and sendbuf for sendrecv); returns the list of results. ``sm``: a
-    collective of a shard_map body (shardkit._jax_shard_map), with the exact transposes of the derivative rules;
-    ``perm``: the (source, destination) pairs of the shard_map-only operation "ppermute"; ``status``: the address of
-    an MPI_Status (an mpi4py Status) the handler fills when the receive completes, as mpi4jax does, or 0."""
+    collective of a shard_map body (shardkit._jax_shard_map), with the exact transposes of the derivative rules; the
+    shard_map-only operation "ppermute" sends to ``dest`` and receives from ``source`` (-1: not); ``status``: the
+    address of an MPI_Status (an mpi4py Status) the handler fills when the receive completes, as mpi4jax does, or 0."""
     return collective_p.bind(*args, op=op, comm=comm, reduce=reduce, root=root, dest=dest, source=source,
-                             send_tag=send_tag, recv_tag=recv_tag, transpose=transpose, perm=perm, sm=sm,
+                             send_tag=send_tag, recv_tag=recv_tag, transpose=transpose, sm=sm,
                              status=status)
 
 
@@ -86,9 +86,6 @@ def _layout(aval):
     return tuple(range(len(aval.shape) - 1, -1, -1))
 
 
-_PPERMUTE_TAG = 7  # the tag of a shard_map ppermute's messages
-
-
 def _lowering(target):
     def custom_call(ctx, op, args, avals_in, avals_out, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0,
                     recv_tag=-1, status=0):
@@ -105,23 +102,20 @@ def _lowering(target):
         ctx.set_tokens_out(mlir.TokenSet({_effect: call.results[0]}))
         return list(call.results[1:])
 
-    def rule(ctx, *args, op, comm, transpose, perm, sm, **p):
+    def rule(ctx, *args, op, comm, transpose, sm, **p):
         if transpose or op == "replicated":  # allreduce's transpose in mpi4jax's convention; the replicated mark
             ctx.set_tokens_out(ctx.tokens_in)
             return [args[0]]
-        if op == "ppermute":  # this rank's part of the permutation: a sendrecv, a send, a receive, or zeros
+        if op == "ppermute":  # this rank's exchange (shardkit::exchange_op): sendrecv, send, recv, or nothing
             (x,), (aval,) = args, ctx.avals_in
-            me, _ = _core._jax_comm_info(comm)
-            dest = [d for s, d in perm if s == me]
-            source = [s for s, d in perm if d == me]
-            tags = {"send_tag": _PPERMUTE_TAG, "recv_tag": _PPERMUTE_TAG}
-            if dest and source:
-                return custom_call(ctx, "sendrecv", [x, x], [aval, aval], [aval], comm, dest=dest[0],
-                                   source=source[0], **tags)
-            if source:
-                return custom_call(ctx, "recv", [x], [aval], [aval], comm, source=source[0], **tags)
-            if dest:
-                custom_call(ctx, "send", [x], [aval], [], comm, dest=dest[0], **tags)
+            exchange = _core._exchange_op(p["dest"], p["source"])
+            q = {k: p[k] for k in ("dest", "source", "send_tag", "recv_tag")}
+            if exchange == "sendrecv":
+                return custom_call(ctx, exchange, [x, x], [aval, aval], [aval], comm, **q)
+            if exchange == "recv":
+                return custom_call(ctx, exchange, [x], [aval], [aval], comm, **q)
+            if exchange == "send":
+                custom_call(ctx, exchange, [x], [aval], [], comm, **q)
             else:
                 ctx.set_tokens_out(ctx.tokens_in)
             return [mlir.full_like_aval(ctx, 0, aval)]
@@ -234,9 +228,9 @@ def _transpose_rule(cts, *args, op, reduce, transpose, **params):
         return [None, res]
     if op == "replicated":  # this rank's share of the cotangent of a value `root` ranks hold
         return [ct / params["root"]]
-    if op == "ppermute":
-        inverse = tuple((d, s) for s, d in params["perm"])
-        (res,) = bind(ct, op=op, reduce=reduce, transpose=transpose, **dict(params, perm=inverse))
+    if op == "ppermute":  # the inverse permutation: receive from where this rank sent, send to where it received from
+        p = dict(params, dest=params["source"], source=params["dest"])
+        (res,) = bind(ct, op=op, reduce=reduce, transpose=transpose, **p)
         return [res]
     if sm and op in ("allgather", "reduce_scatter", "alltoall", "bcast"):
         back = {"allgather": "reduce_scatter", "reduce_scatter": "allgather", "alltoall": "alltoall",

@@ -20,14 +20,19 @@ def _axes(axis_name):
     return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
 
 
+def _moves(x, moves):
+    """Applies a plan's shape moves: ("move", from, to) as jnp.moveaxis, ("reshape", shape)."""
+    for kind, *a in moves:
+        x = jnp.moveaxis(x, a[0], a[1]) if kind == "move" else x.reshape(a[0])
+    return x
+
+
 class TracedContext:
-    """The axis collectives of a shard_map body on JAX tracers (ShardContext's methods, JAX's shape rules)."""
+    """The axis collectives of a shard_map body on JAX tracers: each runs the plan that C++ makes for it
+    (shardkit::plan_axis, as the eager ShardContext does): its checks, shape moves, table operation and partners."""
 
     def __init__(self, mesh):
         self.mesh = mesh
-
-    def _comm(self, axis_name):
-        return _jax.comm_handle(self.mesh.axis_comm(list(_axes(axis_name))))
 
     def axis_index(self, axis_name):
         return int(self.mesh.axis_index(list(_axes(axis_name)), self.mesh.rank))
@@ -35,87 +40,51 @@ class TracedContext:
     def axis_size(self, axis_name):
         return int(self.mesh.axis_size(list(_axes(axis_name))))
 
-    def _reduce(self, x, axis_name, op, name):
-        # The eager body's rule (C++ axis_reduction): bool counts as int32 for psum, is or/and for pmax/pmin; a dtype
-        # the reduction is not defined for is refused now, while tracing, not when the compiled program runs.
+    def _run(self, what, x, axis_name, **args):
         x = jnp.asarray(x)
-        reduce, dtype = _core._axis_reduction(int(op), x.dtype.name, name)
-        if dtype != x.dtype.name:
-            x = x.astype(dtype)
-        (out,) = _jax.bind(x, op="allreduce", comm=self._comm(axis_name), reduce=reduce, sm=True)
-        return out
+        axes = list(_axes(axis_name))
+        plan = _core._plan_axis(what, self.mesh, axes, list(x.shape), x.dtype.name, **args)
+        comm = _jax.comm_handle(self.mesh.axis_comm(axes))
+        if plan.input != x.dtype.name:
+            x = x.astype(plan.input)
+        x = _moves(x, plan.before)
+        if what == "ppermute":
+            # One operation (this rank's exchange, chosen when lowered): linear, its transpose the reverse exchange.
+            (y,) = _jax.bind(x, op="ppermute", comm=comm, dest=plan.dest, source=plan.source, send_tag=plan.tag,
+                             recv_tag=plan.tag, sm=True)
+        else:
+            (y,) = _jax.bind(x, op=plan.op, comm=comm, reduce=plan.reduce, root=plan.root, sm=True)
+        y = _moves(y, plan.after)
+        if plan.output != y.dtype.name:
+            y = y.astype(plan.output)
+        return y / plan.divide if plan.divide != 1 else y
 
     def psum(self, x, axis_name):
-        return self._reduce(x, axis_name, _core.ReduceOp.SUM, "psum")
+        return self._run("psum", x, axis_name)
 
     def pmax(self, x, axis_name):
-        return self._reduce(x, axis_name, _core.ReduceOp.MAX, "pmax")
+        return self._run("pmax", x, axis_name)
 
     def pmin(self, x, axis_name):
-        return self._reduce(x, axis_name, _core.ReduceOp.MIN, "pmin")
+        return self._run("pmin", x, axis_name)
 
     def pmean(self, x, axis_name):
-        return self.psum(x, axis_name) / self.axis_size(axis_name)
+        return self._run("pmean", x, axis_name)
 
     def all_gather(self, x, axis_name, axis=0, tiled=False):
-        x = jnp.asarray(x)
-        (g,) = _jax.bind(x, op="allgather", comm=self._comm(axis_name), sm=True)  # (n, *x.shape), axis-index order
-        axis = axis % (x.ndim + (0 if tiled else 1))
-        if not tiled:
-            return jnp.moveaxis(g, 0, axis)
-        g = jnp.moveaxis(g, 0, axis)  # (..., n, x.shape[axis], ...)
-        return g.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 1:])
+        return self._run("all_gather", x, axis_name, dim=axis, tiled=tiled)
 
     def psum_scatter(self, x, axis_name, scatter_dimension=0, tiled=False):
-        x = jnp.asarray(x)
-        n = self.axis_size(axis_name)
-        d = scatter_dimension % x.ndim
-        if x.shape[d] % n:
-            raise _core.InvalidArgument(f"psum_scatter: dimension {d} of size {x.shape[d]} is not divisible by {n}")
-        if not tiled and x.shape[d] != n:
-            raise _core.InvalidArgument(f"psum_scatter: dimension {d} must have size {n} when tiled=False")
-        y = jnp.moveaxis(x, d, 0)
-        y = y.reshape((n, y.shape[0] // n) + y.shape[1:])
-        (out,) = _jax.bind(y, op="reduce_scatter", comm=self._comm(axis_name), reduce=int(_core.ReduceOp.SUM),
-                           sm=True)
-        out = jnp.moveaxis(out, 0, d)  # (.., x.shape[d] / n, ..)
-        return out if tiled else jnp.squeeze(out, d)
+        return self._run("psum_scatter", x, axis_name, dim=scatter_dimension, tiled=tiled)
 
     def ppermute(self, x, axis_name, perm):
-        x = jnp.asarray(x)
-        comm = self._comm(axis_name)
-        perm = tuple((int(s), int(d)) for s, d in perm)
-        n = self.axis_size(axis_name)
-        srcs, dsts = [s for s, _ in perm], [d for _, d in perm]
-        # Checked on the whole list, so every rank raises alike (before any rank enters a collective).
-        if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts) or not all(0 <= i < n for i in srcs + dsts):
-            raise _core.InvalidArgument(f"ppermute: {list(perm)} is not a permutation of axis indices 0..{n - 1}")
-        # One operation (this rank's sendrecv, send, receive or zeros, chosen when lowered): linear, its transpose
-        # the inverse permutation.
-        (out,) = _jax.bind(x, op="ppermute", comm=comm, perm=perm, sm=True)
-        return out
+        return self._run("ppermute", x, axis_name, perm=[(int(s), int(d)) for s, d in perm])
 
     def all_to_all(self, x, axis_name, split_axis, concat_axis, tiled=False):
-        x = jnp.asarray(x)
-        n = self.axis_size(axis_name)
-        s = split_axis % x.ndim
-        if x.shape[s] % n or (not tiled and x.shape[s] != n):
-            raise _core.InvalidArgument(f"all_to_all: split axis {s} of size {x.shape[s]} does not split {n} ways")
-        y = jnp.moveaxis(x, s, 0)
-        y = y.reshape((n, y.shape[0] // n) + y.shape[1:])
-        (out,) = _jax.bind(y, op="alltoall", comm=self._comm(axis_name), sm=True)  # block j came from rank j
-        out = jnp.moveaxis(out, 1, s + 1)  # (n, *x.shape with split axis divided by n)
-        if not tiled:
-            out = jnp.squeeze(out, s + 1)  # untiled: the split axis goes; a new axis of size n at concat_axis
-            return jnp.moveaxis(out, 0, concat_axis % out.ndim)
-        c = concat_axis % x.ndim
-        out = jnp.moveaxis(out, 0, c)
-        shape = list(out.shape)
-        return out.reshape(shape[:c] + [shape[c] * shape[c + 1]] + shape[c + 2:])
+        return self._run("all_to_all", x, axis_name, dim=split_axis, concat_dim=concat_axis, tiled=tiled)
 
     def pbroadcast(self, x, axis_name, source):
-        (out,) = _jax.bind(jnp.asarray(x), op="bcast", comm=self._comm(axis_name), root=int(source), sm=True)
-        return out
+        return self._run("pbroadcast", x, axis_name, source=int(source))
 
 
 def _block(x, sharding):

@@ -7,24 +7,14 @@
 
 #include "shardkit/collectives/ops.hpp"
 #include "shardkit/collectives/token.hpp"
+#include "shardkit/sharding/axis_plan.hpp"
 #include "shardkit/sharding/sharded_array.hpp"
 
 namespace shardkit {
 
-/// How an axis reduction (psum, pmax, pmin) runs on a dtype, with JAX's rules: bool sums as int32 (a count, int32
-/// result), bool max and min are logical or and and (bool results); other dtypes as given, where the operation table
-/// defines the reduction. One rule for the eager ShardContext and the traced shard_map body (Python reads it).
-struct AxisReduction {
-  ReduceOp op;  ///< the reduction the allreduce runs
-  DType input;  ///< the dtype the value is converted to first (its own when no conversion is needed)
-};
-/// @param name  "psum", "pmax" or "pmin", for the error
-/// @throws InvalidArgument when the reduction is not defined for `dtype` (before anything is sent or traced).
-AxisReduction axis_reduction(ReduceOp op, DType dtype, const char* name);
-
 /// What a shard_map body can call: the mesh, its axis indices, and collectives over named axes (one name or a
 /// tuple, major to minor). Shapes follow JAX's rules. Every collective is collective over the ranks that differ
-/// along the named axes.
+/// along the named axes. Each runs the plan of plan_axis (the traced shard_map body runs the same plans).
 class ShardContext {
  public:
   explicit ShardContext(Mesh mesh) : mesh_(std::move(mesh)) {}
@@ -58,11 +48,13 @@ class ShardContext {
   /// Every member gets the block of the member at axis index `source`.
   Array pbroadcast(const Array& x, const Axes& axes, int source);
 
+  /// Runs axis collective `what` on x (plan_axis's plan).
+  Array run(AxisOp what, const Array& x, const Axes& axes, const AxisArgs& args = {});
+
   /// The token collectives of this context are ordered after (and that they advance).
   Token& token() noexcept { return token_; }
 
  private:
-  Array reduce(const Array& x, const Axes& axes, ReduceOp op, const char* name);
 
   Mesh mesh_;
   Token token_;

@@ -1,6 +1,7 @@
 #pragma once
 
 // Everything of the sharding layer: meshes, partition specs, sharded arrays and shard_map.
+#include "shardkit/sharding/axis_plan.hpp"
 #include "shardkit/sharding/matmul.hpp"
 #include "shardkit/sharding/mesh.hpp"
 #include "shardkit/sharding/named_sharding.hpp"
