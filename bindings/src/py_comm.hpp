@@ -15,6 +15,7 @@
 namespace shardkit::py {
 
 namespace nb = nanobind;
+class FastArgs;  // py_fastcall.hpp
 using CommPtr = std::shared_ptr<Communicator>;
 
 /// The communicator a `comm=` argument names: None (the default, a clone of COMM_WORLD), a shardkit Communicator or
@@ -47,6 +48,18 @@ ReduceOp reduce_op_of(nb::handle op);
 
 /// A token from Python: a shardkit Token, or None or a JAX token (complete). @throws TypeError for anything else.
 Token token_of(nb::handle t);
+
+/// One call of an operation from Python, its operands and arguments bound once for every path: the native call
+/// (py_ops.cpp's call_op) and the JAX layer's (jax/bind_jax.cpp's jax_dispatch, which hands it to shardkit._jax).
+struct BoundCall {
+  OpArgs args;          ///< reduction, root, peers and tags (mpi4py's wildcards as shardkit's); no buffers
+  nb::handle x;         ///< the value form's input: x, or sendrecv's recvbuf (which gives shape and dtype); None
+  nb::handle sendbuf;   ///< sendrecv's send buffer; null for the others
+  nb::handle status;    ///< an mpi4py Status to fill, or None
+  nb::handle token;     ///< the caller's token, or None
+};
+/// @throws InvalidArgument for an unknown reduction; TypeError, OverflowError for integers that are not.
+BoundCall bind_call(OpKind op, const FastArgs& a);
 
 /// The value form of `op` on the Python array `x` (any framework): `args` gives everything but the buffers, `token` is
 /// the one to start after and becomes the operation's. A host NumPy input gets a NumPy result allocated here and filled

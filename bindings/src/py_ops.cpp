@@ -211,23 +211,37 @@ std::vector<Param> with_comm(const std::vector<Param>& params) {
   return out;
 }
 
-// The body of every operation, for either view (JAX values were handed to shardkit._jax before it).
-nb::object call_op(OpKind op, const FastArgs& a, Communicator& c) {
-  OpArgs args;
+}  // namespace
+
+BoundCall bind_call(OpKind op, const FastArgs& a) {
+  BoundCall b;
+  OpArgs& args = b.args;
   if (a.get(F::kOp).ptr() != Py_None) args.reduce = reduce_op_of(a.get(F::kOp));
   args.root = a.get_int(F::kRoot, 0);
   args.dest = a.get_int(F::kDest, 0);
   args.source = source_of(a.get_int(F::kSource, kAnySource));
   args.send_tag = a.get_int(F::kSendtag, a.get_int(F::kTag, 0));
   args.recv_tag = tag_of(a.get_int(F::kRecvtag, a.get_int(F::kTag, kAnyTag)));
-  Token token = token_of(a.get(F::kToken));
+  b.x = a.get(op == OpKind::kSendrecv ? F::kRecvbuf : F::kX);
+  if (op == OpKind::kSendrecv) b.sendbuf = a.get(F::kSendbuf);
+  b.status = a.get(F::kStatus);
+  b.token = a.get(F::kToken);
+  return b;
+}
+
+namespace {
+
+// The body of every operation, for either view (JAX values were handed to shardkit._jax before it).
+nb::object call_op(OpKind op, const FastArgs& a, Communicator& c) {
+  BoundCall b = bind_call(op, a);
+  OpArgs& args = b.args;
+  Token token = token_of(b.token);
   RecvStatus status;
-  nb::handle status_obj = a.get(F::kStatus);
-  if (!status_obj.is_none()) args.status = &status;
+  if (!b.status.is_none()) args.status = &status;
 
   if (op == OpKind::kBarrier || op == OpKind::kSend) {
     std::optional<Array> x;
-    if (op == OpKind::kSend) args.send = &x.emplace(array_from_py(a.get(F::kX)));
+    if (op == OpKind::kSend) args.send = &x.emplace(array_from_py(b.x));
     {
       nb::gil_scoped_release release;
       token = c.run(op, args, token);
@@ -235,17 +249,14 @@ nb::object call_op(OpKind op, const FastArgs& a, Communicator& c) {
     return token_object(token);
   }
   std::optional<Array> send;
-  nb::handle x = a.get(F::kX);
   bool jax_result = false;
   if (op == OpKind::kSendrecv) {
-    nb::handle sendbuf = a.get(F::kSendbuf);
-    args.send = &send.emplace(array_from_py(sendbuf));
-    x = a.get(F::kRecvbuf);
+    args.send = &send.emplace(array_from_py(b.sendbuf));
     // As mpi4jax: a JAX array sent gives a JAX array received, whatever the receive template is.
-    jax_result = is_jax_array(sendbuf) && !is_jax_array(x);
+    jax_result = is_jax_array(b.sendbuf) && !is_jax_array(b.x);
   }
-  nb::object result = value_py(c, op, x, args, token, jax_result);
-  if (args.status) fill_status(status_obj, status, array_from_py(x).dtype());
+  nb::object result = value_py(c, op, b.x, args, token, jax_result);
+  if (args.status) fill_status(b.status, status, array_from_py(b.x).dtype());
   return nb::make_tuple(result, token_object(token));
 }
 

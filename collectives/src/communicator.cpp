@@ -124,9 +124,11 @@ std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, C
   CommunicatorImpl* raw = m.get();
   m->mpi = make_mpi_backend(m->data, [raw] { return raw->control(); }, m->abort, m->options.max_message_elements);
   {
+    // MPI_TAG_UB is one of the attributes MPI caches on MPI_COMM_WORLD: a duplicate need not carry it (the JAX layer's
+    // duplicate read 32767 where its original read 2^31 - 1), and the bound is the same for every communicator.
     void* value = nullptr;
     int flag = 0;
-    MPI_Comm_get_attr(c, MPI_TAG_UB, &value, &flag);
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &flag);
     if (flag && value) m->tag_ub = *static_cast<int*>(value);
   }
   m->device = device;

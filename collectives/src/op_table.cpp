@@ -188,6 +188,12 @@ void validate(const OpSpec& s, const OpArgs& a, const CommShape& c) {
 
 const char* op_name(OpKind op) noexcept { return detail::op_spec(op).name; }
 
+OpKind op_from_name(std::string_view name) {
+  for (const detail::OpSpec& s : detail::kTable)
+    if (name == s.name) return s.kind;
+  throw InvalidArgument(detail::concat("unknown operation '", name, "'"));
+}
+
 ValueRule value_rule(OpKind op) noexcept { return detail::op_spec(op).value; }
 
 bool value_is_input(OpKind op, int rank, int root) noexcept {

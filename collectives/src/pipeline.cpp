@@ -173,6 +173,13 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
 
 Token Communicator::run(OpKind op, const OpArgs& args, const Token& after) { return impl_->run(op, args, after); }
 
+// The root of a rooted operation's value form, checked before value_shape reads it.
+void Communicator::check_value_root(OpKind op, int root) const {
+  if (detail::op_spec(op).rooted)
+    SHARDKIT_CHECK(root >= 0 && root < size(), op_name(op), ": root ", root, " out of range for communicator '", name(),
+                   "' of size ", size());
+}
+
 Result Communicator::run_value(OpKind op, const Array& x, OpArgs a, const Token& after) {
   const ValueRule rule = value_rule(op);
   const int r = rank(), n = size();
@@ -188,9 +195,7 @@ Result Communicator::run_value(OpKind op, const Array& x, OpArgs a, const Token&
     return detail::make_result(out, t);
   }
   SHARDKIT_CHECK(rule != ValueRule::kNone, op_name(op), " has no value form; use the buffer form");
-  if (detail::op_spec(op).rooted)
-    SHARDKIT_CHECK(a.root >= 0 && a.root < n, op_name(op), ": root ", a.root, " out of range for communicator '",
-                   name(), "' of size ", n);
+  check_value_root(op, a.root);
   if (value_is_input(op, r, a.root)) {
     a.send = &x;
     return detail::make_result(x, run(op, a, after));
@@ -198,6 +203,28 @@ Result Communicator::run_value(OpKind op, const Array& x, OpArgs a, const Token&
   Array out = Array::empty(value_shape(op, x.shape(), r, n, a.root), x.dtype(), x.device());
   bind_value(op, x, out, a, r);
   return detail::make_result(out, run(op, a, after));
+}
+
+void Communicator::check_value(OpKind op, const Array& x, OpArgs a) const {
+  const detail::OpSpec& spec = detail::op_spec(op);
+  const ValueRule rule = value_rule(op);
+  const auto& m = *impl_;
+  Array out;
+  if (rule == ValueRule::kNone) {
+    if (spec.send != detail::Role::kNone) a.send = &x;
+  } else if (value_is_input(op, m.rank, a.root)) {
+    a.send = &x;
+  } else {
+    check_value_root(op, a.root);
+    // validate() reads shapes, dtypes and flags, never data.
+    out = Array::shape_only(value_shape(op, x.shape(), m.rank, m.size, a.root), x.dtype(), x.device());
+    a.recv = &out;
+    if (rule == ValueRule::kRootCopy)
+      a.send = &out;
+    else if (rule != ValueRule::kLike)
+      a.send = &x;
+  }
+  detail::validate(spec, a, {m.rank, m.size, m.tag_ub, &m.options.name});
 }
 
 BackendKind Communicator::backend_for(OpKind op, Device device) const {

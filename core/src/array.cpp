@@ -56,6 +56,12 @@ Array Array::borrow(void* data, Shape shape, DType dtype, Device device, std::sh
   return a;
 }
 
+Array Array::shape_only(Shape shape, DType dtype, Device device) {
+  static std::byte nothing;
+  Strides zeros(shape.size(), 0);
+  return borrow(&nothing, std::move(shape), dtype, device, nullptr, std::move(zeros));
+}
+
 Array Array::arange(std::int64_t n, DType dtype, Device device) {
   SHARDKIT_CHECK_GE(n, 0, "arange of a negative length");
   Array host = empty({n}, dtype);

@@ -287,38 +287,23 @@ def _accept_token(token):
     raise TypeError(f"token must be a shardkit Token, a JAX token or None, not {type(token).__name__}")
 
 
-def dispatch(name, kw, comm):
-    """shardkit._core's hook: runs shardkit.mpi function `name` (arguments `kw`) on JAX values."""
+def dispatch(name, operands, params, status, token, comm):
+    """shardkit._core's hook: runs shardkit.mpi function `name` on JAX values, bound by the native path's one step
+    (``operands``: x, or sendrecv's receive template and send buffer; ``params``: the primitive's reduce, root, dest,
+    source, send_tag and recv_tag, with mpi4py's wildcards as shardkit's)."""
     if not _is_tracing():
         # Eager calls on concrete arrays, with or without a token: the native path, on the communicator itself (the
         # C++ side sends them there before calling this).
         return NotImplemented
-    _accept_token(kw.get("token"))
+    _accept_token(token)
     h = comm_handle(comm)
-    p = {"op": name, "comm": h}
-    if kw.get("status") is not None:
-        p["status"] = _status_address(kw["status"])
-    if "op" in kw:
-        p["reduce"] = _core._reduce_code(kw["op"])
-    for field, param in (("root", "root"), ("dest", "dest"), ("source", "source")):
-        if field in kw:
-            p[param] = int(kw[field])
-    if "tag" in kw:
-        p["send_tag" if name == "send" else "recv_tag"] = int(kw["tag"])
-    if "sendtag" in kw:
-        p["send_tag"] = int(kw["sendtag"])
-    if "recvtag" in kw:
-        p["recv_tag"] = int(kw["recvtag"])
-    if name == "sendrecv":
-        args = (jnp.asarray(kw["recvbuf"]), jnp.asarray(kw["sendbuf"]))
-    elif name == "barrier":
-        args = ()
-    else:
-        args = (jnp.asarray(kw["x"]),)
-    if "reduce" in p and args and not _core._reduce_supports(p["reduce"], args[0].dtype.name):
-        raise _core.InvalidArgument(f"{name}: reduction {_core.ReduceOp(p['reduce']).name.lower()} is not defined "
-                                    f"for {args[0].dtype.name}")
-    _check_peers(name, p, args)
+    args = tuple(jnp.asarray(a) for a in operands)
+    # The operation table's checks, with the eager call's messages, now: inside a compiled program the handler's
+    # InvalidArgument would reach the caller as a JaxRuntimeError, after the program started.
+    _core._check_value(name, comm, [(list(a.shape), a.dtype.name) for a in args], params)
+    p = dict(params, op=name, comm=h)
+    if status is not None:
+        p["status"] = _status_address(status)
     try:
         out = bind(*args, **p)  # runs now under a transformation outside jax.jit (vmap of concrete arrays)
     except jax.errors.JaxRuntimeError as e:  # the handler's shardkit error, raised again as its class
@@ -343,23 +328,6 @@ def _status_address(status):
     if not any(s is status for s in _statuses):
         _statuses.append(status)
     return MPI._addressof(status)
-
-
-def _check_peers(name, p, args):
-    """The operation table's argument checks that no result shape makes, made while tracing: inside a compiled program
-    the handler's InvalidArgument would reach the caller as a JaxRuntimeError, after the program started."""
-    _, size = _core._jax_comm_info(p["comm"])
-    for param, what in (("root", "root"), ("dest", "destination"), ("source", "source")):
-        v = p.get(param)
-        if v is not None and not (0 <= v < size or (param == "source" and v == _core.ANY_SOURCE)):
-            raise _core.InvalidArgument(f"{name}: {what} {v} out of range for a communicator of size {size}")
-    for param in ("send_tag", "recv_tag"):
-        v = p.get(param)
-        if v is not None and v < 0 and not (param == "recv_tag" and v == _core.ANY_TAG):
-            raise _core.InvalidArgument(f"{name}: tag {v} out of range")
-    if name == "sendrecv" and args[0].dtype != args[1].dtype:
-        raise _core.InvalidArgument(f"{name}: send dtype {args[1].dtype.name} differs from receive dtype "
-                                    f"{args[0].dtype.name}")
 
 
 def _translate(e):

@@ -162,13 +162,20 @@ bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out
   const bool jax_input = is_jax_value(x) || is_jax_value(token) ||
                          (op == OpKind::kSendrecv && is_jax_value(a.get(Field::kRecvbuf)));
   if (!jax_input && op != OpKind::kBarrier) return false;
-  nb::dict kwargs;
-  for (Field f : {Field::kX, Field::kSendbuf, Field::kRecvbuf, Field::kOp, Field::kRoot, Field::kSource, Field::kDest,
-                  Field::kTag, Field::kSendtag, Field::kRecvtag, Field::kStatus, Field::kToken}) {
-    nb::handle v = a.get(f, nb::handle());
-    if (v.ptr()) kwargs[field_name(f)] = v;
-  }
-  nb::object r = nb::borrow(g_hook.fn)(op_name(op), kwargs, comm);
+  // The call bound as the native path binds it (one step: reductions, mpi4py's wildcards, tags), handed over as the
+  // primitive's operands (sendrecv: the receive template, then the send buffer) and parameters.
+  const BoundCall b = bind_call(op, a);
+  nb::tuple operands = op == OpKind::kSendrecv ? nb::make_tuple(b.x, b.sendbuf)
+                       : op == OpKind::kBarrier ? nb::tuple()
+                                                : nb::make_tuple(b.x);
+  nb::dict params;
+  params["reduce"] = static_cast<int>(b.args.reduce);
+  params["root"] = b.args.root;
+  params["dest"] = b.args.dest;
+  params["source"] = b.args.source;
+  params["send_tag"] = b.args.send_tag;
+  params["recv_tag"] = b.args.recv_tag;
+  nb::object r = nb::borrow(g_hook.fn)(op_name(op), operands, params, b.status, b.token, comm);
   if (r.ptr() == Py_NotImplemented) return false;
   *out = std::move(r);
   return true;
@@ -189,21 +196,26 @@ void register_jax(nb::module_& m) {
   }, "(rank, size) of a registered communicator.");
   m.def("_jax_comm_sequence", [](std::int64_t h) { return jax_comm(h).sequence(); },
         "Operations issued so far on a registered communicator's duplicate (what compiled programs ran).");
-  m.def("_op_code", [](const std::string& name) {
-    for (int i = 0; i < kOpCount; ++i)
-      if (name == op_name(static_cast<OpKind>(i))) return i;
-    throw InvalidArgument("unknown operation '" + name + "'");
-  }, "The operation table's index of an operation name.");
-  m.def("_reduce_code", [](nb::handle op) { return static_cast<int>(reduce_op_of(op)); },
-        "A reduction from Python (mpi4py op, name, ReduceOp) as its integer code.");
-  m.def("_reduce_supports", [](int op, const std::string& dtype) {
-    return reduce_op_supports(static_cast<ReduceOp>(op), dtype_from_name(dtype));
-  });
-  m.def("_value_shape", [](const std::string& name, std::vector<std::int64_t> shape, int rank, int size, int root) {
-    for (int i = 0; i < kOpCount; ++i)
-      if (name == op_name(static_cast<OpKind>(i))) return value_shape(static_cast<OpKind>(i), shape, rank, size, root);
-    throw InvalidArgument("unknown operation '" + name + "'");
+  m.def("_op_code", [](const std::string& name) { return static_cast<int>(op_from_name(name)); },
+        "The operation table's index of an operation name.");
+  m.def("_value_shape", [](const std::string& name, const Shape& shape, int rank, int size, int root) {
+    return value_shape(op_from_name(name), shape, rank, size, root);
   }, "The value form's result shape (the operation table's rule), raising InvalidArgument where the rule does.");
+  m.def("_check_value", [](const std::string& name, nb::handle comm, nb::list avals, nb::dict params) {
+    auto as_array = [](nb::handle aval) {
+      return Array::shape_only(nb::cast<Shape>(aval[0]), dtype_from_name(nb::cast<std::string>(aval[1])));
+    };
+    const Array x = avals.size() > 0 ? as_array(avals[0]) : Array::shape_only({0}, DType::kFloat32);
+    std::optional<Array> send;
+    OpArgs a{.reduce = static_cast<ReduceOp>(nb::cast<int>(params["reduce"])), .root = nb::cast<int>(params["root"]),
+             .dest = nb::cast<int>(params["dest"]), .source = nb::cast<int>(params["source"]),
+             .send_tag = nb::cast<int>(params["send_tag"]), .recv_tag = nb::cast<int>(params["recv_tag"])};
+    if (avals.size() > 1) a.send = &send.emplace(as_array(avals[1]));
+    // The caller's communicator, not its duplicate for compiled programs: the messages name what the caller named.
+    comm_from(comm, name.c_str())->check_value(op_from_name(name), x, a);
+  }, nb::arg("op"), nb::arg("comm").none(), nb::arg("avals"), nb::arg("params"),
+     "Checks a traced call (operands as (shape, dtype name), the bound parameters) as the eager call would be "
+     "checked (Communicator::check_value), raising its InvalidArgument while tracing.");
   m.def("_set_jax_hook", [m](nb::object fn, nb::object array_type, nb::object tracer_type, nb::object token_type,
                              nb::object trace_clean, nb::object trace_probe, nb::object importer,
                              nb::object importer_args) {

@@ -111,6 +111,11 @@ class Communicator {
   /// Runs `op` on input `x` with a result allocated by its value rule (mpi4jax's shape rules); `args.send` and
   /// `args.recv` are set from x and the result. @throws InvalidArgument for operations without a value form.
   Result run_value(OpKind op, const Array& x, OpArgs args = {}, const Token& after = {});
+  /// Validates what run_value (or, for send and barrier, run) would validate for input `x` and `args`, running
+  /// nothing and reading no data: `x` (and sendrecv's `args.send`) may be views of shape and dtype only. The JAX layer
+  /// checks a call with it while tracing, so a refused call is refused there with the eager call's message.
+  /// @throws InvalidArgument as run_value.
+  void check_value(OpKind op, const Array& x, OpArgs args = {}) const;
 
   // ---- buffer form: typed views of run() --------------------------------------------------------------------------
 
@@ -233,6 +238,7 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<detail::CommunicatorImpl> impl);
+  void check_value_root(OpKind op, int root) const;
   std::unique_ptr<detail::CommunicatorImpl> impl_;
 };
 

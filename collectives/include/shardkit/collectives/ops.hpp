@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "shardkit/core/array.hpp"
 
@@ -46,6 +47,8 @@ inline constexpr int kOpCount = static_cast<int>(OpKind::kAlltoallv) + 1;
 
 /// "allreduce", "reduce_scatter", ...
 const char* op_name(OpKind op) noexcept;
+/// The operation named `name`. @throws InvalidArgument for a name that is none.
+OpKind op_from_name(std::string_view name);
 
 /// What a receive matched.
 struct RecvStatus {

@@ -39,6 +39,9 @@ class Array {
   /// @param strides  element strides; empty means contiguous.
   static Array borrow(void* data, Shape shape, DType dtype, Device device, std::shared_ptr<void> owner,
                       Strides strides = {}, bool read_only = false);
+  /// An array of this shape and dtype with no storage (every element aliases one byte that must not be written), for
+  /// checks that read shapes and dtypes only, such as Communicator::check_value on a traced value.
+  static Array shape_only(Shape shape, DType dtype, Device device = Device::cpu());
   /// A contiguous host array holding a copy of `values` with the given shape (1-d when shape is empty).
   template <typename T>
   static Array from_values(std::span<const T> values, Shape shape = {});
