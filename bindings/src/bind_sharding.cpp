@@ -165,19 +165,23 @@ void register_sharding(nb::module_& m) {
         std::vector<PartitionSpec::Entry> e;
         for (nb::handle h : entries) e.push_back(entry_from(h));
         new (self) PartitionSpec(std::move(e));
-      })
-      .def_static("parse", &PartitionSpec::parse)
+      }, nb::sig("def __init__(self, *entries: str | collections.abc.Sequence[str] | None) -> None"),
+         "One entry per dimension: None (not cut), a mesh axis name, or a tuple of names (cut over all of them).")
+      .def_static("parse", [](const std::string& text) { return PartitionSpec::parse(text); }, nb::arg("text"),
+                  "Parses Python-like text: \"P('x', None)\", \"('x', 'y'), None\", \"x, None\", \"\" (replicated).")
       .def("__len__", &PartitionSpec::size)
       .def("__getitem__", [](const PartitionSpec& s, std::size_t i) {
         if (i >= s.size()) throw nb::index_error();
         return entry_to_py(s[i]);
-      })
+      }, nb::sig("def __getitem__(self, index: int, /) -> str | tuple[str, ...] | None"))
       .def("__iter__", [](const PartitionSpec& s) {
         nb::list l;
         for (const auto& e : s.entries()) l.append(entry_to_py(e));
         return nb::iter(l);
-      })
-      .def("__eq__", [](const PartitionSpec& a, const PartitionSpec& b) { return a == b; }, nb::is_operator())
+      }, nb::sig("def __iter__(self) -> collections.abc.Iterator[str | tuple[str, ...] | None]"))
+      // Typed as object.__eq__ is: another type compares unequal (nanobind returns NotImplemented for it).
+      .def("__eq__", [](const PartitionSpec& a, const PartitionSpec& b) { return a == b; }, nb::is_operator(),
+           nb::sig("def __eq__(self, other: object, /) -> bool"))
       .def("__hash__", [](const PartitionSpec& s) { return nb::hash(nb::str(s.normalized().to_string().c_str())); })
       .def("__repr__", &PartitionSpec::to_string);
 
@@ -200,11 +204,18 @@ void register_sharding(nb::module_& m) {
         std::shared_ptr<Communicator> c = comm_from(comm);
         nb::gil_scoped_release release;
         new (self) Mesh(std::move(shape), std::move(names), std::move(ranks), std::move(c));
-      }, nb::arg("devices"), nb::arg("axis_names"), nb::arg("comm") = nb::none())
+      }, nb::arg("devices"), nb::arg("axis_names"), nb::arg("comm") = nb::none(),
+         nb::sig("def __init__(self, devices: int | collections.abc.Sequence[object] | "
+                 "numpy.typing.NDArray[typing.Any], axis_names: str | collections.abc.Sequence[str], "
+                 "comm: Communicator | mpi4py.MPI.Comm | None = None) -> None"))
       .def_static("abstract", &Mesh::abstract, nb::arg("shape"), nb::arg("axis_names"),
                   nb::arg("devices") = std::vector<int>{})
-      .def_prop_ro("devices", &devices_array, "The rank at each position (JAX's mesh.devices; a rank is a device).")
-      .def_prop_ro("device_ids", &devices_array, "The rank at each position (JAX's mesh.device_ids).")
+      .def_prop_ro("devices", &devices_array,
+                   nb::for_getter(nb::sig("def devices(self) -> numpy.typing.NDArray[numpy.int64]")),
+                   "The rank at each position (JAX's mesh.devices; a rank is a device).")
+      .def_prop_ro("device_ids", &devices_array,
+                   nb::for_getter(nb::sig("def device_ids(self) -> numpy.typing.NDArray[numpy.int64]")),
+                   "The rank at each position (JAX's mesh.device_ids).")
       .def_prop_ro("shape", &Mesh::shape)
       .def_prop_ro("axis_names", &Mesh::axis_names)
       .def_prop_ro("size", &Mesh::size)
@@ -212,17 +223,20 @@ void register_sharding(nb::module_& m) {
       .def_prop_ro("comm", &Mesh::comm)
       .def("coords", &Mesh::coords, nb::arg("rank"))
       .def("rank_at", &Mesh::rank_at, nb::arg("coords"))
-      .def("axis_size", [](const Mesh& mesh, nb::handle axes) { return mesh.axis_size(axes_from(axes)); })
+      .def("axis_size", [](const Mesh& mesh, nb::handle axes) { return mesh.axis_size(axes_from(axes)); },
+           nb::arg("axes"), nb::sig("def axis_size(self, axes: str | collections.abc.Sequence[str]) -> int"))
       .def("axis_index", [](const Mesh& mesh, nb::handle axes, std::optional<int> rank) {
         return mesh.axis_index(axes_from(axes), rank ? *rank : mesh.rank());
-      }, nb::arg("axes"), nb::arg("rank") = nb::none())
+      }, nb::arg("axes"), nb::arg("rank") = nb::none(),
+         nb::sig("def axis_index(self, axes: str | collections.abc.Sequence[str], rank: int | None = None) -> int"))
       .def("axis_comm", [](const Mesh& mesh, nb::handle axes) {
         Axes a = axes_from(axes);
         nb::gil_scoped_release release;
         return mesh.axis_comm(a);
-      })
+      }, nb::arg("axes"), nb::sig("def axis_comm(self, axes: str | collections.abc.Sequence[str]) -> Communicator"))
       // Equal meshes hash alike (jax.jit keys its cache on the mesh of a shard_map body); another type is unequal.
-      .def("__eq__", [](const Mesh& a, const Mesh& b) { return a == b; }, nb::is_operator())
+      .def("__eq__", [](const Mesh& a, const Mesh& b) { return a == b; }, nb::is_operator(),
+           nb::sig("def __eq__(self, other: object, /) -> bool"))
       .def("__hash__", &mesh_hash)
       .def("__repr__", &Mesh::to_string);
 
@@ -235,24 +249,35 @@ void register_sharding(nb::module_& m) {
         nb::list out;
         for (std::int64_t n : s.shard_shape(shape)) out.append(n);
         return nb::tuple(out);
-      }, nb::arg("global_shape"), "The block shape (a tuple, as JAX's).")
+      }, nb::arg("global_shape"),
+         nb::sig("def shard_shape(self, global_shape: collections.abc.Sequence[int]) -> tuple[int, ...]"),
+         "The block shape (a tuple, as JAX's).")
       .def_prop_ro("is_fully_replicated", &NamedSharding::fully_replicated)
       .def_prop_ro("num_devices", [](const NamedSharding& s) { return s.mesh().size(); })
       .def("devices_indices_map", [](const NamedSharding& s, const Shape& shape) {
         return indices_map(s, shape, s.mesh().devices());
-      }, nb::arg("global_shape"), "{rank: tuple of slices} for every rank of the mesh (JAX's devices_indices_map).")
+      }, nb::arg("global_shape"),
+         nb::sig("def devices_indices_map(self, global_shape: collections.abc.Sequence[int]) -> "
+                 "dict[int, tuple[slice, ...]]"),
+         "{rank: tuple of slices} for every rank of the mesh (JAX's devices_indices_map).")
       .def("addressable_devices_indices_map", [](const NamedSharding& s, const Shape& shape) {
         return indices_map(s, shape, {s.mesh().rank()});
-      }, nb::arg("global_shape"), "{this rank: tuple of slices}: a process addresses its own rank only.")
-      .def("local_shape", &NamedSharding::local_shape)
-      .def("num_shards", &NamedSharding::num_shards)
+      }, nb::arg("global_shape"),
+         nb::sig("def addressable_devices_indices_map(self, global_shape: collections.abc.Sequence[int]) -> "
+                 "dict[int, tuple[slice, ...]]"),
+         "{this rank: tuple of slices}: a process addresses its own rank only.")
+      .def("local_shape", &NamedSharding::local_shape, nb::arg("global_shape"), nb::arg("rank"),
+           "The shape of the block `rank` holds.")
+      .def("num_shards", &NamedSharding::num_shards, nb::arg("dim"), "The number of shards along dimension `dim`.")
       .def("index", [](const NamedSharding& s, const Shape& shape, int rank) {
         std::vector<std::pair<std::int64_t, std::int64_t>> out;
         for (const auto& r : s.index(shape, rank)) out.emplace_back(r.start, r.stop);
         return out;
-      })
-      .def("validate", &NamedSharding::validate)
-      .def("__eq__", [](const NamedSharding& a, const NamedSharding& b) { return a == b; }, nb::is_operator())
+      }, nb::arg("global_shape"), nb::arg("rank"), "The block `rank` holds: (start, stop) per dimension.")
+      .def("validate", &NamedSharding::validate, nb::arg("global_shape"),
+           "Checks a global shape against the spec (raises InvalidArgument).")
+      .def("__eq__", [](const NamedSharding& a, const NamedSharding& b) { return a == b; }, nb::is_operator(),
+           nb::sig("def __eq__(self, other: object, /) -> bool"))
       .def("__hash__", [](const NamedSharding& s) {
         return hash_mix(hash_mix(mesh_hash(s.mesh()), std::hash<std::string>{}(s.spec().normalized().to_string())),
                         s.uneven());
@@ -267,7 +292,7 @@ void register_sharding(nb::module_& m) {
       .def("local", [](const ShardedArray& x, const std::string& framework) {
         // A view of the block the ShardedArray holds: read-only, as JAX's shards are immutable.
         return array_to_py(x.local(), framework_from(framework), /*read_only=*/true);
-      }, nb::arg("framework") = "numpy")
+      }, nb::arg("framework") = "numpy", nb::sig("def local(self, framework: str = 'numpy') -> typing.Any"))
       .def("__repr__", &ShardedArray::describe);
 
   m.def("distribute", [](nb::handle global, const NamedSharding& s, int root, std::optional<std::string> device) {

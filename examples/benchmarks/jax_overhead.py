@@ -165,7 +165,7 @@ def main():
         for name, (fn, _, want) in cases.items():
             if not np.array_equal(np.asarray(fn(x, g, xn)), want(xn)):
                 raise SystemExit(f"jax_overhead: {name} gives a wrong sum at {n} elements")
-        samples = {k: [] for k in cases}
+        samples: dict[str, list[float]] = {k: [] for k in cases}
         order = list(cases)
         for rep in range(args.repeats):
             # Each repeat starts at another case: the case measured right after mpi4jax's eager calls (milliseconds
@@ -178,7 +178,7 @@ def main():
                     slow = name == "mpi4jax eager"  # 10-30 ms a call
                     calls = max(it // 50, 3) if slow else it
                     samples[name].append(timed(lambda: fn(x, g, xn), calls, 1 if slow else max(calls // 10, 1)))
-        row = {"elements": n, "bytes": 8 * n, "ranks": size}
+        row: dict[str, float] = {"elements": n, "bytes": 8 * n, "ranks": size}
         for k, v in samples.items():
             row[f"{k}_us_min"] = 1e6 * min(v)
             row[f"{k}_us_median"] = 1e6 * statistics.median(v)

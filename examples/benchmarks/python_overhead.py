@@ -56,7 +56,7 @@ def main():
         if not (np.array_equal(mine, out) and np.array_equal(sk.process_allgather(psummed), out)
                 and np.array_equal(out, size * x)):
             raise SystemExit(f"python_overhead: results differ at {n} elements")
-        samples = {"mpi4py": [], "mpi4py+new": [], "shardkit.mpi": [], "psum": []}
+        samples: dict[str, list[float]] = {"mpi4py": [], "mpi4py+new": [], "shardkit.mpi": [], "psum": []}
 
         def run_mpi4py():
             return timed(lambda: comm.Allreduce(x, out, op=MPI.SUM), args.iters)
@@ -85,7 +85,7 @@ def main():
             samples["mpi4py+new"].append(run_mpi4py_new())
             samples["shardkit.mpi"].append(run_shardkit())
             samples["psum"].append(run_psum())
-        row = {"elements": n, "bytes": 8 * n, "ranks": size}
+        row: dict[str, float] = {"elements": n, "bytes": 8 * n, "ranks": size}
         for k, v in samples.items():
             row[f"{k}_us_min"] = 1e6 * min(v)
             row[f"{k}_us_median"] = 1e6 * statistics.median(v)

@@ -3,7 +3,7 @@
 The suites run under plain pytest (one rank) and under ``mpirun -np N python -m pytest`` (N ranks): expectations are
 written in terms of the world size. Tests that start their own mpirun jobs (import order, examples, timeouts) are
 marked ``processes`` and run only outside mpirun (a separate ctest entry), since nesting mpirun inside an MPI job
-does not work.
+does not work. The type check (``typecheck``: mypy over the examples, once) runs outside mpirun too, in its own entry.
 """
 
 import importlib.util
@@ -24,14 +24,18 @@ def has_module(name):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "processes: starts its own mpirun jobs (skipped under mpirun)")
+    config.addinivalue_line("markers", "typecheck: runs the type checker (skipped under mpirun: once is enough)")
 
 
 def pytest_collection_modifyitems(config, items):
     if UNDER_MPIRUN:
         skip = pytest.mark.skip(reason="starts its own mpirun jobs; runs in the plain-pytest ctest entry")
+        skip_typecheck = pytest.mark.skip(reason="the type check runs once, in its plain-pytest ctest entry")
         for item in items:
             if "processes" in item.keywords:
                 item.add_marker(skip)
+            elif "typecheck" in item.keywords:
+                item.add_marker(skip_typecheck)
 
 
 @pytest.fixture(scope="session")

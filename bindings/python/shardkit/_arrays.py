@@ -6,6 +6,8 @@ speaks DLPack (__dlpack__ / __dlpack_device__), and the framework's from_dlpack 
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import _core
 
 
@@ -50,11 +52,11 @@ def register() -> None:
     _core._set_converters(dict(CONVERTERS))
 
 
-def asarray(x):
+def asarray(x: Any) -> _core.Array:
     """A shardkit Array sharing x's memory (any DLPack producer, scalar or sequence)."""
     return _core.asarray(x)
 
 
-def framework_of(x) -> str:
+def framework_of(x: object) -> str:
     """'numpy', 'jax', 'torch', 'cupy', 'warp', 'shardkit' or 'other'."""
     return _core.framework_of(x)

@@ -10,12 +10,23 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union, cast, overload
 
 from . import _core
 from ._core import Mesh, NamedSharding, PartitionSpec
 
+if TYPE_CHECKING:
+    from ._jax_shard_map import TracedContext
+
 P = PartitionSpec
+
+# What the sharding functions accept for an array: anything DLPack speaks (NumPy, JAX, PyTorch, CuPy, Warp, a shardkit
+# Array), a scalar or a sequence. What they return is an array of the caller's framework.
+ArrayLike = Any
+# A mesh axis name, or several (the collective then runs over all of them, row-major).
+AxisName = Union[str, Sequence[str]]
+# One P for a single value, or one per value (a tuple or list).
+Specs = Union[PartitionSpec, Sequence[PartitionSpec]]
 
 __all__ = [
     "Mesh", "P", "PartitionSpec", "NamedSharding", "ShardedArray", "distribute", "from_local", "gather",
@@ -29,12 +40,12 @@ class ShardedArray:
 
     __slots__ = ("_x", "_framework")
 
-    def __init__(self, x: _core.ShardedArray, framework: str = "numpy"):
+    def __init__(self, x: _core.ShardedArray, framework: str = "numpy") -> None:
         self._x = x
         self._framework = framework
 
     @property
-    def shape(self) -> tuple:
+    def shape(self) -> tuple[int, ...]:
         return tuple(self._x.shape)
 
     @property
@@ -66,7 +77,7 @@ class ShardedArray:
         return self._framework
 
     @property
-    def local(self):
+    def local(self) -> Any:
         """This rank's block (read-only), in the array's framework."""
         return self._x.local(self._framework)
 
@@ -74,7 +85,7 @@ class ShardedArray:
         return f"ShardedArray(shape={self.shape}, dtype={self.dtype}, {self.sharding!r}, framework={self._framework})"
 
 
-def _unwrap(x) -> _core.ShardedArray:
+def _unwrap(x: object) -> _core.ShardedArray:
     if isinstance(x, ShardedArray):
         return x._x
     if isinstance(x, _core.ShardedArray):
@@ -82,7 +93,7 @@ def _unwrap(x) -> _core.ShardedArray:
     raise _core.InvalidArgument(f"expected a ShardedArray, got {type(x).__name__}")
 
 
-def _framework(x, default: str = "numpy") -> str:
+def _framework(x: object, default: str = "numpy") -> str:
     if isinstance(x, ShardedArray):
         return x.framework
     if x is None:
@@ -91,24 +102,24 @@ def _framework(x, default: str = "numpy") -> str:
     return default if f in ("other", "shardkit") else f
 
 
-def distribute(x, sharding: NamedSharding, root: int = 0, *, device: str | None = None) -> ShardedArray:
+def distribute(x: ArrayLike, sharding: NamedSharding, root: int = 0, *, device: str | None = None) -> ShardedArray:
     """Cuts root's global array ``x`` by ``sharding`` and sends every rank its block (collective). Other ranks may
     pass their own copy or None. Blocks land on this rank's device (its GPU, or the host) unless ``device`` says
     otherwise ("cpu", "cuda:0")."""
     return ShardedArray(_core.distribute(x, sharding, root, device), _framework(x))
 
 
-def from_local(local, global_shape: Sequence[int], sharding: NamedSharding) -> ShardedArray:
+def from_local(local: ArrayLike, global_shape: Sequence[int], sharding: NamedSharding) -> ShardedArray:
     """Wraps this rank's block, without communication."""
     return ShardedArray(_core.from_local(local, list(global_shape), sharding), _framework(local))
 
 
-def gather(x: ShardedArray, root: int = 0):
+def gather(x: ShardedArray, root: int = 0) -> Any:
     """The global array on ``root`` (None elsewhere). Collective."""
     return _core.gather(_unwrap(x), root, _framework(x))
 
 
-def process_allgather(x):
+def process_allgather(x: Any) -> Any:
     """The global array on every rank, as jax.experimental.multihost_utils.process_allgather. Collective.
     Non-sharded arrays are returned as they are."""
     if not isinstance(x, (ShardedArray, _core.ShardedArray)):
@@ -121,13 +132,16 @@ def reshard(x: ShardedArray, sharding: NamedSharding) -> ShardedArray:
     return ShardedArray(_core.reshard(_unwrap(x), sharding), _framework(x))
 
 
-def visualize_sharding(x, sharding: NamedSharding | None = None, *, print_on_rank: int | None = 0) -> str:
-    """A text grid of which ranks hold which block; printed on ``print_on_rank`` (None: not printed)."""
+def visualize_sharding(x: ShardedArray | Sequence[int], sharding: NamedSharding | None = None, *,
+                       print_on_rank: int | None = 0) -> str:
+    """A text grid of which ranks hold which block of ``x`` (a ShardedArray, or a global shape with ``sharding``);
+    printed on ``print_on_rank`` (None: not printed)."""
+    shape: Sequence[int]
     if sharding is None:
         sx = _unwrap(x)
         shape, sharding = sx.shape, sx.sharding
     else:
-        shape = list(x)
+        shape = list(cast("Sequence[int]", x))  # a global shape, when a sharding is given
     text = _core.visualize_sharding(list(shape), sharding)
     if print_on_rank is not None and _core.rank() == print_on_rank:
         print(text)
@@ -152,15 +166,15 @@ def choose_matmul_algorithm(a: ShardedArray, b: ShardedArray) -> str:
 # ---- shard_map ------------------------------------------------------------------------------------------------------
 
 # The contexts of traced shard_map bodies (shardkit._jax_shard_map), innermost last.
-_traced: list = []
+_traced: list[TracedContext] = []
 
 
-def _jax_tracer(x) -> bool:
+def _jax_tracer(x: object) -> bool:
     jax = sys.modules.get("jax")
     return jax is not None and isinstance(x, jax.core.Tracer)
 
 
-def _jit_key(mesh):
+def _jit_key(mesh: Mesh) -> contextlib.AbstractContextManager[object]:
     """While a body runs: jax.jit's caches keyed by its mesh (shardkit._jax.mesh_key), once JAX is loaded."""
     if "jax" not in sys.modules:
         return contextlib.nullcontext()
@@ -169,7 +183,7 @@ def _jit_key(mesh):
     return _jax.mesh_key(mesh)
 
 
-def _context(x=None):
+def _context(x: object = None) -> Any:
     """The context of the shard_map body running on this thread (set by the core around the body), or of the traced
     body being traced; JAX tracers inside an eager body (a jit-compiled body) get the traced collectives."""
     if _traced:
@@ -181,7 +195,7 @@ def _context(x=None):
     return _core.current_context()
 
 
-def _specs(specs, n: int | None, what: str) -> tuple[list, bool]:
+def _specs(specs: object, n: int | None, what: str) -> tuple[list[PartitionSpec], bool]:
     """A list of specs and whether a single spec was given (a single P applies to one value)."""
     if isinstance(specs, PartitionSpec):
         return [specs], True
@@ -199,10 +213,18 @@ class _InferType:
 
 Infer = _InferType()
 
-_UNSET = object()
+
+class _UnsetType:
+    """The default of shard_map's ``check_vma`` and ``check_rep``: not given (checks on unless one says otherwise)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
 
 
-def _check_flag(check_vma, check_rep) -> bool:
+_UNSET = _UnsetType()
+
+
+def _check_flag(check_vma: bool | _UnsetType, check_rep: bool | _UnsetType) -> bool:
     """check_vma (JAX's current name) with check_rep as its alias; both given must agree."""
     if check_rep is _UNSET:
         return True if check_vma is _UNSET else bool(check_vma)
@@ -215,7 +237,7 @@ def _check_flag(check_vma, check_rep) -> bool:
     return bool(check_vma)
 
 
-def _mesh_of(mesh, args) -> Mesh:
+def _mesh_of(mesh: Mesh | None, args: Sequence[object]) -> Mesh:
     """The mesh given, or the one the ShardedArray arguments live on (JAX takes it from the context)."""
     if mesh is not None:
         return mesh
@@ -226,7 +248,7 @@ def _mesh_of(mesh, args) -> Mesh:
         "shard_map: no mesh given and no ShardedArray argument to take one from; pass mesh=sk.Mesh(...)")
 
 
-def _check_axis_names(mesh: Mesh, axis_names) -> None:
+def _check_axis_names(mesh: Mesh, axis_names: Iterable[str] | None) -> None:
     """JAX's axis_names: the axes f is manual over (empty: all). shardkit runs every mesh axis manually."""
     if axis_names is None:
         return
@@ -243,8 +265,22 @@ def _check_axis_names(mesh: Mesh, axis_names) -> None:
             "shard_map over a mesh with only the axes you name")
 
 
-def shard_map(f: Callable | None = None, /, *, out_specs, in_specs=Infer, mesh: Mesh | None = None,
-              axis_names=frozenset(), check_vma=_UNSET, check_rep=_UNSET):
+@overload
+def shard_map(f: Callable[..., Any], /, *, out_specs: Specs, in_specs: Specs | _InferType = Infer,
+              mesh: Mesh | None = None, axis_names: Iterable[str] | None = frozenset(),
+              check_vma: bool | _UnsetType = _UNSET, check_rep: bool | _UnsetType = _UNSET) -> Callable[..., Any]: ...
+
+
+@overload
+def shard_map(f: None = None, /, *, out_specs: Specs, in_specs: Specs | _InferType = Infer, mesh: Mesh | None = None,
+              axis_names: Iterable[str] | None = frozenset(), check_vma: bool | _UnsetType = _UNSET,
+              check_rep: bool | _UnsetType = _UNSET) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+
+
+def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Specs, in_specs: Specs | _InferType = Infer,
+              mesh: Mesh | None = None, axis_names: Iterable[str] | None = frozenset(),
+              check_vma: bool | _UnsetType = _UNSET,
+              check_rep: bool | _UnsetType = _UNSET) -> Callable[..., Any]:
     """As jax.shard_map: ``f`` runs once per rank on its blocks of the arguments.
 
     ``in_specs`` gives one P per argument (a single P for a single argument): argument i is cut by
@@ -254,7 +290,8 @@ def shard_map(f: Callable | None = None, /, *, out_specs, in_specs=Infer, mesh: 
     blocks f returns make up the results; a mesh axis an out_spec does not name is a promise that the blocks are equal
     along it, checked when ``check_vma`` is on (``check_rep`` is its old name, still accepted). ``axis_names``, the
     axes f is manual over, may only be empty or every mesh axis: shardkit has no automatic axes.
-    Use as ``shard_map(f, mesh=..., in_specs=..., out_specs=...)(*args)`` or as a decorator.
+    Use as ``shard_map(f, mesh=..., in_specs=..., out_specs=...)(*args)`` or as a decorator. The call returns a
+    ShardedArray for a single P out_specs, else a tuple of them (JAX arrays under jax.jit).
     """
     check = _check_flag(check_vma, check_rep)
     if in_specs is None:
@@ -266,7 +303,7 @@ def shard_map(f: Callable | None = None, /, *, out_specs, in_specs=Infer, mesh: 
                                  axis_names=axis_names, check_vma=check)
 
     @functools.wraps(f)
-    def wrapped(*args):
+    def wrapped(*args: Any) -> Any:
         m = _mesh_of(mesh, args)
         _check_axis_names(m, axis_names)
         outs, single_out = _specs(out_specs, None, "out_specs")
@@ -291,7 +328,7 @@ def shard_map(f: Callable | None = None, /, *, out_specs, in_specs=Infer, mesh: 
         else:
             ins, _ = _specs(in_specs, len(args), "in_specs")
 
-        def body(ctx, blocks):
+        def body(ctx: _core.ShardContext, blocks: Sequence[Any]) -> list[Any]:
             with _jit_key(m):
                 result = f(*blocks)
             if single_out:
@@ -314,7 +351,7 @@ def shard_map(f: Callable | None = None, /, *, out_specs, in_specs=Infer, mesh: 
 psum = _core.psum
 
 
-def pmean(x, axis_name, *, axis_index_groups=None):
+def pmean(x: ArrayLike, axis_name: AxisName, *, axis_index_groups: None = None) -> Any:
     """Mean over the ranks along the named axes. Integers and bool give JAX's psum(x) / n: float64 for 64-bit
     integers, float32 for the others; a Python scalar gives a Python float."""
     _core.refuse_axis_index_groups(axis_index_groups, "pmean")
@@ -325,7 +362,8 @@ pmax = _core.pmax
 pmin = _core.pmin
 
 
-def all_gather(x, axis_name, *, axis_index_groups=None, axis: int = 0, tiled: bool = False, to: str = "varying"):
+def all_gather(x: ArrayLike, axis_name: AxisName, *, axis_index_groups: None = None, axis: int = 0, tiled: bool = False,
+               to: str = "varying") -> Any:
     """The blocks of the ranks along the named axes: stacked in a new dimension ``axis`` (tiled=False) or
     concatenated along it (tiled=True). ``to``: "varying" (JAX's default) or "invarying" give the same values here
     (shardkit does not type values by how they vary; the result is equal along the axes either way); "reduced" is
@@ -338,34 +376,36 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis: int = 0, tiled: bo
     return _context(x).all_gather(x, axis_name, axis, tiled)
 
 
-def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, axis_index_groups=None, tiled: bool = False):
+def psum_scatter(x: ArrayLike, axis_name: AxisName, *, scatter_dimension: int = 0, axis_index_groups: None = None,
+                 tiled: bool = False) -> Any:
     """Sum over the named axes, each rank keeping its part of ``scatter_dimension``."""
     _core.refuse_axis_index_groups(axis_index_groups, "psum_scatter")
     return _context(x).psum_scatter(x, axis_name, scatter_dimension, tiled)
 
 
-def ppermute(x, axis_name, perm):
+def ppermute(x: ArrayLike, axis_name: AxisName, perm: Iterable[Sequence[int]]) -> Any:
     """Sends x along (source, destination) pairs of axis indices; ranks nobody sends to get zeros."""
     return _context(x).ppermute(x, axis_name, [tuple(p) for p in perm])
 
 
-def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, axis_index_groups=None, tiled: bool = False):
+def all_to_all(x: ArrayLike, axis_name: AxisName, split_axis: int, concat_axis: int, *, axis_index_groups: None = None,
+               tiled: bool = False) -> Any:
     """Splits ``split_axis`` across the ranks of the named axes and concatenates what arrives along
     ``concat_axis`` (JAX's shape rules for tiled and untiled)."""
     _core.refuse_axis_index_groups(axis_index_groups, "all_to_all")
     return _context(x).all_to_all(x, axis_name, split_axis, concat_axis, tiled)
 
 
-def pbroadcast(x, axis_name, source: int):
+def pbroadcast(x: ArrayLike, axis_name: AxisName, source: int) -> Any:
     """The block of the rank at axis index ``source``, on every rank along the named axes."""
     return _context(x).pbroadcast(x, axis_name, source)
 
 
-def axis_index(axis_name) -> int:
+def axis_index(axis_name: AxisName) -> int:
     """This rank's index along the named axes (row-major over a tuple)."""
     return _context().axis_index(axis_name)
 
 
-def axis_size(axis_name) -> int:
+def axis_size(axis_name: AxisName) -> int:
     """The number of ranks along the named axes."""
     return _context().axis_size(axis_name)
