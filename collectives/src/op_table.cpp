@@ -196,6 +196,37 @@ OpKind op_from_name(std::string_view name) {
 
 ValueRule value_rule(OpKind op) noexcept { return detail::op_spec(op).value; }
 
+const char* value_rule_name(ValueRule rule) noexcept {
+  switch (rule) {
+    case ValueRule::kNone: return "none";
+    case ValueRule::kSameShape: return "same_shape";
+    case ValueRule::kStacked: return "stacked";
+    case ValueRule::kRootStacked: return "root_stacked";
+    case ValueRule::kRootSame: return "root_same";
+    case ValueRule::kDropLeading: return "drop_leading";
+    case ValueRule::kScatter: return "scatter";
+    case ValueRule::kRootCopy: return "root_copy";
+    case ValueRule::kLike: return "like";
+    case ValueRule::kConcat: return "concat";
+  }
+  return "?";
+}
+
+bool value_splits_leading(OpKind op, int rank, int root) noexcept {
+  const ValueRule v = value_rule(op);
+  return op == OpKind::kAlltoall || v == ValueRule::kDropLeading || (v == ValueRule::kScatter && rank == root);
+}
+
+bool value_stacks(OpKind op, int rank, int root) noexcept {
+  const ValueRule v = value_rule(op);
+  return v == ValueRule::kStacked || (v == ValueRule::kRootStacked && rank == root);
+}
+
+OpTraits op_traits(OpKind op) noexcept {
+  const detail::OpSpec& s = detail::op_spec(op);
+  return {s.collective, s.reduces, s.rooted, s.has_dest, s.has_source};
+}
+
 bool value_is_input(OpKind op, int rank, int root) noexcept {
   const ValueRule v = value_rule(op);
   return (v == ValueRule::kRootSame || v == ValueRule::kRootStacked) && rank != root;
@@ -222,31 +253,20 @@ Shape value_shape(OpKind op, const Shape& x, int rank, int size, int root) {
     SHARDKIT_CHECK(!x.empty() && x[0] == size, name, ": the input must have shape (", size, ", ...), got ",
                    shape_to_string(x));
   };
-  switch (value_rule(op)) {
-    case ValueRule::kSameShape:
-      if (op == OpKind::kAlltoall) leading();
-      return x;
-    case ValueRule::kRootSame:
-    case ValueRule::kRootCopy:
-    case ValueRule::kLike: return x;
-    case ValueRule::kRootStacked:
-      if (rank != root) return x;
-      [[fallthrough]];
-    case ValueRule::kStacked: {
-      Shape out{size};
-      out.insert(out.end(), x.begin(), x.end());
-      return out;
-    }
-    case ValueRule::kScatter:
-      if (rank != root) return x;
-      [[fallthrough]];
-    case ValueRule::kDropLeading:
-      leading();
-      return Shape(x.begin() + 1, x.end());
-    case ValueRule::kNone:
-    case ValueRule::kConcat: break;
+  const ValueRule rule = value_rule(op);
+  if (rule == ValueRule::kNone || rule == ValueRule::kConcat)
+    throw InvalidArgument(detail::concat(name, " has no value form with a shape known in advance"));
+  if (value_splits_leading(op, rank, root)) {
+    leading();
+    // alltoall keeps the blocks' axis (one block to and from each rank); the others keep this rank's block
+    return op == OpKind::kAlltoall ? x : Shape(x.begin() + 1, x.end());
   }
-  throw InvalidArgument(detail::concat(name, " has no value form with a shape known in advance"));
+  if (value_stacks(op, rank, root)) {
+    Shape out{size};
+    out.insert(out.end(), x.begin(), x.end());
+    return out;
+  }
+  return x;
 }
 
 }  // namespace shardkit

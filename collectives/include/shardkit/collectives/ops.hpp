@@ -93,6 +93,24 @@ enum class ValueRule : std::uint8_t {
 
 /// The value-form facts of an operation, for views that allocate results themselves (the NumPy fast path).
 ValueRule value_rule(OpKind op) noexcept;
+/// "same_shape", "stacked", ...: the rule's name, for the Python and JAX layers.
+const char* value_rule_name(ValueRule rule) noexcept;
+/// True when the value form on `rank` reads x's leading axis as one block per rank, so x.shape[0] must equal the size
+/// (reduce_scatter, alltoall, scatter on the root). The JAX layer batches such an x behind that axis.
+bool value_splits_leading(OpKind op, int rank, int root) noexcept;
+/// True when the value form's result on `rank` has a new leading axis of one entry per rank (allgather, gather on the
+/// root).
+bool value_stacks(OpKind op, int rank, int root) noexcept;
+
+/// What an operation takes besides its buffers (the operation table's flags).
+struct OpTraits {
+  bool collective;  ///< every rank of the communicator calls it (point-to-point operations do not)
+  bool reduces;     ///< takes a reduction
+  bool rooted;      ///< takes a root
+  bool has_dest;    ///< takes a destination and a send tag
+  bool has_source;  ///< takes a source and a receive tag
+};
+OpTraits op_traits(OpKind op) noexcept;
 /// The shape of the value-form result for input `x` on `rank` of `size` ranks (the input itself for the rules that
 /// return it). Not defined for kNone and kConcat (whose shape needs every rank's count).
 /// @throws InvalidArgument when x's shape breaks the rule (for example x.shape[0] != size for kDropLeading).
