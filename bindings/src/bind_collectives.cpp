@@ -8,7 +8,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cctype>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -66,6 +68,13 @@ CommPtr world(const char* first_op = nullptr) {
   return g_world;
 }
 
+// "SUM" for kSum: mpi4py's operations and the ReduceOp members are the reductions' names in upper case.
+std::string upper_name(ReduceOp op) {
+  std::string name = reduce_op_name(op);
+  for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return name;
+}
+
 // ---- value forms: import, run without the GIL, export ----------------------------------------------------------------
 
 // A complete token is the same Python object every time (tokens are immutable): no allocation per call. The module
@@ -95,14 +104,9 @@ const Mpi4py* mpi4py_api() {
         }
       PyErr_Clear();
     }
-    const std::pair<const char*, ReduceOp> ops[] = {
-        {"SUM", ReduceOp::kSum},         {"PROD", ReduceOp::kProd},       {"MIN", ReduceOp::kMin},
-        {"MAX", ReduceOp::kMax},         {"LAND", ReduceOp::kLogicalAnd}, {"LOR", ReduceOp::kLogicalOr},
-        {"LXOR", ReduceOp::kLogicalXor}, {"BAND", ReduceOp::kBitAnd},     {"BOR", ReduceOp::kBitOr},
-        {"BXOR", ReduceOp::kBitXor}};
-    for (const auto& [name, op] : ops) {
-      nb::object o = MPI.attr(name);
-      a->ops[o.ptr()] = op;
+    for (int i = 0; i < kReduceOpCount; ++i) {  // MPI.SUM, ...: the reductions' names in upper case
+      nb::object o = MPI.attr(upper_name(static_cast<ReduceOp>(i)).c_str());
+      a->ops[o.ptr()] = static_cast<ReduceOp>(i);
       a->keep.push_back(o);
     }
     a->any_source = nb::cast<int>(MPI.attr("ANY_SOURCE"));
@@ -143,17 +147,9 @@ void clear_communicator_caches() {
 }
 
 void register_collectives(nb::module_& m) {
-  nb::enum_<ReduceOp>(m, "ReduceOp", nb::is_arithmetic())
-      .value("SUM", ReduceOp::kSum)
-      .value("PROD", ReduceOp::kProd)
-      .value("MIN", ReduceOp::kMin)
-      .value("MAX", ReduceOp::kMax)
-      .value("LAND", ReduceOp::kLogicalAnd)
-      .value("LOR", ReduceOp::kLogicalOr)
-      .value("LXOR", ReduceOp::kLogicalXor)
-      .value("BAND", ReduceOp::kBitAnd)
-      .value("BOR", ReduceOp::kBitOr)
-      .value("BXOR", ReduceOp::kBitXor);
+  nb::enum_<ReduceOp> reduce_op(m, "ReduceOp", nb::is_arithmetic());
+  for (int i = 0; i < kReduceOpCount; ++i)  // SUM, PROD, ...: the reductions' names in upper case
+    reduce_op.value(upper_name(static_cast<ReduceOp>(i)).c_str(), static_cast<ReduceOp>(i));
 
   nb::class_<Token>(m, "Token", "Orders execution: operations given a token start after the one that produced it.")
       .def(nb::init<>())

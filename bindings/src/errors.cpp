@@ -3,12 +3,17 @@
 //   ├── InvalidArgument(Error, ValueError)
 //   ├── MismatchError(Error)
 //   ├── TimeoutError(Error, builtins.TimeoutError)
-//   └── BackendError(Error)            .backend ("MPI", "NCCL", "CUDA", ...) and .native_code
+//   ├── BackendError(Error)            .backend ("MPI", "NCCL", "CUDA", ...) and .native_code
+//   └── InternalError(Error)
+// one class per row of core's error table (error_kind()), with its name, docstring and built-in base.
 // Every one has .where: the check or native call that raised it and its source file:line (None when not a check).
 // One translation (set_python_error_from_exception) serves nanobind-bound and fast-call functions alike; no C++
 // exception crosses into Python untranslated.
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <string>
 
 #include "py_fastcall.hpp"
 #include "shardkit/core/error.hpp"
@@ -20,7 +25,7 @@ namespace nb = nanobind;
 namespace {
 
 // The Python type of each shardkit error code (filled by register_errors).
-PyObject* g_types[static_cast<int>(ErrorCode::kInternal) + 1] = {};
+PyObject* g_types[kErrorCodeCount] = {};
 PyObject* g_error = nullptr;
 
 PyObject* type_of(ErrorCode code) {
@@ -78,17 +83,29 @@ PyObject* make_type(nb::module_& m, const char* name, PyObject* bases, const cha
 
 void register_errors(nb::module_& m) {
   g_error = make_type(m, "Error", PyExc_RuntimeError, "Base of every shardkit error.");
-  auto both = [](PyObject* a, PyObject* b) { return nb::make_tuple(nb::handle(a), nb::handle(b)).release().ptr(); };
-  g_types[static_cast<int>(ErrorCode::kInvalidArgument)] =
-      make_type(m, "InvalidArgument", both(g_error, PyExc_ValueError),
-                "A caller passed something the API does not accept; nothing was sent.");
-  g_types[static_cast<int>(ErrorCode::kMismatch)] =
-      make_type(m, "MismatchError", g_error, "Ranks disagreed on a collective (checked mode).");
-  g_types[static_cast<int>(ErrorCode::kTimeout)] =
-      make_type(m, "TimeoutError", both(g_error, PyExc_TimeoutError),
-                "An operation did not complete within SHARDKIT_TIMEOUT_S; its communicator is aborted.");
-  g_types[static_cast<int>(ErrorCode::kBackend)] = make_type(
-      m, "BackendError", g_error, "MPI, NCCL, CUDA or BLAS reported a failure (see .backend, .native_code).");
+  nb::module_ builtins = nb::module_::import_("builtins");
+  for (int i = 0; i < kErrorCodeCount; ++i) {  // one class per row of core's error table
+    const ErrorKind& k = error_kind(static_cast<ErrorCode>(i));
+    nb::object bases = k.builtin_base ? nb::object(nb::make_tuple(nb::handle(g_error), builtins.attr(k.builtin_base)))
+                                      : nb::borrow(g_error);
+    g_types[static_cast<int>(k.code)] = make_type(m, k.name, bases.ptr(), k.doc);
+  }
+  m.def(
+      "_error_classes",
+      [] {
+        nb::dict classes;
+        for (int i = 0; i < kErrorCodeCount; ++i)
+          classes[error_code_name(static_cast<ErrorCode>(i))] = nb::handle(g_types[i]);
+        return classes;
+      },
+      "{name: class} for every shardkit error code, in the order of core's error table.");
+  m.def(
+      "_raise_error",
+      [](int code, const std::string& message) {
+        SHARDKIT_CHECK(code >= 0 && code < kErrorCodeCount, "no error code ", code);
+        throw Error(static_cast<ErrorCode>(code), message);
+      },
+      nb::arg("code"), nb::arg("message"), "Raises the shardkit error of an ErrorCode value (tests the translation).");
   nb::register_exception_translator(translate);
 }
 

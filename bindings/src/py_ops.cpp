@@ -9,7 +9,6 @@
 #include <nanobind/stl/string.h>
 
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "py_array.hpp"
@@ -23,26 +22,16 @@ namespace shardkit::py {
 ReduceOp reduce_op_of(nb::handle op) {
   if (PyLong_Check(op.ptr())) {  // ReduceOp members are ints too
     const long v = PyLong_AsLong(op.ptr());
-    SHARDKIT_CHECK(v >= 0 && v <= static_cast<long>(ReduceOp::kBitXor), "unknown reduction ", v);
+    SHARDKIT_CHECK(v >= 0 && v < kReduceOpCount, "unknown reduction ", v);
     return static_cast<ReduceOp>(v);
   }
   if (const Mpi4py* api = mpi4py_api())
     if (auto it = api->ops.find(op.ptr()); it != api->ops.end()) return it->second;
-  if (nb::isinstance<nb::str>(op)) {
-    static const std::unordered_map<std::string, ReduceOp> by_name = {
-        {"sum", ReduceOp::kSum},         {"prod", ReduceOp::kProd},       {"min", ReduceOp::kMin},
-        {"max", ReduceOp::kMax},         {"land", ReduceOp::kLogicalAnd}, {"lor", ReduceOp::kLogicalOr},
-        {"lxor", ReduceOp::kLogicalXor}, {"band", ReduceOp::kBitAnd},     {"bor", ReduceOp::kBitOr},
-        {"bxor", ReduceOp::kBitXor}};
-    std::string name = nb::cast<std::string>(op);
-    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (auto it = by_name.find(name); it != by_name.end()) return it->second;
-    throw InvalidArgument("unknown reduction '" + name + "' (sum, prod, min, max, land, lor, lxor, band, bor, bxor)");
-  }
+  if (nb::isinstance<nb::str>(op)) return reduce_op_from_name(nb::cast<std::string>(op));
   nb::object mod = nb::getattr(op.type(), "__module__", nb::none());
   if (nb::isinstance<nb::str>(mod) && nb::cast<std::string>(mod) == "mpi4py.MPI")
     throw InvalidArgument(std::string("mpi4py operation ") + nb::cast<std::string>(nb::repr(op)) +
-                          " has no shardkit equivalent (SUM, PROD, MIN, MAX, LAND, LOR, LXOR, BAND, BOR, BXOR)");
+                          " has no shardkit equivalent (" + reduce_op_names(/*upper_case=*/true) + ")");
   throw InvalidArgument(std::string("op must be an mpi4py operation, a name or a shardkit ReduceOp, not ") +
                         nb::type_name(op.type()).c_str());
 }

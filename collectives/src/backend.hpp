@@ -76,9 +76,9 @@ class Backend {
 /// What the MPI backend implements: every operation on every dtype and defined reduction (host memory, or device
 /// memory staged through pinned buffers).
 bool mpi_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
-/// What the NCCL backend implements (declared in every build, NCCL or not): no scan or barrier; reductions on the
-/// dtypes NCCL has (complex as pairs of reals for sum only; bool for logical/bitwise and/or only); data movement on
-/// every dtype.
+/// What the NCCL backend implements (declared in every build, NCCL or not): no scan or barrier; the reductions its
+/// table gives an NCCL form (nccl_caps.hpp: complex as pairs of reals for sum only; bool for logical/bitwise and/or
+/// only; float32/float64 max/min over order keys, in allreduce only); data movement on every dtype.
 bool nccl_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 
 /// The MPI backend over `comm` (borrowed: it must outlive the backend). `internal` gives the communicator the
@@ -86,10 +86,6 @@ bool nccl_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 /// `max_count` is the largest element count of one MPI call (CommOptions::max_message_elements).
 std::unique_ptr<Backend> make_mpi_backend(MpiCommHandle comm, std::function<MpiCommHandle()> internal,
                                           std::shared_ptr<AbortState> abort_state, std::int64_t max_count);
-
-/// True when the NCCL backend runs `reduce` over `dtype` as an integer max/min over order keys (float32/float64 max and
-/// min, whose float form in NCCL drops NaN); nccl_supports declares the other float max/min reductions unsupported.
-bool nccl_min_max_by_keys(DType dtype, ReduceOp reduce) noexcept;
 
 /// True when this build has NCCL.
 bool nccl_built() noexcept;

@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <array>
+#include <cctype>
 #include <functional>
 
 #include "backend.hpp"
@@ -5,20 +8,40 @@
 
 namespace shardkit {
 
+namespace {
+
+// The one list of reduction names, in ReduceOp order (see reduce_op_name).
+constexpr std::array<const char*, kReduceOpCount> kReduceOpNames = {
+    "sum", "prod", "min", "max", "land", "lor", "lxor", "band", "bor", "bxor"};
+static_assert(std::ranges::none_of(kReduceOpNames, [](const char* n) { return n == nullptr; }),
+              "every ReduceOp needs a name");
+
+char lower(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
+char upper(char c) { return static_cast<char>(std::toupper(static_cast<unsigned char>(c))); }
+
+}  // namespace
+
 const char* reduce_op_name(ReduceOp op) noexcept {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kProd: return "prod";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kLogicalAnd: return "land";
-    case ReduceOp::kLogicalOr: return "lor";
-    case ReduceOp::kLogicalXor: return "lxor";
-    case ReduceOp::kBitAnd: return "band";
-    case ReduceOp::kBitOr: return "bor";
-    case ReduceOp::kBitXor: break;
+  const auto i = static_cast<std::size_t>(op);
+  return i < kReduceOpNames.size() ? kReduceOpNames[i] : "unknown";
+}
+
+ReduceOp reduce_op_from_name(std::string_view name) {
+  std::string lowered(name);
+  std::ranges::transform(lowered, lowered.begin(), lower);
+  for (std::size_t i = 0; i < kReduceOpNames.size(); ++i)
+    if (lowered == kReduceOpNames[i]) return static_cast<ReduceOp>(i);
+  throw InvalidArgument(detail::concat("unknown reduction '", lowered, "' (", reduce_op_names(), ")"));
+}
+
+std::string reduce_op_names(bool upper_case) {
+  std::string list;
+  for (const char* n : kReduceOpNames) {
+    if (!list.empty()) list += ", ";
+    list += n;
   }
-  return "bxor";
+  if (upper_case) std::ranges::transform(list, list.begin(), upper);
+  return list;
 }
 
 bool reduce_op_supports(ReduceOp op, DType dtype) noexcept {

@@ -1,20 +1,40 @@
 #include "shardkit/core/error.hpp"
 
+#include <array>
 #include <cctype>
 #include <string_view>
 
 namespace shardkit {
 
-const char* error_code_name(ErrorCode code) noexcept {
-  switch (code) {
-    case ErrorCode::kInvalidArgument: return "InvalidArgument";
-    case ErrorCode::kMismatch: return "MismatchError";
-    case ErrorCode::kBackend: return "BackendError";
-    case ErrorCode::kTimeout: return "TimeoutError";
-    case ErrorCode::kInternal: break;
-  }
-  return "InternalError";
+namespace {
+
+// The one list of error classes, in ErrorCode order (see ErrorKind).
+constexpr std::array<ErrorKind, kErrorCodeCount> kErrorKinds = {{
+    {ErrorCode::kInvalidArgument, "InvalidArgument",
+     "A caller passed something the API does not accept; nothing was sent.", "ValueError"},
+    {ErrorCode::kMismatch, "MismatchError", "Ranks disagreed on a collective (checked mode).", nullptr},
+    {ErrorCode::kBackend, "BackendError", "MPI, NCCL, CUDA or BLAS reported a failure (see .backend, .native_code).",
+     nullptr},
+    {ErrorCode::kTimeout, "TimeoutError",
+     "An operation did not complete within SHARDKIT_TIMEOUT_S; its communicator is aborted.", "TimeoutError"},
+    {ErrorCode::kInternal, "InternalError",
+     "A broken invariant inside shardkit: a bug (please report it with the error's .where).", nullptr},
+}};
+constexpr bool in_code_order() {
+  for (std::size_t i = 0; i < kErrorKinds.size(); ++i)
+    if (static_cast<std::size_t>(kErrorKinds[i].code) != i || kErrorKinds[i].name == nullptr) return false;
+  return true;
 }
+static_assert(in_code_order(), "kErrorKinds needs one named row per ErrorCode, in ErrorCode order");
+
+}  // namespace
+
+const ErrorKind& error_kind(ErrorCode code) noexcept {
+  const auto i = static_cast<std::size_t>(code);
+  return i < kErrorKinds.size() ? kErrorKinds[i] : kErrorKinds[static_cast<int>(ErrorCode::kInternal)];
+}
+
+const char* error_code_name(ErrorCode code) noexcept { return error_kind(code).name; }
 
 namespace detail {
 

@@ -59,3 +59,21 @@ def test_messages_hold_no_internals(sk, size):
     assert raised[0].where is None                          # raised by the table's rule, not by a check macro
     assert raised[1].where.startswith("a.shape()[1] == b.shape()[0] at sharding/src/matmul.cpp:"), raised[1].where
     assert "uses mesh axis 'x' twice" in str(raised[2]) and "named_sharding.cpp:" in raised[2].where
+
+
+# core's error table (core/src/error.cpp), in ErrorCode order: every code is raised as a class of its own.
+ERROR_CLASSES = ["InvalidArgument", "MismatchError", "BackendError", "TimeoutError", "InternalError"]
+
+
+def test_every_error_code_has_a_class(sk):
+    classes = sk._core._error_classes()
+    assert list(classes) == ERROR_CLASSES
+    for code, name in enumerate(ERROR_CLASSES):
+        cls = getattr(sk, name)
+        assert classes[name] is cls and cls.__name__ == name and cls.__module__ == "shardkit"
+        assert issubclass(cls, sk.Error) and cls is not sk.Error and cls.__doc__
+        with pytest.raises(sk.Error, match=f"^message {code}$") as info:
+            sk._core._raise_error(code, f"message {code}")
+        assert type(info.value) is cls, (code, type(info.value))
+    with pytest.raises(sk.InvalidArgument, match=f"no error code {len(ERROR_CLASSES)}"):
+        sk._core._raise_error(len(ERROR_CLASSES), "")

@@ -1,6 +1,7 @@
 """shardkit.mpi: every function of the mpi4jax API with its documented arguments, defaults, per-rank shape rules
 and token behaviour."""
 
+import re
 import threading
 import time
 
@@ -37,6 +38,29 @@ def test_allreduce_every_op_spelling(sk, mpi, rank, size):
         mpi.allreduce(x, op=MPI.MAXLOC)
     with pytest.raises(sk.InvalidArgument, match="unknown reduction 'median'"):
         mpi.allreduce(x, op="median")
+
+
+# The reductions' names, in ReduceOp order, as the API documents them.
+REDUCTIONS = ["sum", "prod", "min", "max", "land", "lor", "lxor", "band", "bor", "bxor"]
+
+
+def test_every_reduction_has_one_name_in_every_spelling(sk, mpi, rank, size):
+    """One table of names: ReduceOp's members, mpi4py's operations, the names taken in any case, the module docstring
+    and the error's list of valid names all come from it."""
+    assert list(mpi.ReduceOp.__members__) == [n.upper() for n in REDUCTIONS]
+    assert ", ".join(f'"{n}"' for n in REDUCTIONS) in mpi.__doc__
+    x = np.array([rank + 1, 3, rank % 2], dtype=np.int32)  # every reduction is defined for int32
+    for code, name in enumerate(REDUCTIONS):
+        assert int(mpi.ReduceOp[name.upper()]) == code
+        want, _ = mpi.allreduce(x, op=mpi.ReduceOp(code))
+        for op in (name, name.upper(), name.capitalize(), getattr(MPI, name.upper()), code):
+            r, _ = mpi.allreduce(x, op=op)
+            np.testing.assert_array_equal(r, want, err_msg=f"{name} spelt {op!r}")
+    with pytest.raises(sk.InvalidArgument, match=re.escape(f"unknown reduction 'avg' ({', '.join(REDUCTIONS)})")):
+        mpi.allreduce(x, op="AVG")
+    names = ", ".join(REDUCTIONS).upper()
+    with pytest.raises(sk.InvalidArgument, match=re.escape(f"no shardkit equivalent ({names})")):
+        mpi.allreduce(x, op=MPI.MAXLOC)
 
 
 def test_allgather_stacks(mpi, rank, size):

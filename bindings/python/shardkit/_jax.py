@@ -331,11 +331,13 @@ def _status_address(status):
 
 
 def _translate(e):
+    """The shardkit exception a handler's error stands for: its message starts "shardkit.<class>: " with a class of
+    the error table (_core._error_classes()); any other error is returned as it is."""
     msg = str(e)
-    for cls in ("MismatchError", "InvalidArgument", "TimeoutError", "BackendError"):
-        tag = f"shardkit.{cls}: "
+    for name, cls in _core._error_classes().items():
+        tag = f"shardkit.{name}: "
         if tag in msg:
-            return getattr(_core, cls)(msg[msg.index(tag) + len(tag):])
+            return cls(msg[msg.index(tag) + len(tag):])
     return e
 
 

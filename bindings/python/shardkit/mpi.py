@@ -4,7 +4,7 @@ Every function takes arrays from any DLPack producer (NumPy, JAX, PyTorch, CuPy,
 results in the caller's framework, with a token: ``result, token = allreduce(x, op=MPI.SUM)``. Passing
 ``token=`` orders an operation after the one that produced the token. ``comm`` is an mpi4py communicator (used as
 given) or a shardkit Communicator; by default a clone of COMM_WORLD. ``op`` is an mpi4py operation (``MPI.SUM``,
-...), a name ("sum", "prod", "min", "max", "land", "lor", "lxor", "band", "bor", "bxor") or a shardkit ReduceOp.
+...), a name ({reduction_names}) or a shardkit ReduceOp.
 
 Per-rank shape rules, as mpi4jax's:
   - gather: on ``root`` the result has shape (nproc, *x.shape); elsewhere it is x, unchanged;
@@ -20,6 +20,10 @@ from __future__ import annotations
 
 from . import _core
 from ._core import ReduceOp, Token
+
+# The reduction names come from shardkit's one table of them (ReduceOp's members are the names in upper case).
+if __doc__:  # None under python -OO
+    __doc__ = __doc__.replace("{reduction_names}", ", ".join(f'"{name.lower()}"' for name in ReduceOp.__members__))
 
 __all__ = [
     "allgather", "allreduce", "alltoall", "barrier", "bcast", "gather", "recv", "reduce", "scan", "scatter",

@@ -147,12 +147,10 @@ Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets 
 }
 
 ffi::Error to_ffi_error(const std::exception& e) {
-  // The message keeps the shardkit exception's class, which shardkit._jax raises again as that class.
-  const char* kind = dynamic_cast<const MismatchError*>(&e)     ? "MismatchError"
-                     : dynamic_cast<const InvalidArgument*>(&e) ? "InvalidArgument"
-                     : dynamic_cast<const TimeoutError*>(&e)    ? "TimeoutError"
-                     : dynamic_cast<const BackendError*>(&e)    ? "BackendError"
-                                                                : "Error";
+  // The message keeps the shardkit exception's class (core's error table names it), which shardkit._jax raises again
+  // as that class.
+  const auto* error = dynamic_cast<const shardkit::Error*>(&e);
+  const char* kind = error ? error_code_name(error->code()) : "Error";
   return ffi::Error(ffi::ErrorCode::kInternal, shardkit::detail::concat("shardkit.", kind, ": ", e.what()));
 }
 

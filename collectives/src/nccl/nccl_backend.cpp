@@ -19,6 +19,7 @@
 
 #include <thread>
 
+#include "nccl_caps.hpp"
 #include "nccl_state.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "shardkit/core/kernels.hpp"
@@ -28,49 +29,28 @@
 namespace shardkit::detail {
 namespace {
 
-ncclDataType_t nccl_type(DType d) {
-  switch (d) {
-    case DType::kInt8: return ncclInt8;
-    case DType::kUInt8: return ncclUint8;
-    case DType::kBool: return ncclUint8;
-    case DType::kInt32: return ncclInt32;
-    case DType::kUInt32: return ncclUint32;
-    case DType::kInt64: return ncclInt64;
-    case DType::kUInt64: return ncclUint64;
-    case DType::kFloat16: return ncclFloat16;
-    case DType::kBFloat16: return ncclBfloat16;
-    case DType::kFloat32: return ncclFloat32;
-    case DType::kFloat64: return ncclFloat64;
-    case DType::kComplex64: return ncclFloat32;
-    case DType::kComplex128: return ncclFloat64;
-    default: break;
-  }
-  throw InvalidArgument(concat("NCCL cannot reduce dtype ", d, " (no ", d, " type in NCCL); use the MPI backend"));
-}
+// nccl_caps.hpp states NCCL's types and reductions without nccl.h; its values are NCCL's.
+static_assert(static_cast<int>(NcclType::kInt8) == ncclInt8 && static_cast<int>(NcclType::kUint8) == ncclUint8 &&
+              static_cast<int>(NcclType::kInt32) == ncclInt32 && static_cast<int>(NcclType::kUint32) == ncclUint32 &&
+              static_cast<int>(NcclType::kInt64) == ncclInt64 && static_cast<int>(NcclType::kUint64) == ncclUint64 &&
+              static_cast<int>(NcclType::kFloat16) == ncclFloat16 &&
+              static_cast<int>(NcclType::kFloat32) == ncclFloat32 &&
+              static_cast<int>(NcclType::kFloat64) == ncclFloat64 &&
+              static_cast<int>(NcclType::kBfloat16) == ncclBfloat16);
+static_assert(static_cast<int>(NcclOp::kSum) == ncclSum && static_cast<int>(NcclOp::kProd) == ncclProd &&
+              static_cast<int>(NcclOp::kMax) == ncclMax && static_cast<int>(NcclOp::kMin) == ncclMin);
 
+// How NCCL runs `op` over `d` in `kind`, from the table (the router sends only what nccl_supports declares).
+NcclReduction nccl_form(OpKind kind, ReduceOp op, DType d) {
+  const NcclReduction r = nccl_reduction(op, d);
+  if (r.type == NcclType::kNone || (r.by_order_keys && kind != OpKind::kAllreduce))
+    throw InvalidArgument(nccl_refusal(kind, op, d));
+  return r;
+}
+ncclDataType_t nccl_type(const NcclReduction& r) { return static_cast<ncclDataType_t>(r.type); }
+ncclRedOp_t nccl_op(const NcclReduction& r) { return static_cast<ncclRedOp_t>(r.op); }
 // Element count NCCL sees for a reduction of `n` elements (complex counts twice).
-std::size_t nccl_count(DType d, std::int64_t n) { return static_cast<std::size_t>(is_complex(d) ? 2 * n : n); }
-
-ncclRedOp_t nccl_op(ReduceOp op, DType d) {
-  if (!reduce_op_supports(op, d))
-    throw InvalidArgument(concat("reduction '", reduce_op_name(op), "' is not defined for dtype ", d));
-  if (d == DType::kBool) {
-    if (op == ReduceOp::kLogicalAnd || op == ReduceOp::kBitAnd) return ncclMin;
-    if (op == ReduceOp::kLogicalOr || op == ReduceOp::kBitOr) return ncclMax;
-    throw InvalidArgument(concat("NCCL has no '", reduce_op_name(op), "' reduction for bool; use the MPI backend"));
-  }
-  if (is_complex(d) && op != ReduceOp::kSum)
-    throw InvalidArgument(concat("NCCL reduces complex dtypes only with sum (got '", reduce_op_name(op),
-                                 "'); use the MPI backend"));
-  switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kProd: return ncclProd;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    default: break;
-  }
-  throw InvalidArgument(concat("NCCL has no '", reduce_op_name(op), "' reduction; use the MPI backend"));
-}
+std::size_t nccl_count(const NcclReduction& r, std::int64_t n) { return static_cast<std::size_t>(r.lanes * n); }
 
 class NcclBackend final : public Backend {
  public:
@@ -116,26 +96,27 @@ class NcclBackend final : public Backend {
  private:
 
   Token allreduce(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) {
+    const NcclReduction r = nccl_form(OpKind::kAllreduce, op, send.dtype());
     begin(ctx, {send, recv});
-    if (nccl_min_max_by_keys(send.dtype(), op)) {
+    if (r.by_order_keys) {
       // NCCL's fmaxf/fminf drop NaN: an integer max/min over order keys (in the result's memory) propagates it.
-      const DType key = order_key_dtype(send.dtype());
-      Array keys = Array::borrow(recv.data(), recv.shape(), key, recv.device(), nullptr);
+      Array keys = Array::borrow(recv.data(), recv.shape(), order_key_dtype(send.dtype()), recv.device(), nullptr);
       to_order_keys(send, keys, op == ReduceOp::kMax, s());
-      SHARDKIT_NCCL_CHECK(ncclAllReduce(keys.data(), keys.data(), static_cast<std::size_t>(keys.numel()),
-                                        key == DType::kInt32 ? ncclInt32 : ncclInt64, nccl_op(op, key), comm(), s()));
+      SHARDKIT_NCCL_CHECK(ncclAllReduce(keys.data(), keys.data(), nccl_count(r, keys.numel()), nccl_type(r),
+                                        nccl_op(r), comm(), s()));
       from_order_keys(keys, recv, s());
     } else {
-      SHARDKIT_NCCL_CHECK(ncclAllReduce(send.data(), recv.data(), nccl_count(send.dtype(), send.numel()),
-                                        nccl_type(send.dtype()), nccl_op(op, send.dtype()), comm(), s()));
+      SHARDKIT_NCCL_CHECK(ncclAllReduce(send.data(), recv.data(), nccl_count(r, send.numel()), nccl_type(r),
+                                        nccl_op(r), comm(), s()));
     }
     return end(ctx, {send, recv});
   }
   Token reduce(const Array& send, Array& recv, ReduceOp op, int root, const OpContext& ctx) {
+    const NcclReduction r = nccl_form(OpKind::kReduce, op, send.dtype());
     begin(ctx, {send, recv});
     void* rp = rank_ == root ? recv.data() : nullptr;
-    SHARDKIT_NCCL_CHECK(ncclReduce(send.data(), rp, nccl_count(send.dtype(), send.numel()), nccl_type(send.dtype()),
-                                   nccl_op(op, send.dtype()), root, comm(), s()));
+    SHARDKIT_NCCL_CHECK(ncclReduce(send.data(), rp, nccl_count(r, send.numel()), nccl_type(r), nccl_op(r), root,
+                                   comm(), s()));
     return end(ctx, {send, recv});
   }
   Token bcast(Array& buf, int root, const OpContext& ctx) {
@@ -149,9 +130,10 @@ class NcclBackend final : public Backend {
     return end(ctx, {send, recv});
   }
   Token reduce_scatter(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) {
+    const NcclReduction r = nccl_form(OpKind::kReduceScatter, op, recv.dtype());
     begin(ctx, {send, recv});
-    SHARDKIT_NCCL_CHECK(ncclReduceScatter(send.data(), recv.data(), nccl_count(recv.dtype(), recv.numel()),
-                                          nccl_type(recv.dtype()), nccl_op(op, recv.dtype()), comm(), s()));
+    SHARDKIT_NCCL_CHECK(ncclReduceScatter(send.data(), recv.data(), nccl_count(r, recv.numel()), nccl_type(r),
+                                          nccl_op(r), comm(), s()));
     return end(ctx, {send, recv});
   }
   Token gather(const Array& send, Array& recv, int root, const OpContext& ctx) {

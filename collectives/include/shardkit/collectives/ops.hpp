@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "shardkit/core/array.hpp"
@@ -16,8 +17,17 @@ namespace shardkit {
 /// Reductions. Sum, prod, min and max apply to every numeric dtype (min/max not to complex); the logical and bitwise
 /// ones to integers and bool. Backends may implement a subset (NCCL: see README).
 enum class ReduceOp { kSum, kProd, kMin, kMax, kLogicalAnd, kLogicalOr, kLogicalXor, kBitAnd, kBitOr, kBitXor };
-/// "sum", "prod", ..., "bxor".
+/// How many reductions there are: ReduceOp's values are 0 .. kReduceOpCount - 1.
+inline constexpr int kReduceOpCount = static_cast<int>(ReduceOp::kBitXor) + 1;
+/// "sum", "prod", ..., "bxor": the reduction's name in shardkit's one table of names, which every view reads (Python's
+/// names, mpi4py's operations and the ReduceOp members are these in upper case).
 const char* reduce_op_name(ReduceOp op) noexcept;
+/// The reduction named `name`, in any case ("sum", "SUM", "Sum").
+/// @throws InvalidArgument "unknown reduction 'name' (sum, prod, ...)" when no reduction has that name.
+ReduceOp reduce_op_from_name(std::string_view name);
+/// Every reduction's name, in ReduceOp order, joined with ", " ("sum, prod, ..., bxor"; "SUM, PROD, ..." when
+/// `upper_case`): the list an error message offers.
+std::string reduce_op_names(bool upper_case = false);
 /// True when `op` is defined for `dtype` (the MPI backend implements every defined pair).
 bool reduce_op_supports(ReduceOp op, DType dtype) noexcept;
 

@@ -16,7 +16,22 @@ enum class ErrorCode {
   kInternal,         ///< A broken invariant inside shardkit.
 };
 
-/// Name of an error code ("InvalidArgument", ...).
+/// How many error codes there are: ErrorCode's values are 0 .. kErrorCodeCount - 1.
+inline constexpr int kErrorCodeCount = static_cast<int>(ErrorCode::kInternal) + 1;
+
+/// One row of the error table, which every view of the errors reads (the Python exception classes, the messages JAX's
+/// handlers pass back, shardkit._jax's translation of them).
+struct ErrorKind {
+  ErrorCode code;
+  const char* name;          ///< the class's name ("InvalidArgument"): the C++ class and the Python exception
+  const char* doc;           ///< what it means: the Python class's docstring
+  const char* builtin_base;  ///< the Python built-in exception the class also derives from ("ValueError"), or nullptr
+};
+
+/// The row of `code` (every class derives from shardkit::Error, shardkit.Error in Python); the rows are walked with
+/// `for (int i = 0; i < kErrorCodeCount; ++i) error_kind(static_cast<ErrorCode>(i))`.
+const ErrorKind& error_kind(ErrorCode code) noexcept;
+/// Name of an error code's class ("InvalidArgument", ..., "InternalError").
 const char* error_code_name(ErrorCode code) noexcept;
 
 /// Base of every exception shardkit throws. `what()` is the text for users: what went wrong and what to do, with no
