@@ -49,5 +49,34 @@ TEST(ReduceOpNames, UnknownNameListsTheValidOnes) {
   }
 }
 
+// Every operation of the table: a name that op_from_name takes back, a named value rule, and value facts that agree
+// with the shapes value_shape gives (what the JAX layer's batching reads).
+TEST(OpTable, EveryOperationHasItsFacts) {
+  std::set<std::string> seen;
+  for (int i = 0; i < kOpCount; ++i) {
+    const auto op = static_cast<OpKind>(i);
+    const std::string name = op_name(op);
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(seen.insert(name).second) << "two operations are named '" << name << "'";
+    EXPECT_EQ(op_from_name(name), op);
+    const ValueRule rule = value_rule(op);
+    EXPECT_STRNE(value_rule_name(rule), "?");
+    const OpTraits t = op_traits(op);
+    EXPECT_FALSE(t.rooted && (t.has_dest || t.has_source)) << "rooted operations have no peers";
+    if (rule == ValueRule::kNone || rule == ValueRule::kConcat) continue;
+    for (int rank : {0, 1}) {  // the root (0) and another rank, of 3
+      const Shape x{3, 2};
+      const Shape out = value_shape(op, x, rank, 3, 0);
+      if (value_stacks(op, rank, 0)) EXPECT_EQ(out, (Shape{3, 3, 2}));
+      if (value_splits_leading(op, rank, 0)) {
+        EXPECT_THROW(value_shape(op, {2, 2}, rank, 3, 0), InvalidArgument);  // the leading axis must be the size
+        EXPECT_TRUE(out == x || out == Shape{2});
+      }
+      if (!value_stacks(op, rank, 0) && !value_splits_leading(op, rank, 0)) EXPECT_EQ(out, x);
+    }
+  }
+  EXPECT_THROW(op_from_name("allreducex"), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace shardkit::testing

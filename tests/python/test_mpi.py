@@ -384,3 +384,37 @@ def test_communicator_methods_are_the_mpi_functions_bound_to_the_communicator(sk
         comm.bcast(x, size)
     with pytest.raises(TypeError, match=r"allreduce\(\) missing required argument 'op'"):
         comm.allreduce(x)
+
+
+def test_every_operation_has_its_facts(sk):
+    """The operation table's facts as the Python and JAX layers read them (_core._op_facts, one row per OpKind): each
+    has a value rule, batch axes and transposes, and its Python entry's parameters are the Communicator method's and
+    (where mpi4jax has the function) shardkit.mpi's."""
+    import inspect
+
+    facts = sk._core._op_facts()
+    rules = {"none", "same_shape", "stacked", "root_stacked", "root_same", "drop_leading", "scatter", "root_copy",
+             "like", "concat"}
+    keys = {"value", "collective", "reduces", "rooted", "has_dest", "has_source", "batch", "python", "mpi4jax",
+            "params", "transpose", "sm_transpose"}
+    assert {"allreduce", "sendrecv", "alltoallv"} <= set(facts)
+    for name, f in facts.items():
+        assert set(f) == keys, name
+        assert f["value"] in rules, name
+        assert all(len(b) == 2 and all(a in (0, 1) for a in b) for b in f["batch"]), name
+        for partner in (f["transpose"], f["sm_transpose"]):
+            assert partner is None or partner in facts, name
+        assert hasattr(sk.Communicator, name) == f["python"], name
+        assert hasattr(sk.mpi, name) == f["mpi4jax"], name
+        if not f["python"]:
+            continue
+        method = list(inspect.signature(getattr(sk.Communicator, name)).parameters)
+        assert method == ["self"] + f["params"], name
+        if f["mpi4jax"]:
+            function = [p for p in inspect.signature(getattr(sk.mpi, name)).parameters if p != "comm"]
+            assert function == f["params"], name
+        wanted = {"op"} if f["reduces"] else set()
+        wanted |= {"root"} if f["rooted"] else set()
+        wanted |= {"dest"} if f["has_dest"] else set()
+        wanted |= {"source"} if f["has_source"] else set()
+        assert wanted <= set(f["params"]), name

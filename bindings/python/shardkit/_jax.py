@@ -44,7 +44,10 @@ for _name, _capsule in _TARGETS.items():
 available = "shardkit_collective_cpu" in _TARGETS
 
 _SUM = int(_core.ReduceOp.SUM)
-_NO_VALUE = ("send", "barrier")  # operations whose only result is the token
+# Every operation's facts, from the operation table and its Python entry (py_ops.cpp): value rule, what it takes, batch
+# axes, transposes. The rules below look them up.
+_FACTS = _core._op_facts()
+_NO_VALUE = frozenset(op for op, f in _FACTS.items() if f["value"] == "none")  # the only result is the token
 # Operations of shard_map bodies only (not in the operation table): a permutation along a mesh axis, and the identity
 # that marks a value every rank of the mesh holds (its cotangent is shared among them; comm -1: it communicates
 # nothing).
@@ -132,12 +135,12 @@ if "shardkit_collective_cuda" in _TARGETS:
 # ---- vmap -----------------------------------------------------------------------------------------------------------
 
 def _batch_rule(args, dims, *, op, comm, root, **params):
+    facts = _FACTS.get(op)  # None: the shard_map-only operations, which keep x's shape
     # The rank matters to the rooted operations only (the "replicated" mark names no communicator).
-    at_root = op in ("scatter", "gather") and _core._jax_comm_info(comm)[0] == root
-    # Where the batch axis goes in x: after the leading nproc axis for the operations that split x along it.
-    leading = op in ("alltoall", "reduce_scatter") or (op == "scatter" and at_root)
-    pos = 1 if leading else 0
-    if leading:  # the shape rule on one example (its nproc axis), before the batch axis goes behind that axis
+    at_root = facts is not None and facts["rooted"] and _core._jax_comm_info(comm)[0] == root
+    # Where the batch axis goes in x (behind a leading axis the value form splits per rank) and in the result.
+    pos, out_dim = facts["batch"][at_root] if facts else (0, 0)
+    if pos:  # the shape rule on one example (its nproc axis), before the batch axis goes behind that axis
         x, d = args[0], dims[0]
         _out_shape(op, x.shape if d is None else x.shape[:d] + x.shape[d + 1:], comm, root)
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
@@ -151,12 +154,6 @@ def _batch_rule(args, dims, *, op, comm, root, **params):
     out = bind(*moved, op=op, comm=comm, root=root, **params)
     if op in _NO_VALUE:
         return out, []
-    if op == "allgather" or (op == "gather" and at_root):
-        out_dim = 1  # a new leading nproc axis
-    elif op in ("reduce_scatter", "scatter") and leading:
-        out_dim = 0  # the nproc axis is dropped
-    else:
-        out_dim = pos
     return out, [out_dim]
 
 
@@ -174,7 +171,13 @@ batching.primitive_batchers[collective_p] = _batch_rule
 # its own block of a sharded input, and summed over ranks it is the gradient of the global function, whatever the body
 # does with the values it gathers or broadcasts.
 
-_SM_LINEAR = ("allgather", "alltoall", "bcast", "replicated")
+def _partner(op, sm):
+    """The operation op's cotangent runs through (the table's transposes; the shard_map-only operations are their own
+    partners), or None where op is not linear in this mode."""
+    facts = _FACTS.get(op)
+    if facts is None:
+        return op
+    return facts["sm_transpose" if sm else "transpose"]
 
 
 def _no_derivative(op, reduce, sm, what):
@@ -187,17 +190,20 @@ def _no_derivative(op, reduce, sm, what):
     return NotImplementedError(f"The {what} of {op} is only defined for op=MPI.SUM")
 
 
+def _check_linear(op, reduce, sm, what):
+    if _partner(op, sm) is None:
+        raise NotImplementedError(f"{what} rule for '{op}' (shardkit) not implemented")
+    if op in _FACTS and _FACTS[op]["reduces"] and reduce != _SUM:
+        raise _no_derivative(op, reduce, sm, "adjoint" if what == "Differentiation" else "linear transpose")
+
+
 def _jvp_rule(primals, tangents, *, op, reduce, **params):
-    if op == "allreduce" or (op == "reduce_scatter" and params["sm"]):
-        if reduce != _SUM:
-            raise _no_derivative(op, reduce, params["sm"], "adjoint")
-    elif op == "sendrecv":
+    _check_linear(op, reduce, params["sm"], "Differentiation")
+    if op == "sendrecv":
         # sendrecv(sendbuf, recvbuf): linear in sendbuf; recvbuf only gives shape and dtype.
         out = bind(*primals, op=op, reduce=reduce, **params)
         tan = bind(primals[0], ad.instantiate_zeros(tangents[1]), op=op, reduce=reduce, **params)
         return out, tan
-    elif not (op == "ppermute" or (params["sm"] and op in _SM_LINEAR)):
-        raise NotImplementedError(f"Differentiation rule for '{op}' (shardkit) not implemented")
     out = bind(*primals, op=op, reduce=reduce, **params)
     tan = bind(ad.instantiate_zeros(tangents[0]), op=op, reduce=reduce, **params)
     return out, tan
@@ -206,11 +212,12 @@ def _jvp_rule(primals, tangents, *, op, reduce, **params):
 def _transpose_rule(cts, *args, op, reduce, transpose, **params):
     ct = ad.instantiate_zeros(cts[0])
     sm = params["sm"]
-    if op == "allreduce":
-        if reduce != _SUM:
-            raise _no_derivative(op, reduce, sm, "linear transpose")
-        # shard_map: psum; shardkit.mpi: the identity on each rank (mpi4jax), lowered as `transpose`
-        (res,) = bind(ct, op=op, reduce=reduce, transpose=transpose if sm else not transpose, **params)
+    _check_linear(op, reduce, sm, "Transpose")
+    if op == "replicated":  # this rank's share of the cotangent of a value `root` ranks hold
+        return [ct / params["root"]]
+    if op == "ppermute":  # the inverse permutation: receive from where this rank sent, send to where it received from
+        p = dict(params, dest=params["source"], source=params["dest"])
+        (res,) = bind(ct, op=op, reduce=reduce, transpose=transpose, **p)
         return [res]
     if op == "sendrecv":
         recv_like, send = args
@@ -226,20 +233,13 @@ def _transpose_rule(cts, *args, op, reduce, transpose, **params):
                  status=0)
         (res,) = bind(like, ct, op=op, reduce=reduce, transpose=transpose, **p)
         return [None, res]
-    if op == "replicated":  # this rank's share of the cotangent of a value `root` ranks hold
-        return [ct / params["root"]]
-    if op == "ppermute":  # the inverse permutation: receive from where this rank sent, send to where it received from
-        p = dict(params, dest=params["source"], source=params["dest"])
-        (res,) = bind(ct, op=op, reduce=reduce, transpose=transpose, **p)
+    if op == "allreduce" and not sm:  # mpi4jax's transpose of a sum over ranks: the identity, lowered as `transpose`
+        (res,) = bind(ct, op=op, reduce=reduce, transpose=not transpose, **params)
         return [res]
-    if sm and op in ("allgather", "reduce_scatter", "alltoall", "bcast"):
-        back = {"allgather": "reduce_scatter", "reduce_scatter": "allgather", "alltoall": "alltoall",
-                "bcast": "allreduce"}[op]
-        (res,) = bind(ct, op=back, reduce=_SUM, transpose=transpose, **params)
-        if op == "bcast" and _core._jax_comm_info(params["comm"])[0] != params["root"]:
-            res = jnp.zeros_like(res)  # only the source's value was used
-        return [res]
-    raise NotImplementedError(f"Transpose rule for '{op}' (shardkit) not implemented")
+    (res,) = bind(ct, op=_partner(op, sm), reduce=_SUM, transpose=transpose, **params)
+    if op == "bcast" and _core._jax_comm_info(params["comm"])[0] != params["root"]:
+        res = jnp.zeros_like(res)  # only the source's value was used
+    return [res]
 
 
 ad.primitive_jvps[collective_p] = _jvp_rule
