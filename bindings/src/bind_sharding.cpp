@@ -157,9 +157,8 @@ nb::dict indices_map(const NamedSharding& s, const Shape& shape, const std::vect
   return out;
 }
 
-}  // namespace
-
-void register_sharding(nb::module_& m) {
+// PartitionSpec (P(...)): entries of None, a name or a tuple of names.
+void bind_partition_spec(nb::module_& m) {
   nb::class_<PartitionSpec>(m, "PartitionSpec", "How each dimension is cut over mesh axes (JAX's PartitionSpec).")
       .def("__init__", [](PartitionSpec* self, nb::args entries) {
         std::vector<PartitionSpec::Entry> e;
@@ -184,7 +183,10 @@ void register_sharding(nb::module_& m) {
            nb::sig("def __eq__(self, other: object, /) -> bool"))
       .def("__hash__", [](const PartitionSpec& s) { return nb::hash(nb::str(s.normalized().to_string().c_str())); })
       .def("__repr__", &PartitionSpec::to_string);
+}
 
+// Mesh: JAX's constructor from a device array and axis names, and the axis queries shard_map bodies use.
+void bind_mesh(nb::module_& m) {
   nb::class_<Mesh>(m, "Mesh",
                    "Processes arranged on named axes (JAX's Mesh over MPI ranks). Mesh(np.array(devices), names) puts "
                    "rank devices.flat[p] at row-major position p, as JAX places devices (a device is a rank, or an "
@@ -239,7 +241,10 @@ void register_sharding(nb::module_& m) {
            nb::sig("def __eq__(self, other: object, /) -> bool"))
       .def("__hash__", &mesh_hash)
       .def("__repr__", &Mesh::to_string);
+}
 
+// NamedSharding: a mesh and a spec; where each rank's block lies.
+void bind_named_sharding(nb::module_& m) {
   nb::class_<NamedSharding>(m, "NamedSharding", "A mesh and a partition spec (JAX's NamedSharding).")
       .def(nb::init<Mesh, PartitionSpec, bool>(), nb::arg("mesh"), nb::arg("spec"), nb::arg("uneven") = false)
       .def_prop_ro("mesh", &NamedSharding::mesh)
@@ -283,7 +288,10 @@ void register_sharding(nb::module_& m) {
                         s.uneven());
       })
       .def("__repr__", &NamedSharding::to_string);
+}
 
+// ShardedArray and the functions that make, gather, reshard and multiply them.
+void bind_sharded_arrays(nb::module_& m) {
   nb::class_<ShardedArray>(m, "ShardedArray", "A global array cut across a mesh; this rank holds `local`.")
       .def_prop_ro("shape", &ShardedArray::shape)
       .def_prop_ro("sharding", &ShardedArray::sharding)
@@ -334,6 +342,15 @@ void register_sharding(nb::module_& m) {
     return std::string(matmul_algorithm_name(choose_matmul_algorithm(a, b)));
   });
   m.def("visualize_sharding", [](const Shape& shape, const NamedSharding& s) { return visualize_sharding(shape, s); });
+}
+
+}  // namespace
+
+void register_sharding(nb::module_& m) {
+  bind_partition_spec(m);
+  bind_mesh(m);
+  bind_named_sharding(m);
+  bind_sharded_arrays(m);
 }
 
 }  // namespace shardkit::py

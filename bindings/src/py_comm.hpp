@@ -61,6 +61,10 @@ struct BoundCall {
 /// @throws InvalidArgument for an unknown reduction; TypeError, OverflowError for integers that are not.
 BoundCall bind_call(OpKind op, const FastArgs& a);
 
+/// Runs one call of `op` from Python (either view, the communicator given) and returns its result as the view
+/// promises: (result, token), or a token for send and barrier. JAX values were handed to shardkit._jax before.
+nb::object call_op(OpKind op, const FastArgs& a, Communicator& c);
+
 /// The value form of `op` on the Python array `x` (any framework): `args` gives everything but the buffers, `token` is
 /// the one to start after and becomes the operation's. A host NumPy input gets a NumPy result allocated here and filled
 /// in place, complete on return; other inputs go through Communicator::run_value and come back in their framework.
