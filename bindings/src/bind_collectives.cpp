@@ -60,10 +60,17 @@ CommPtr wrap_mpi4py(std::uintptr_t handle) {
 
 CommPtr world(const char* first_op = nullptr) {
   if (!g_world) {
-    nb::gil_scoped_release release;
-    CommOptions o;
-    o.name = "world";
-    g_world = Communicator::world(Runtime::instance(), o, first_op ? first_op : "");
+    {
+      nb::gil_scoped_release release;
+      CommOptions o;
+      o.name = "world";
+      g_world = Communicator::world(Runtime::instance(), o, first_op ? first_op : "");
+    }
+#ifdef SHARDKIT_HAVE_JAX_FFI
+    // Its duplicate for compiled programs, now, while every rank is here (the first use of the default communicator is
+    // collective): made at a first trace instead, a compiled exchange between two ranks would wait for all of them.
+    register_comm(g_world);
+#endif
   }
   return g_world;
 }

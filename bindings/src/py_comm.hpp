@@ -31,6 +31,10 @@ nb::object token_object(const Token& t);
 /// Drops the cached default and mpi4py-wrapping communicators (before MPI_Finalize).
 void clear_communicator_caches();
 
+/// Registers `c` for compiled JAX programs (jax/bind_jax.cpp): the handle they name it by, for a duplicate made now
+/// the first time (collective over c).
+std::int64_t register_comm(const CommPtr& c);
+
 /// Drops the communicators registered for compiled JAX programs (jax/bind_jax.cpp; part of the above).
 void clear_jax_comms();
 

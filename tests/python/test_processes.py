@@ -117,6 +117,31 @@ def test_jax_layer_loaded_while_tracing_keeps_the_direct_eager_route():
     assert r.returncode == 0 and r.stdout.split() == ["ok"], r.stdout + r.stderr
 
 
+def test_a_jitted_exchange_needs_only_the_ranks_it_names():
+    """mpi4jax's own suite runs a jitted sendrecv between ranks 0 and 1 of 3, rank 2 taking no part: the duplicate
+    compiled programs run on is made with the default communicator (every rank is at its first use), not at the first
+    trace, which only the exchanging ranks reach."""
+    pytest.importorskip("jax")
+    code = textwrap.dedent("""
+        import time
+        import numpy as np
+        import jax, jax.numpy as jnp
+        import shardkit as sk
+        sk.mpi.barrier()  # the default communicator's first use: every rank
+        if sk.rank() < 2:
+            other = 1 - sk.rank()
+            y = jax.jit(lambda x: sk.mpi.sendrecv(x, x, other, other)[0])(jnp.full(3, float(sk.rank())))
+            assert np.array_equal(np.asarray(y), np.full(3, float(other))), y
+        else:
+            time.sleep(1)  # busy elsewhere, never tracing
+        sk.mpi.barrier()
+        print(f"ok-{sk.rank()}", flush=True)
+    """)
+    r = mpirun(3, [sys.executable, "-c", code], timeout=120, SHARDKIT_TIMEOUT_S="20")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(re.findall(r"ok-\d", r.stdout)) == ["ok-0", "ok-1", "ok-2"]
+
+
 def test_jax_overhead_benchmark_runs_and_checks_its_results():
     pytest.importorskip("jax")
     r = mpirun(2, [sys.executable, os.path.join(REPO, "examples/benchmarks/jax_overhead.py"), "--sizes", "8",

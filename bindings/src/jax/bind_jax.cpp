@@ -37,9 +37,13 @@ std::vector<Registered>& registry() {
   return *r;
 }
 
+}  // namespace
+
 // Compiled programs run on XLA's threads, asynchronously to the Python thread: their operations get a duplicate of the
 // communicator (its own message space), so they never match an eager operation issued meanwhile. Collective the first
-// time (every rank traces the same program, so every rank registers the same communicators in the same order).
+// time (every rank traces the same program, so every rank registers the same communicators in the same order); the
+// default communicator's is made with it (bind_collectives.cpp), so that a compiled point-to-point exchange needs
+// only the ranks it names.
 std::int64_t register_comm(const CommPtr& c) {
   {
     std::lock_guard lock(g_registry_mutex);
@@ -56,6 +60,8 @@ std::int64_t register_comm(const CommPtr& c) {
   registry().push_back({c, std::move(dup)});
   return static_cast<std::int64_t>(registry().size() - 1);
 }
+
+namespace {
 
 // The Python JAX layer: its dispatch function and the types that mark a JAX value.
 struct Hook {
