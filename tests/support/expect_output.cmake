@@ -1,16 +1,31 @@
-# Runs COMMAND and passes only if it exits as EXIT says (0, or nonzero: any other code) and its output matches
-# EXPECT_OUTPUT (a regex).
-execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+# Runs COMMAND (a ;-list) and passes when its output (stdout and stderr) matches EXPECT_OUTPUT (a regular expression),
+# does not match EXPECT_NOT (if given), and it exits as EXIT says: 0, nonzero (any other code), or any (not judged:
+# jobs that end through MPI_Abort exit non-zero, and mpirun itself has been seen to crash while tearing such a job
+# down). A run longer than LIMIT seconds (default 90) fails as hung.
+if(NOT LIMIT)
+  set(LIMIT 90)
+endif()
+if(NOT EXIT MATCHES "^(0|nonzero|any)$")
+  message(FATAL_ERROR "EXIT must be 0, nonzero or any, got '${EXIT}'")
+endif()
+if(NOT EXPECT_OUTPUT)
+  message(FATAL_ERROR "EXPECT_OUTPUT (a regular expression the output must match) is required")
+endif()
+execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT ${LIMIT})
 set(all "${out}\n${err}")
+if(rc MATCHES "timeout")
+  message(FATAL_ERROR "hung (killed after ${LIMIT} s):\n${all}")
+endif()
 if(EXIT STREQUAL "0" AND NOT rc EQUAL 0)
   message(FATAL_ERROR "expected exit 0, got ${rc}. Output:\n${all}")
 elseif(EXIT STREQUAL "nonzero" AND rc EQUAL 0)
   message(FATAL_ERROR "expected a non-zero exit, got 0. Output:\n${all}")
-elseif(NOT EXIT MATCHES "^(0|nonzero)$")
-  message(FATAL_ERROR "EXIT must be 0 or nonzero, got '${EXIT}'")
+endif()
+if(EXPECT_NOT AND all MATCHES "${EXPECT_NOT}")
+  message(FATAL_ERROR "the output matches '${EXPECT_NOT}':\n${all}")
 endif()
 string(REGEX MATCH "${EXPECT_OUTPUT}" found "${all}")
 if(NOT found)
   message(FATAL_ERROR "exit code ${rc}, but the output does not match '${EXPECT_OUTPUT}':\n${all}")
 endif()
-message(STATUS "exit ${rc} as expected, and the output matches: ${found}")
+message(STATUS "exit ${rc}, and the output matches: ${found}")
