@@ -101,9 +101,11 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
     RouteRequest req{op, options.backend, where};
     if (const Array* first = send ? send : recv) req.dtype = first->dtype();
     req.reduce = a.reduce;
-    // The decision is collective: point-to-point operations never start it (see nccl_for_p2p).
-    if (needs_nccl(req) && !nccl_decided && spec.collective) decide_nccl();
-    if (needs_nccl(req) && options.backend == BackendKind::kNccl) require_nccl(op);
+    if (needs_nccl(req)) {
+      // The decision is collective: point-to-point operations never start it (see nccl_for_p2p).
+      if (!nccl_decided && spec.collective) decide_nccl();
+      if (options.backend == BackendKind::kNccl) require_nccl(op);
+    }
     req.nccl_available = nccl_usable_for(op);
     if (route(req) == BackendKind::kNccl) chosen = nccl.get();
   }

@@ -67,12 +67,16 @@ TEST(OpTable, EveryOperationHasItsFacts) {
     for (int rank : {0, 1}) {  // the root (0) and another rank, of 3
       const Shape x{3, 2};
       const Shape out = value_shape(op, x, rank, 3, 0);
-      if (value_stacks(op, rank, 0)) EXPECT_EQ(out, (Shape{3, 3, 2}));
+      if (value_stacks(op, rank, 0)) {
+        EXPECT_EQ(out, (Shape{3, 3, 2}));
+      }
       if (value_splits_leading(op, rank, 0)) {
         EXPECT_THROW(value_shape(op, {2, 2}, rank, 3, 0), InvalidArgument);  // the leading axis must be the size
         EXPECT_TRUE(out == x || out == Shape{2});
       }
-      if (!value_stacks(op, rank, 0) && !value_splits_leading(op, rank, 0)) EXPECT_EQ(out, x);
+      if (!value_stacks(op, rank, 0) && !value_splits_leading(op, rank, 0)) {
+        EXPECT_EQ(out, x);
+      }
     }
   }
   EXPECT_THROW(op_from_name("allreducex"), InvalidArgument);
