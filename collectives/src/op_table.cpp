@@ -232,19 +232,26 @@ bool value_is_input(OpKind op, int rank, int root) noexcept {
   return (v == ValueRule::kRootSame || v == ValueRule::kRootStacked) && rank != root;
 }
 
-void bind_value(OpKind op, const Array& x, Array& out, OpArgs& a, int rank) {
+namespace detail {
+
+void bind_value_buffers(OpKind op, const Array& x, Array& out, OpArgs& a, int rank) noexcept {
   const ValueRule rule = value_rule(op);
   if (value_is_input(op, rank, a.root)) {
     a.send = &x;
     return;
   }
   a.recv = &out;
-  if (rule == ValueRule::kRootCopy) {
-    if (rank == a.root) out.copy_from(x);
+  if (rule == ValueRule::kRootCopy)
     a.send = &out;
-  } else if (rule != ValueRule::kLike) {
+  else if (rule != ValueRule::kLike)
     a.send = &x;
-  }
+}
+
+}  // namespace detail
+
+void bind_value(OpKind op, const Array& x, Array& out, OpArgs& a, int rank) {
+  detail::bind_value_buffers(op, x, out, a, rank);
+  if (value_rule(op) == ValueRule::kRootCopy && rank == a.root) out.copy_from(x);
 }
 
 Shape value_shape(OpKind op, const Shape& x, int rank, int size, int root) {

@@ -63,6 +63,10 @@ struct OpSpec {
 /// The entry of `op`.
 const OpSpec& op_spec(OpKind op) noexcept;
 
+/// bind_value's part that touches no data: points `a.send` / `a.recv` at `x` and `out` as the value rule says (for
+/// kRootCopy, bind_value also copies x into out on the root). Communicator::check_value binds shape-only arrays with it.
+void bind_value_buffers(OpKind op, const Array& x, Array& out, OpArgs& a, int rank) noexcept;
+
 /// Validates `a` for `spec` on this rank: roots, peers, tags, reductions, dtypes, sizes, writable outputs.
 /// @throws InvalidArgument naming the operation and the offending values.
 void validate(const OpSpec& spec, const OpArgs& a, const CommShape& c);

@@ -209,22 +209,16 @@ Result Communicator::run_value(OpKind op, const Array& x, OpArgs a, const Token&
 
 void Communicator::check_value(OpKind op, const Array& x, OpArgs a) const {
   const detail::OpSpec& spec = detail::op_spec(op);
-  const ValueRule rule = value_rule(op);
   const auto& m = *impl_;
   Array out;
-  if (rule == ValueRule::kNone) {
+  if (value_rule(op) == ValueRule::kNone) {
     if (spec.send != detail::Role::kNone) a.send = &x;
-  } else if (value_is_input(op, m.rank, a.root)) {
-    a.send = &x;
   } else {
+    // As run_value binds, on a result of its shape only: validate() reads shapes, dtypes and flags, never data.
     check_value_root(op, a.root);
-    // validate() reads shapes, dtypes and flags, never data.
-    out = Array::shape_only(value_shape(op, x.shape(), m.rank, m.size, a.root), x.dtype(), x.device());
-    a.recv = &out;
-    if (rule == ValueRule::kRootCopy)
-      a.send = &out;
-    else if (rule != ValueRule::kLike)
-      a.send = &x;
+    if (!value_is_input(op, m.rank, a.root))
+      out = Array::shape_only(value_shape(op, x.shape(), m.rank, m.size, a.root), x.dtype(), x.device());
+    detail::bind_value_buffers(op, x, out, a, m.rank);
   }
   detail::validate(spec, a, {m.rank, m.size, m.tag_ub, &m.options.name});
 }

@@ -148,6 +148,31 @@ void clear_jax_comms() {
 
 bool jax_token(nb::handle t) { return g_hook.token_type && Py_TYPE(t.ptr()) == g_hook.token_type; }
 
+namespace {
+
+// The primitive's integer parameters (shardkit._jax.bind) and the OpArgs fields they carry, one list both ways.
+constexpr std::pair<const char*, int OpArgs::*> kIntParams[] = {{"root", &OpArgs::root},
+                                                                {"dest", &OpArgs::dest},
+                                                                {"source", &OpArgs::source},
+                                                                {"send_tag", &OpArgs::send_tag},
+                                                                {"recv_tag", &OpArgs::recv_tag}};
+
+nb::dict params_of(const OpArgs& a) {
+  nb::dict p;
+  p["reduce"] = static_cast<int>(a.reduce);
+  for (const auto& [name, field] : kIntParams) p[name] = a.*field;
+  return p;
+}
+
+OpArgs args_of(nb::dict p) {
+  OpArgs a;
+  a.reduce = static_cast<ReduceOp>(nb::cast<int>(p["reduce"]));
+  for (const auto& [name, field] : kIntParams) a.*field = nb::cast<int>(p[name]);
+  return a;
+}
+
+}  // namespace
+
 bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out) {
   nb::handle x = a.get(op == OpKind::kSendrecv ? Field::kSendbuf : Field::kX);
   nb::handle token = a.get(Field::kToken);
@@ -174,14 +199,7 @@ bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out
   nb::tuple operands = op == OpKind::kSendrecv ? nb::make_tuple(b.x, b.sendbuf)
                        : op == OpKind::kBarrier ? nb::tuple()
                                                 : nb::make_tuple(b.x);
-  nb::dict params;
-  params["reduce"] = static_cast<int>(b.args.reduce);
-  params["root"] = b.args.root;
-  params["dest"] = b.args.dest;
-  params["source"] = b.args.source;
-  params["send_tag"] = b.args.send_tag;
-  params["recv_tag"] = b.args.recv_tag;
-  nb::object r = nb::borrow(g_hook.fn)(op_name(op), operands, params, b.status, b.token, comm);
+  nb::object r = nb::borrow(g_hook.fn)(op_name(op), operands, params_of(b.args), b.status, b.token, comm);
   if (r.ptr() == Py_NotImplemented) return false;
   *out = std::move(r);
   return true;
@@ -213,9 +231,7 @@ void register_jax(nb::module_& m) {
     };
     const Array x = avals.size() > 0 ? as_array(avals[0]) : Array::shape_only({0}, DType::kFloat32);
     std::optional<Array> send;
-    OpArgs a{.reduce = static_cast<ReduceOp>(nb::cast<int>(params["reduce"])), .root = nb::cast<int>(params["root"]),
-             .dest = nb::cast<int>(params["dest"]), .source = nb::cast<int>(params["source"]),
-             .send_tag = nb::cast<int>(params["send_tag"]), .recv_tag = nb::cast<int>(params["recv_tag"])};
+    OpArgs a = args_of(params);
     if (avals.size() > 1) a.send = &send.emplace(as_array(avals[1]));
     // The caller's communicator, not its duplicate for compiled programs: the messages name what the caller named.
     comm_from(comm, name.c_str())->check_value(op_from_name(name), x, a);
