@@ -12,6 +12,7 @@
 #include "communicator_impl.hpp"
 #include "op_table.hpp"
 #include "routing.hpp"
+#include "shardkit/collectives/launch_fence.hpp"
 #include "shardkit/core/error.hpp"
 
 namespace shardkit {
@@ -98,6 +99,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   const Placement where = placement_of(send, recv);
   Backend* chosen = mpi.get();
   if (where != Placement::kHost || options.backend == BackendKind::kNccl) {
+    run_nccl_launch_fence();  // launches of this thread and of compiled programs' in program order (launch_fence.hpp)
     RouteRequest req{op, options.backend, where};
     if (const Array* first = send ? send : recv) req.dtype = first->dtype();
     req.reduce = a.reduce;

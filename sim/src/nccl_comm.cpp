@@ -11,7 +11,8 @@
 // never start (a lost peer, a blocked network), so that creation without a deadline hangs as it would on a cluster.
 // On a non-blocking communicator every enqueueing call returns ncclInProgress, and the next call before
 // ncclCommGetAsyncError stops reporting it is fatal, as NCCL requires (SHARDKIT_SIM_NCCL_ENQUEUE_STALL=1: it never
-// stops, so that a wait without a deadline hangs). Buffers must be memory of the communicator's device.
+// stops, so that a wait without a deadline hangs). Buffers must be memory of the communicator's device. Ranks that share two
+// communicators must launch their operations in the same order (nccl_order.cpp).
 
 #include <unistd.h>
 
@@ -97,14 +98,34 @@ ncclComm_t new_comm() {
   return all->back();
 }
 
-ncclComm_t make_comm(MPI_Comm data, int device) {
+ncclComm_t make_comm(MPI_Comm data, int device, std::uint64_t uid) {
   ncclComm_t c = new_comm();
   c->data = data;
   MPI_Comm_dup(data, &c->ctrl);
   MPI_Comm_rank(data, &c->rank);
   MPI_Comm_size(data, &c->size);
   c->device = device;
+  c->uid = uid;
+  // The members' world ranks, for the launch-order check.
+  MPI_Group g, world;
+  MPI_Comm_group(data, &g);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> mine(static_cast<std::size_t>(c->size));
+  for (int i = 0; i < c->size; ++i) mine[i] = i;
+  c->world.resize(mine.size());
+  MPI_Group_translate_ranks(g, c->size, mine.data(), world, c->world.data());
+  MPI_Group_free(&g);
+  MPI_Group_free(&world);
   return c;
+}
+
+// A child's id, the same on every member that asks for this color in this split of `parent`.
+std::uint64_t split_uid(ncclComm_t parent, int color) {
+  std::uint64_t z = parent->uid ^ (static_cast<std::uint64_t>(++parent->splits) << 40) ^
+                    static_cast<std::uint64_t>(static_cast<std::uint32_t>(color));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;  // splitmix64's finaliser
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
 }
 
 struct IdLayout {
@@ -163,7 +184,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   if (!config || config->blocking != 0) {
     if (stalled_here())
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // a blocking creation cannot give up
-    return init_rank(comm, nranks, id, rank, device);
+    const ncclResult_t r = init_rank(comm, nranks, id, rank, device);
+    if (r == ncclSuccess) order_join(*comm);
+    return r;
   }
   // Non-blocking: the handle exists at once, in progress until the bootstrap thread finishes.
   ncclComm_t c = new_comm();
@@ -183,6 +206,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
       c->ctrl = made->ctrl;
       c->rank = made->rank;
       c->size = made->size;
+      c->uid = made->uid;
+      c->world = made->world;
+      order_join(c);
     }
     c->async_error = r;
   }).detach();
@@ -240,7 +266,7 @@ ncclResult_t init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, 
     MPI_Comm_free(&data);
     return r;
   }
-  *comm = make_comm(data, device);
+  *comm = make_comm(data, device, (static_cast<std::uint64_t>(l.world_rank) << 32) | l.counter);
   return ncclSuccess;
 }
 }  // namespace
@@ -248,6 +274,7 @@ ncclResult_t init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   check_live(comm, "ncclCommSplit");
   *newcomm = nullptr;
+  const std::uint64_t uid = split_uid(comm, color);  // every member counts the split, also one left out of it
   MPI_Comm data = MPI_COMM_NULL;
   MPI_Comm_split(comm->ctrl, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &data);
   if (data == MPI_COMM_NULL) return ncclSuccess;
@@ -255,8 +282,9 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     MPI_Comm_free(&data);
     return r;
   }
-  *newcomm = make_comm(data, comm->device);
+  *newcomm = make_comm(data, comm->device, uid);
   (*newcomm)->blocking = !config || config->blocking != 0;
+  order_join(*newcomm);
   return ncclSuccess;
 }
 
@@ -284,6 +312,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm->finalized && comm->async_error == ncclInProgress)
     fatal("ncclCommDestroy before ncclCommFinalize completed (poll ncclCommGetAsyncError until ncclSuccess)");
   comm->dead = true;
+  order_leave(comm);
   // Operations already enqueued still complete (they may need the peers), then the MPI side is released.
   while (comm->pending > 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
   int finalized = 0;
@@ -299,6 +328,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   check_live(comm, "ncclCommAbort");  // also aborts a creation still in progress
   comm->aborted = true;  // workers waiting on this communicator give up
   comm->dead = true;
+  order_leave(comm);
   return ncclSuccess;
 }
 

@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,11 @@ struct ncclComm {
   // Non-blocking communicators: after an enqueueing call (or a group's end) NCCL may still be enqueueing; it reports
   // ncclInProgress through ncclCommGetAsyncError for this many more polls, and the next call must wait until then.
   std::atomic<int> enqueue_polls{0};
+  // The launch-order check (nccl_order.cpp): an id every member agrees on (from the unique id, or the parent's id and
+  // split), the members' world ranks, and the splits made from this communicator so far.
+  std::uint64_t uid = 0;
+  std::vector<int> world;
+  std::uint32_t splits = 0;
 };
 
 namespace shardkit::sim {
@@ -34,5 +40,25 @@ void check_live(ncclComm_t c, const char* call);
 /// Polls a non-blocking communicator reports ncclInProgress after each enqueueing call (SHARDKIT_SIM_NCCL_ENQUEUE_STALL=1:
 /// for good, as when NCCL cannot finish enqueueing).
 int enqueue_polls();
+/// Waits for MPI requests on a worker; gives up (false) when the communicator is aborted, as an aborted NCCL kernel does.
+bool wait_all(ncclComm_t c, std::vector<MPI_Request>& reqs);
+
+// ---- launch order across the communicators of one device (nccl_order.cpp) ----------------------------------------
+/// What this rank had launched on the other communicators of its device when it launched an operation.
+using LaunchSnapshot = std::vector<std::int64_t>;
+/// A made communicator of two ranks or more joins its device's table; it leaves when destroyed or aborted.
+void order_join(ncclComm_t c);
+void order_leave(ncclComm_t c);
+/// Taken when an operation is launched (before order_count counts it).
+LaunchSnapshot order_snapshot(ncclComm_t c);
+/// Counts a launch on `c`: a collective (peer -1), or a send or receive with the communicator's rank `peer`.
+void order_count(ncclComm_t c, int peer = -1, bool send = false);
+/// On the worker, before a collective: every member's snapshot; fatal where two ranks launched the communicators they
+/// share in different orders. False when the communicator was aborted meanwhile.
+bool order_check_all(ncclComm_t c, const char* call, const LaunchSnapshot& mine);
+/// Point-to-point: the sender's snapshot travels ahead of its data (keep `mine` alive until `req` completes), and the
+/// receiver compares it with its own.
+void order_send(ncclComm_t c, int peer, const LaunchSnapshot& mine, MPI_Request* req);
+bool order_check_from(ncclComm_t c, const char* call, int peer, const LaunchSnapshot& mine);
 
 }  // namespace shardkit::sim

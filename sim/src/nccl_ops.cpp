@@ -19,10 +19,7 @@
 
 using namespace shardkit::sim;
 
-namespace {
-
-// Waits for MPI requests on a worker; gives up (false) when the communicator is aborted, as an aborted NCCL kernel does.
-bool wait_all(ncclComm_t c, std::vector<MPI_Request>& reqs) {
+bool shardkit::sim::wait_all(ncclComm_t c, std::vector<MPI_Request>& reqs) {
   for (long spin = 0;; ++spin) {
     int done = 0;
     MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
@@ -32,6 +29,8 @@ bool wait_all(ncclComm_t c, std::vector<MPI_Request>& reqs) {
   }
 }
 
+namespace {
+
 // ---- enqueueing -------------------------------------------------------------------------------------------------
 struct P2P {
   ncclComm_t comm;
@@ -40,9 +39,15 @@ struct P2P {
   int bytes;
   int peer;
 };
+using OpFn = std::function<bool(ncclComm_t)>;
+struct Coll {
+  ncclComm_t comm;
+  const char* call;
+  OpFn fn;
+};
 struct Group {
   int depth = 0;
-  std::vector<std::pair<std::shared_ptr<Stream>, std::function<void()>>> colls;
+  std::vector<std::pair<std::shared_ptr<Stream>, Coll>> colls;
   std::vector<std::pair<std::shared_ptr<Stream>, P2P>> p2p;
   std::vector<ncclComm_t> comms;  // the communicators the group enqueues on (in progress after ncclGroupEnd)
 };
@@ -80,8 +85,6 @@ ncclResult_t check_buffers(ncclComm_t c, const char* call, std::initializer_list
   return ncclSuccess;
 }
 
-using OpFn = std::function<bool(ncclComm_t)>;
-
 std::function<void()> wrap(ncclComm_t c, OpFn fn) {
   c->pending++;
   return [c, fn = std::move(fn)] {
@@ -95,11 +98,19 @@ void check_open(ncclComm_t c, const char* call) {
   if (c->finalized) fatal(std::string(call) + " on an NCCL communicator after ncclCommFinalize");
 }
 
+// A collective as its stream's worker runs it: the launch-order check first (a launch that moves nothing is no
+// kernel: not counted, not checked), then the operation.
+std::function<void()> launch(const Coll& op, const LaunchSnapshot& snap) {
+  if (!op.fn) return wrap(op.comm, [](ncclComm_t) { return true; });
+  order_count(op.comm);
+  return wrap(op.comm, [snap, op](ncclComm_t cc) { return order_check_all(cc, op.call, snap) && op.fn(cc); });
+}
+
 ncclResult_t submit(ncclComm_t c, cudaStream_t s, const char* call, std::initializer_list<const void*> bufs, OpFn fn,
                     bool empty = false) {
   check_open(c, call);
   check_settled(c, call);
-  if (empty) fn = [](ncclComm_t) { return true; };  // nothing to move (the count is the same on every rank)
+  if (empty) fn = nullptr;  // nothing to move (the count is the same on every rank)
   auto st = stream_of(s);
   if (st->device() != c->device)
     return nccl_error(ncclInvalidArgument, std::string(call) + ": stream of device " + std::to_string(st->device()) +
@@ -107,9 +118,9 @@ ncclResult_t submit(ncclComm_t c, cudaStream_t s, const char* call, std::initial
   if (!empty)
     if (const ncclResult_t r = check_buffers(c, call, bufs); r != ncclSuccess) return r;
   if (group.depth > 0)
-    group.colls.emplace_back(st, wrap(c, std::move(fn)));
+    group.colls.emplace_back(st, Coll{c, call, std::move(fn)});
   else
-    st->enqueue(wrap(c, std::move(fn)));
+    st->enqueue(launch(Coll{c, call, std::move(fn)}, order_snapshot(c)));
   return enqueued(c);
 }
 
@@ -118,6 +129,28 @@ bool bytes_ok(std::size_t count, ncclDataType_t t, int* bytes) {
   if (nccl_type_size(t) == 0 || b > static_cast<std::size_t>(INT32_MAX)) return false;
   *bytes = static_cast<int>(b);
   return true;
+}
+
+// Sends and receives of one stream, progressing together as one fused NCCL kernel does. Each send carries the
+// launch-order snapshot of its communicator ahead of its data; each receive compares it with its own.
+void enqueue_p2p(const std::shared_ptr<Stream>& st, std::vector<P2P> ops) {
+  std::vector<LaunchSnapshot> snaps;
+  for (const P2P& op : ops) snaps.push_back(order_snapshot(op.comm));
+  for (const P2P& op : ops) order_count(op.comm, op.peer, op.send);
+  ncclComm_t first = ops.front().comm;
+  st->enqueue(wrap(first, [ops = std::move(ops), snaps = std::move(snaps)](ncclComm_t cc) {
+    const std::size_t n = ops.size();
+    std::vector<MPI_Request> r(2 * n, MPI_REQUEST_NULL);
+    for (std::size_t i = 0; i < n; ++i)
+      if (ops[i].send) order_send(ops[i].comm, ops[i].peer, snaps[i], &r[n + i]);
+    for (std::size_t i = 0; i < n; ++i)
+      if (!ops[i].send && !order_check_from(ops[i].comm, "ncclRecv", ops[i].peer, snaps[i])) return false;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!ops[i].send) MPI_Irecv(rw(ops[i].buf), ops[i].bytes, MPI_BYTE, ops[i].peer, 0, ops[i].comm->data, &r[i]);
+    for (std::size_t i = 0; i < n; ++i)
+      if (ops[i].send) MPI_Isend(rw(ops[i].buf), ops[i].bytes, MPI_BYTE, ops[i].peer, 0, ops[i].comm->data, &r[i]);
+    return wait_all(cc, r);
+  }));
 }
 
 ncclResult_t p2p(const void* buf, std::size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s,
@@ -136,14 +169,7 @@ ncclResult_t p2p(const void* buf, std::size_t count, ncclDataType_t t, int peer,
     group.p2p.emplace_back(st, op);
     return enqueued(c);
   }
-  st->enqueue(wrap(c, [op](ncclComm_t cc) {
-    std::vector<MPI_Request> r(1);
-    if (op.send)
-      MPI_Isend(rw(op.buf), op.bytes, MPI_BYTE, op.peer, 0, cc->data, &r[0]);
-    else
-      MPI_Irecv(rw(op.buf), op.bytes, MPI_BYTE, op.peer, 0, cc->data, &r[0]);
-    return wait_all(cc, r);
-  }));
+  enqueue_p2p(st, {op});
   return enqueued(c);
 }
 
@@ -159,9 +185,11 @@ ncclResult_t ncclGroupStart() {
 ncclResult_t ncclGroupEnd() {
   if (group.depth == 0) return nccl_error(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
   if (--group.depth > 0) return ncclSuccess;
-  for (auto& [st, fn] : group.colls) st->enqueue(std::move(fn));
+  // What every grouped operation follows is what was launched before the group: the group launches as one.
+  std::vector<LaunchSnapshot> snaps;
+  for (auto& [st, op] : group.colls) snaps.push_back(order_snapshot(op.comm));
+  for (std::size_t i = 0; i < group.colls.size(); ++i) group.colls[i].first->enqueue(launch(group.colls[i].second, snaps[i]));
   group.colls.clear();
-  // The grouped sends and receives of one stream progress together, as one fused NCCL kernel does.
   while (!group.p2p.empty()) {
     auto st = group.p2p.front().first;
     std::vector<P2P> ops;
@@ -173,15 +201,7 @@ ncclResult_t ncclGroupEnd() {
         ++it;
       }
     }
-    ncclComm_t c = ops.front().comm;
-    st->enqueue(wrap(c, [ops](ncclComm_t cc) {
-      std::vector<MPI_Request> r(ops.size());
-      for (std::size_t i = 0; i < ops.size(); ++i)
-        if (!ops[i].send) MPI_Irecv(rw(ops[i].buf), ops[i].bytes, MPI_BYTE, ops[i].peer, 0, ops[i].comm->data, &r[i]);
-      for (std::size_t i = 0; i < ops.size(); ++i)
-        if (ops[i].send) MPI_Isend(rw(ops[i].buf), ops[i].bytes, MPI_BYTE, ops[i].peer, 0, ops[i].comm->data, &r[i]);
-      return wait_all(cc, r);
-    }));
+    enqueue_p2p(st, std::move(ops));
   }
   ncclResult_t result = ncclSuccess;
   for (ncclComm_t c : group.comms)

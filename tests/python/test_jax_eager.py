@@ -161,3 +161,15 @@ def test_the_direct_route_is_available(mpi, sk):
     # jaxlib's importer and the trace probe were found: eager results do not fall back to jax.dlpack's Python layers.
     refs = sk._core._jax_hook_refs
     assert refs[5] is not None and refs[6] is not None
+
+
+def test_eager_nccl_launches_wait_for_the_compiled_programs_dispatched_before(mpi, sk, monkeypatch):
+    # The NCCL launch fence (collectives/launch_fence.hpp) is shardkit._jax's, and it waits for the dispatched programs
+    # with JAX's own barrier. The C++ side (the fence runs before an eager NCCL launch, never inside a compiled
+    # program, and fixes the launch order the simulated NCCL refuses) is tests/sim/jax_cuda_handler_test.cpp's.
+    mpi.allreduce(jnp.ones(1), op=MPI.SUM)  # shardkit._jax loaded
+    assert sk._core._nccl_launch_fence is sk._jax._wait_for_compiled
+    waited = []
+    monkeypatch.setattr(jax, "effects_barrier", lambda: waited.append(True))
+    sk._core._nccl_launch_fence()
+    assert waited == [True]

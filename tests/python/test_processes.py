@@ -142,6 +142,41 @@ def test_a_jitted_exchange_needs_only_the_ranks_it_names():
     assert sorted(re.findall(r"ok-\d", r.stdout)) == ["ok-0", "ok-1", "ok-2"]
 
 
+def test_mpi4pys_any_source_means_any_source_in_every_mode():
+    """mpi4py's ANY_SOURCE is the MPI library's (-1 in Open MPI, -2 in MPICH) and may differ from shardkit's: eager
+    and jitted receives both read it through the one bind step. Here mpi4py's is made to differ (set before
+    shardkit first reads it), as under MPICH; passed through unchanged, the jitted receive was refused as a source out
+    of range."""
+    pytest.importorskip("jax")
+    code = textwrap.dedent("""
+        from mpi4py import MPI
+        MPI.ANY_SOURCE = -7  # as another MPI library would have it; shardkit's stays -1
+        import numpy as np
+        import jax, jax.numpy as jnp
+        import shardkit as sk
+        assert sk.mpi.ANY_SOURCE != MPI.ANY_SOURCE
+        x = jnp.zeros(3)
+        for mode in ("eager", "jit"):
+            if sk.rank() == 1:
+                send = lambda v: sk.mpi.send(v, 0, tag=5)
+                if mode == "jit":
+                    send = jax.jit(send)
+                send(jnp.full(3, 7.0))
+            elif sk.rank() == 0:
+                recv = lambda v: sk.mpi.recv(v, MPI.ANY_SOURCE, tag=5)[0]
+                if mode == "jit":
+                    recv = jax.jit(recv)
+                y = recv(x)
+                assert np.array_equal(np.asarray(y), np.full(3, 7.0)), (mode, y)
+            sk.mpi.barrier()
+            print(f"ok-{mode}-{sk.rank()}", flush=True)
+    """)
+    r = mpirun(2, [sys.executable, "-c", code], timeout=120, SHARDKIT_TIMEOUT_S="20")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(re.findall(r"ok-\w+-\d", r.stdout)) == ["ok-eager-0", "ok-eager-1", "ok-jit-0",
+                                                                 "ok-jit-1"]
+
+
 def test_jax_overhead_benchmark_runs_and_checks_its_results():
     pytest.importorskip("jax")
     r = mpirun(2, [sys.executable, os.path.join(REPO, "examples/benchmarks/jax_overhead.py"), "--sizes", "8",

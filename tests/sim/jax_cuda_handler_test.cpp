@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <future>
+#include <thread>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,6 +20,7 @@
 #include "jax_comms.hpp"
 #include "mpi_test.hpp"
 #include "shardkit/collectives/communicator.hpp"
+#include "shardkit/collectives/launch_fence.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "xla/ffi/api/c_api.h"
 
@@ -201,6 +205,54 @@ TEST_F(XlaGpuHandler, ErrorsReachXlaWithTheirClass) {
                                        call_of(OpKind::kBcast, runtime().size() + 5));
   EXPECT_NE(err.find("shardkit.InvalidArgument"), std::string::npos) << err;
   EXPECT_NE(err.find("root"), std::string::npos) << err;
+}
+
+// A compiled program and an eager call of one rank launch on NCCL in program order, whatever their threads do: the
+// eager call runs the process's launch fence first, which the JAX layer makes wait for the programs dispatched
+// before (jax.effects_barrier; here, the stand-in XLA thread's call), and the program's own operations never run it
+// (it would wait for itself). The two run on different NCCL communicators of one device (the JAX layer's duplicate
+// and the caller's). Rank 0's program starts late and the other ranks' eager calls come late: without the fence the
+// ranks launch the two communicators' allreduces in different orders, which the simulated NCCL refuses (real NCCL
+// may hang); with the fence run inside the program, the fence times out below.
+TEST_F(XlaGpuHandler, EagerCallsLaunchAfterTheCompiledProgramsDispatchedBefore) {
+  const int r = runtime().rank(), n = runtime().size();
+  static const std::shared_ptr<Communicator> eager = Communicator::world({.name = "eager"});
+  const std::size_t len = 257;
+  void* x = device_from(rank_values(r, len));
+  void* out = device_empty(len);
+  stream_.synchronize();
+  const auto s = static_cast<std::int64_t>(len);
+  Array mine = Array::from_values<float>(rank_values(r, len)).to(Device::cuda(dev_));
+  eager->allreduce(mine, ReduceOp::kSum).token.wait();  // its NCCL communicator made (creation waits for all ranks)
+  ASSERT_EQ(call_handler(stream_.handle(), {token(), f32(x, s)}, {token(), f32(out, s)}, call_of(OpKind::kAllreduce)),
+            "");  // and the program's
+  std::promise<std::string> program;
+  std::shared_future<std::string> finished = program.get_future().share();
+  std::thread xla([&] {  // the program JAX dispatched: one shardkit allreduce on XLA's thread
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    program.set_value(call_handler(stream_.handle(), {token(), f32(x, s)}, {token(), f32(out, s)},
+                                   call_of(OpKind::kAllreduce)));
+  });
+  bool fence_ran = false;
+  set_nccl_launch_fence([&] {
+    fence_ran = true;
+    if (finished.wait_for(std::chrono::seconds(20)) != std::future_status::ready)
+      ADD_FAILURE() << "the fence waited for the program it runs in";
+  });
+  if (r != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Result sum = eager->allreduce(mine, ReduceOp::kSum);
+  const std::vector<float> eager_sum = sum.value.to_vector<float>();
+  set_nccl_launch_fence({});
+  xla.join();
+  EXPECT_EQ(finished.get(), "");
+  EXPECT_TRUE(fence_ran);
+  std::vector<float> want(len, 0.0f);
+  for (int q = 0; q < n; ++q) {
+    const std::vector<float> v = rank_values(q, len);
+    for (std::size_t i = 0; i < len; ++i) want[i] += v[i];
+  }
+  EXPECT_EQ(read_after(out, len), want);
+  EXPECT_EQ(eager_sum, want);
 }
 
 }  // namespace

@@ -12,7 +12,9 @@ program in program order: XLA neither reorders nor drops them, whether or not th
 trace the returned token is a JAX token. Eager calls on concrete arrays go back to the native path, which
 returns shardkit tokens: jax.Arrays on the CPU come in through the buffer protocol (others through DLPack), and results
 go back through jaxlib's DLPack importer without a copy, whatever token an eager call carries. Compiled programs run
-on a duplicate of each communicator (``_core._jax_comm_handle``), so XLA's threads never match eager calls.
+on a duplicate of each communicator (``_core._jax_comm_handle``), so XLA's threads never match eager calls; an eager
+call on device buffers first waits for the compiled programs dispatched before it (``_wait_for_compiled``), so that
+XLA's thread and the caller's launch on NCCL in the same order on every rank.
 
 Transformations follow mpi4jax 0.7: every operation batches under ``jax.vmap``; ``allreduce`` with ``op=SUM`` has a
 JVP and a transpose (the transpose of the sum over ranks is the identity on each rank, as mpi4jax defines it), and
@@ -344,6 +346,18 @@ def _translate(e):
 # Compiled programs and trace caches hold the functions traced, and through them meshes and communicators: let them go
 # while shardkit can still free communicators (before MPI_Finalize and nanobind's shutdown).
 atexit.register(jax.clear_caches)
+
+
+def _wait_for_compiled():
+    """What an eager call on device buffers runs before its NCCL launch (collectives/launch_fence.hpp): the compiled
+    programs dispatched before it run on XLA's thread, on the duplicate communicators' NCCL communicators, and two
+    threads launching on two NCCL communicators of one device in an order that differs between ranks may hang NCCL.
+    Waiting for them puts every rank's launches in program order."""
+    jax.effects_barrier()
+
+
+_core._set_nccl_launch_fence(_wait_for_compiled)
+atexit.register(_core._set_nccl_launch_fence, None)
 
 
 # shardkit._core's entry into this module, with what it reads of JAX without a Python call (shardkit._jax_compat finds

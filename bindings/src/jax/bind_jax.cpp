@@ -6,6 +6,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "../py_array.hpp"
 #include "../py_comm.hpp"
 #include "jax_layer.hpp"
+#include "shardkit/collectives/launch_fence.hpp"
 
 namespace shardkit::py {
 
@@ -210,7 +212,29 @@ bool jax_tracer(nb::handle x) {
   return g_hook.tracer_type && PyType_IsSubtype(Py_TYPE(x.ptr()), g_hook.tracer_type);
 }
 
+namespace {
+// shardkit._jax's wait for the compiled programs dispatched so far (the module holds the reference), run by the
+// eager calls that launch on NCCL (launch_fence.hpp), from a thread that may not hold the GIL.
+PyObject* g_fence = nullptr;
+
+void run_python_fence() {
+  nb::gil_scoped_acquire gil;
+  if (!g_fence) return;
+  PyObject* r = PyObject_CallNoArgs(g_fence);
+  if (!r) throw nb::python_error();
+  Py_DECREF(r);
+}
+}  // namespace
+
 void register_jax(nb::module_& m) {
+  m.def("_set_nccl_launch_fence", [m](nb::object fn) {
+    m.attr("_nccl_launch_fence") = fn;
+    g_fence = fn.is_none() ? nullptr : fn.ptr();
+    set_nccl_launch_fence(fn.is_none() ? std::function<void()>() : run_python_fence);
+  }, nb::arg("fn").none(),
+     "Sets what an eager call on device buffers runs before its NCCL launch (None: nothing): shardkit._jax waits for "
+     "the compiled programs dispatched before, so that every rank launches on NCCL in program order.");
+  m.attr("_nccl_launch_fence") = nb::none();
   m.def("_jax_comm_handle", [](nb::handle comm) { return register_comm(comm_from(comm)); }, nb::arg("comm").none(),
         "The integer handle compiled programs use for a communicator: a duplicate made at the first registration "
         "(collective), kept until shutdown.");

@@ -8,7 +8,8 @@
 // XLA:GPU (shardkit_collective_cuda, CUDA builds) passes the stream its program runs on: the operation starts after
 // the work already on that stream (an event recorded there is its `after` token), and the stream's later work waits
 // for it on the device (the token's order_stream). The host never synchronises, and NCCL runs on the communicator's
-// own stream as for any other device operation.
+// own stream as for any other device operation. Both mark their thread as a compiled program's (CompiledProgramScope):
+// the eager calls' NCCL launch fence, which waits for compiled programs, is not run there.
 
 #include <mpi.h>
 
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "jax_comms.hpp"
+#include "shardkit/collectives/launch_fence.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "xla/ffi/api/ffi.h"
@@ -161,6 +163,7 @@ DType result_dtype(ffi::RemainingRets& rets) {
 }
 
 ffi::Error collective_cpu(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Span<const std::int64_t> call) {
+  CompiledProgramScope compiled;
   try {
     const Attrs at = read_call(call);
     RecvStatus status;
@@ -176,6 +179,7 @@ ffi::Error collective_cpu(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi:
 #if SHARDKIT_HAVE_CUDA
 ffi::Error collective_cuda(StreamHandle stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
                            ffi::Span<const std::int64_t> call) {
+  CompiledProgramScope compiled;  // the eager calls' NCCL launch fence waits for this program: not run here
   try {
     const Attrs at = read_call(call);
     // The device of the program's buffers (barrier has none: the calling thread's, which XLA sets).
