@@ -20,6 +20,9 @@ if(_mpiexec_version MATCHES "Open MPI|OpenRTE")
     list(APPEND SHARDKIT_MPIEXEC_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
   endif()
 endif()
+# Flight-recorder dumps of the tests that fail on purpose go to the build tree, and the rank ending such a job waits
+# briefly for the others' (tests that check the dumps set their own wait).
+list(APPEND SHARDKIT_MPIEXEC_ENV SHARDKIT_DUMP_DIR=${PROJECT_BINARY_DIR}/test-dumps SHARDKIT_DUMP_WAIT_S=0.5)
 set(SHARDKIT_TEST_TIMEOUT_S 60 CACHE STRING "SHARDKIT_TIMEOUT_S given to MPI tests")
 
 # GPU tests (label gpu): 1-2 ranks on a real GPU machine; 1-4 on the simulated GPU, whose reductions run on host

@@ -62,6 +62,7 @@ void register_runtime(nb::module_& m) {
   m.def("nccl_built", [] { return SHARDKIT_HAVE_NCCL != 0; });
   m.def("abort_at_exit_reason", [] { return abort_at_exit_reason(); });
   m.def("abort", [](int code, const std::string& reason) {
+    run_before_abort(reason);
     std::fprintf(stderr, "shardkit: rank %d: ending the job (MPI_Abort): %s\n", g_runtime ? g_runtime->rank() : -1,
                  reason.c_str());
     std::fflush(stderr);

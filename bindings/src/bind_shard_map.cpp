@@ -82,6 +82,7 @@ void refuse_axis_index_groups(nb::handle groups, const char* op) {
 // ShardContext collectives on Python arrays: the result comes back in the input's framework.
 template <typename F>
 nb::object ctx_op(nb::handle x, F&& f) {
+  note_call_site();
   Framework fw;
   Array a = array_from_py(x, &fw);
   std::optional<Array> out;
@@ -98,6 +99,7 @@ nb::object ctx_op(nb::handle x, F&& f) {
 // which converts it; the one attribute read that tells is the per-call cost of the others.
 nb::object reduce_op(ShardContext& c, nb::handle x, nb::handle axes, AxisOp what, ReduceOp op) {
   const Axes a = axes_from(axes);
+  note_call_site();
   if (is_python_scalar(x)) return scalar_op(c, x, a, op);
   static const nb::object bool_dtype = nb::module_::import_("numpy").attr("dtype")("bool");
   if (nb::object dt = nb::getattr(x, "dtype", nb::none()); !dt.is_none() && dt.equal(bool_dtype))

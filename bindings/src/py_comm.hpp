@@ -68,6 +68,8 @@ BoundCall bind_call(OpKind op, const FastArgs& a);
 /// Runs one call of `op` from Python (either view, the communicator given) and returns its result as the view
 /// promises: (result, token), or a token for send and barrier. JAX values were handed to shardkit._jax before.
 nb::object call_op(OpKind op, const FastArgs& a, Communicator& c);
+/// Sets the calling thread's call site (flight recorder) to the innermost Python frame outside the shardkit package.
+void note_call_site();
 
 /// The value form of `op` on the Python array `x` (any framework): `args` gives everything but the buffers, `token` is
 /// the one to start after and becomes the operation's. A host NumPy input gets a NumPy result allocated here and filled

@@ -154,6 +154,7 @@ BoundCall bind_call(OpKind op, const FastArgs& a) {
 
 // The body of every operation, for either view (JAX values were handed to shardkit._jax before it).
 nb::object call_op(OpKind op, const FastArgs& a, Communicator& c) {
+  note_call_site();
   BoundCall b = bind_call(op, a);
   OpArgs& args = b.args;
   Token token = token_of(b.token);

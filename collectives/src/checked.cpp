@@ -8,10 +8,19 @@
 #include <string>
 #include <vector>
 
+#include "flight_recorder.hpp"
 #include "mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
 
 namespace shardkit::detail {
+
+namespace {
+// Each rank that finds the disagreement writes its flight records before raising (the analyzer reads them).
+[[noreturn]] void raise_mismatch(std::string what) {
+  dump_flight_records("MismatchError: " + what);
+  throw MismatchError(std::move(what));
+}
+}  // namespace
 namespace {
 
 constexpr int kSignatureTag = 7002;
@@ -148,7 +157,7 @@ void check_signatures(MpiCommHandle control, const Signature& mine, const OpCont
   }
   if (differing) {
     // Name the operation each rank called when they differ; otherwise the one they share.
-    throw MismatchError(concat("ranks disagree on ", ctx.describe(), ": ", diff.str(),
+    raise_mismatch(concat("ranks disagree on ", ctx.describe(), ": ", diff.str(),
                                ". Nothing was sent; the communicator is still usable."));
   }
 }
@@ -180,7 +189,7 @@ void check_alltoallv_counts(MpiCommHandle control, std::span<const std::int64_t>
   for (int p = 0; p < size; ++p)
     if (flags[p]) bad.push_back(p);
   if (!bad.empty())
-    throw MismatchError(concat("ranks disagree on the counts of ", ctx.describe(), ": rank(s) ",
+    raise_mismatch(concat("ranks disagree on the counts of ", ctx.describe(), ": rank(s) ",
                                rank_list(bad), " expect other counts than their peers send",
                                local.empty() ? "" : " (", local, local.empty() ? "" : ")",
                                ". Nothing was sent; the communicator is still usable."));

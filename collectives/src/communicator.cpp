@@ -132,6 +132,19 @@ std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, C
     if (flag && value) m->tag_ub = *static_cast<int*>(value);
   }
   m->device = device;
+  {
+    // The flight recorder names the members by world rank, so that the analyzer can match communicators across ranks.
+    std::vector<int> mine(static_cast<std::size_t>(m->size)), world(mine.size(), -1);
+    for (int i = 0; i < m->size; ++i) mine[i] = i;
+    MPI_Group g, w;
+    SHARDKIT_MPI_CHECK(MPI_Comm_group(c, &g));
+    SHARDKIT_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &w));
+    SHARDKIT_MPI_CHECK(MPI_Group_translate_ranks(g, m->size, mine.data(), w, world.data()));
+    MPI_Group_free(&g);
+    MPI_Group_free(&w);
+    m->recorder = std::make_unique<FlightRecorder>(m->options.name, m->rank, m->size, std::move(world),
+                                                   Config::get().trace_buffer);
+  }
   if (!m->owned.is_null()) m->control();  // owned communicators are made collectively anyway: set up now
   if (eager_nccl && nccl_built()) {
     m->decide_nccl();

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "flight_recorder.hpp"
 #include "shardkit/collectives/communicator.hpp"
 #include "shardkit/launch/mpi.hpp"
 
@@ -37,6 +38,7 @@ struct CommunicatorImpl {
   int tag_ub = 32767;
   // The last operation of each backend: switching backend waits for the other one (rule 3 across backends).
   Token last_mpi, last_nccl;
+  std::unique_ptr<FlightRecorder> recorder;  // this communicator's recent operations (flight_recorder.hpp)
 
   /// The control communicator, created (collectively, under the timeout) on first use.
   MpiCommHandle control();

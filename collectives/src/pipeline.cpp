@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <numeric>
+#include <utility>
 #include <optional>
 
 #include "checked.hpp"
@@ -134,6 +135,18 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
   ctx.async = options.async;
 
+  // The flight recorder's slot: failed unless the operation returns.
+  const Array* first = send ? send : recv;
+  const int peer = spec.rooted ? a.root : op == OpKind::kRecv ? a.source : (op == OpKind::kSend || op == OpKind::kSendrecv) ? a.dest : -1;
+  struct Recorded {
+    FlightRecorder* r;
+    FlightEntry* e;
+    ~Recorded() {
+      if (e) r->fail(e);
+    }
+  } rec{recorder.get(), recorder->start(op, spec.collective ? static_cast<std::int64_t>(ctx.seq) : -1,
+                                        first ? first->dtype() : DType::kUInt8, first ? first->numel() : -1, peer,
+                                        b.kind())};
   if (spec.collective && options.check) {
     Signature s = spec.signature(a);
     s.seq = ctx.seq;
@@ -170,6 +183,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   if (out) t = out->finish(std::move(t));
   Token& last = b.kind() == BackendKind::kNccl ? last_nccl : last_mpi;
   if (t.waitable() || last.waitable()) last = t;  // a complete token replacing a complete one: nothing to do
+  recorder->finish(std::exchange(rec.e, nullptr), t);
   return t;
 }
 

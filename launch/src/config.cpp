@@ -52,6 +52,14 @@ Config Config::from_env() {
   }
   if (auto v = env("SHARDKIT_CHECK")) c.check = parse_bool("SHARDKIT_CHECK", *v);
   if (auto v = env("SHARDKIT_VERBOSE")) c.verbose = parse_bool("SHARDKIT_VERBOSE", *v);
+  if (auto v = env("SHARDKIT_TRACE_BUFFER")) {
+    const std::string s(*v);
+    char* end = nullptr;
+    const long long n = std::strtoll(s.c_str(), &end, 10);
+    if (end == s.c_str() || *end != '\0' || n < 0 || n > (1LL << 24))
+      throw InvalidArgument("SHARDKIT_TRACE_BUFFER='" + s + "': expected a number of operations from 0 to 16777216");
+    c.trace_buffer = static_cast<std::size_t>(n);
+  }
   if (auto v = env("SHARDKIT_TIMEOUT_S")) {
     const std::string s(*v);
     char* end = nullptr;

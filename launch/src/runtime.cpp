@@ -50,6 +50,22 @@ void request_abort_at_exit(const std::string& reason) {
   if (g_abort_reason.empty()) g_abort_reason = reason.empty() ? "unspecified" : reason;
 }
 
+namespace {
+std::atomic<void (*)(const std::string&)> g_before_abort{nullptr};
+}  // namespace
+
+void set_before_abort(void (*fn)(const std::string& reason)) { g_before_abort.store(fn); }
+
+void run_before_abort(const std::string& reason) noexcept {
+  static std::atomic<bool> ran{false};
+  if (auto* fn = g_before_abort.load(); fn && !ran.exchange(true)) {
+    try {
+      fn(reason);
+    } catch (...) {
+    }
+  }
+}
+
 std::string abort_at_exit_reason() {
   std::lock_guard<std::mutex> lock(g_abort_mu);
   return g_abort_reason;
@@ -135,6 +151,7 @@ Runtime::Runtime(int* argc, char*** argv, RuntimeOptions options) {
 
 Runtime::~Runtime() {
   if (const std::string reason = abort_at_exit_reason(); !reason.empty() && !mpi_finalized()) {
+    run_before_abort(reason);
     std::fprintf(stderr, "shardkit: rank %d: ending the job (MPI_Abort): %s\n", rank_, reason.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);

@@ -217,3 +217,58 @@ def test_a_skipped_collective_times_out_and_ends_the_job():
     assert "ending the job" in out
     assert r.returncode != 0
     assert took < 60
+
+
+SKIPPER = textwrap.dedent("""
+    import numpy as np
+    import shardkit as sk
+    from mpi4py import MPI
+    x = np.ones(4)
+    sk.mpi.allreduce(x, op=MPI.SUM)
+    sk.mpi.bcast(x, 0)
+    if sk.rank() != sk.size() - 1:
+        sk.mpi.allreduce(x, op=MPI.SUM)  # line 9: the last rank never comes
+    else:
+        sk.mpi.recv(x, 0, tag=99)  # line 11: waits for a message nobody sends
+""")
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4])
+def test_a_skipped_collective_is_named_by_the_analyzer(tmp_path, np_):
+    """Every rank times out and writes its flight records (the first to end the job waits for the others' dumps);
+    shardkit-trace names the collective where the ranks parted, who is where, and the call sites."""
+    script = tmp_path / "skipper.py"
+    script.write_text(SKIPPER)
+    dumps = tmp_path / "dumps"
+    r = mpirun(np_, [sys.executable, str(script)], timeout=120, SHARDKIT_TIMEOUT_S="2", SHARDKIT_DUMP_DIR=str(dumps),
+               SHARDKIT_DUMP_WAIT_S="10")
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert sorted(p.name for p in dumps.iterdir()) == [f"rank{k}.json" for k in range(np_)], r.stderr
+    a = python(f"import sys, shardkit.trace as t; sys.exit(t.main(['analyze', {str(dumps)!r}]))")
+    assert a.returncode == 1, a.stdout + a.stderr
+    last, at = np_ - 1, re.escape(str(script))
+    others = "rank 0" if np_ == 2 else "ranks " + ", ".join(map(str, range(last)))
+    assert re.search(r"communicator 'world' \(ranks 0, [0-9, ]+\): the ranks part at collective #3:", a.stdout), a.stdout
+    assert re.search(rf"\n  {others}: allreduce #3 \(4 x float64\) at {at}:9 \(failed\)", a.stdout), a.stdout
+    assert re.search(rf"\n  rank {last}: never entered it; its last collective here: bcast #2 \(4 x float64\) "
+                     rf"peer/root 0 at {at}:7 \(completed\); its last operation: recv \(4 x float64\) peer/root 0 "
+                     rf"at {at}:11 \(failed\)", a.stdout), a.stdout
+
+
+def test_a_mismatch_in_checked_mode_is_named_by_the_analyzer(tmp_path):
+    code = textwrap.dedent("""
+        import numpy as np
+        import shardkit as sk
+        from mpi4py import MPI
+        sk.mpi.allreduce(np.ones(3 + sk.rank()), op=MPI.SUM)
+    """)
+    dumps = tmp_path / "dumps"
+    r = mpirun(2, [sys.executable, "-c", code], timeout=120, SHARDKIT_CHECK="1", SHARDKIT_DUMP_DIR=str(dumps))
+    assert r.returncode != 0 and "MismatchError" in r.stderr, r.stdout + r.stderr
+    a = python(f"import sys, shardkit.trace as t; sys.exit(t.main(['analyze', {str(dumps)!r}]))")
+    assert a.returncode == 1, a.stdout + a.stderr
+    assert "rank 0 (" in a.stdout and "MismatchError: ranks disagree" in a.stdout, a.stdout
+    assert re.search(r"  rank 0: allreduce #\d+ \(3 x float64\) at <string>:5", a.stdout), a.stdout
+    assert re.search(r"  rank 1: allreduce #\d+ \(4 x float64\) at <string>:5", a.stdout), a.stdout
+    assert "their arguments differ (count)" in a.stdout, a.stdout
+

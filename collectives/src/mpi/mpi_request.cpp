@@ -5,6 +5,7 @@
 #include <mutex>
 #include <thread>
 
+#include "flight_recorder.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/mpi.hpp"
 #include "shardkit/launch/runtime.hpp"
@@ -45,7 +46,7 @@ void raise_timeout(const OpContext& ctx, AbortState& abort, const std::string& d
   abort.reason = concat(ctx.describe(), " timed out after ", ctx.timeout.count() / 1000.0, " s");
   // The job cannot continue safely on this communicator: ask the Runtime to end the job at exit instead of
   // finalising (which could hang on the operation left in flight).
-  request_abort_at_exit(abort.reason);
+  end_job_at_exit(abort.reason);
   throw TimeoutError(concat(ctx.describe(), " did not complete within ", ctx.timeout.count() / 1000.0,
                             " s", detail.empty() ? "" : ": ", detail,
                             ". The communicator is aborted; the job will end at exit."));

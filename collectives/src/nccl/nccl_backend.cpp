@@ -21,6 +21,7 @@
 
 #include "nccl_caps.hpp"
 #include "nccl_state.hpp"
+#include "flight_recorder.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "shardkit/core/kernels.hpp"
 #include "shardkit/launch/mpi.hpp"
@@ -256,7 +257,7 @@ class NcclBackend final : public Backend {
         const std::string why = concat(ctx.describe(), " did not complete within ", ctx.timeout.count() / 1000.0,
                                        " s: NCCL was still enqueueing it (ncclInProgress)");
         state_->abort_once(why);
-        request_abort_at_exit(why);
+        end_job_at_exit(why);
         throw TimeoutError(why + "; the NCCL communicator was aborted and the job will end at exit");
       }
       if (spin > 100) std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -307,7 +308,7 @@ void await_created(NcclState& state, std::chrono::milliseconds timeout, const ch
     }
     if (Clock::now() >= deadline) {
       state.abort_once(concat(what, " timed out"));
-      request_abort_at_exit(state.abort->reason);
+      end_job_at_exit(state.abort->reason);
       throw TimeoutError(concat(what, " did not complete within ", timeout.count() / 1000.0,
                                 " s (a rank did not join, or NCCL's bootstrap is blocked); the NCCL communicator was "
                                 "aborted"));

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "flight_recorder.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "shardkit/launch/runtime.hpp"
 
@@ -31,7 +32,7 @@ void NcclState::close() noexcept {
                                      " s when its communicator was destroyed (a rank did not take part)");
       std::fprintf(stderr, "shardkit: warning: %s; the NCCL communicator was aborted\n", why.c_str());
       abort_once(why);
-      request_abort_at_exit(why);
+      end_job_at_exit(why);
       return;
     }
     if (spin > 100) std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -115,7 +116,7 @@ void NcclEvent::wait() {
     if (poll()) return;
     if (ctx_.has_deadline() && Clock::now() >= ctx_.deadline) {
       state_->abort_once(ctx_.describe() + " timed out");
-      request_abort_at_exit(state_->abort->reason);
+      end_job_at_exit(state_->abort->reason);
       throw TimeoutError(concat(ctx_.describe(), " did not complete within ",
                                 ctx_.timeout.count() / 1000.0, " s; the NCCL communicator was aborted"));
     }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <string>
 
 namespace shardkit {
@@ -24,6 +25,8 @@ struct Config {
   std::chrono::milliseconds timeout{0};
   /// SHARDKIT_VERBOSE = 1: log communicator creation and backend choices to stderr.
   bool verbose = false;
+  /// SHARDKIT_TRACE_BUFFER: operations each communicator's flight recorder keeps (0: none).
+  std::size_t trace_buffer = 2000;
 
   /// Parses the variables above. @throws InvalidArgument on a malformed value.
   static Config from_env();

@@ -19,6 +19,10 @@ const char* thread_level_name(ThreadLevel level) noexcept;
 void request_abort_at_exit(const std::string& reason);
 /// The reason given to request_abort_at_exit ("" when none).
 std::string abort_at_exit_reason();
+/// What runs just before shardkit ends the job with MPI_Abort (the flight recorder: its dumps, and a short wait for
+/// the other ranks'); set once by the collectives layer. run_before_abort runs it (at most once; never throws).
+void set_before_abort(void (*fn)(const std::string& reason));
+void run_before_abort(const std::string& reason) noexcept;
 
 /// Options of the Runtime.
 struct RuntimeOptions {

@@ -1,0 +1,148 @@
+"""shardkit-trace: reads the flight recorder's dumps (SHARDKIT_DUMP_DIR/rank<R>.json, written on a timeout, a mismatch
+or an abort) and says where the ranks of a job parted: the first operation of a communicator the ranks did not all
+enter, or entered with different arguments, which ranks are where, and each one's last call site.
+
+    shardkit-trace analyze DIR        (also: python -m shardkit.trace analyze DIR)
+
+Exit status: 0 when the dumps show nothing wrong, 1 when they show a problem, 2 when there is nothing to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+from typing import Any
+
+__all__ = ["load", "analyze", "main"]
+
+_FIELDS = ("op", "dtype", "count", "peer")  # what must agree between the ranks of one collective
+
+
+def load(directory: str) -> dict[int, dict[str, Any]]:
+    """Every rank's dump in `directory`, by world rank."""
+    dumps = {}
+    for path in sorted(glob.glob(os.path.join(directory, "rank*.json"))):
+        with open(path) as f:
+            d = json.load(f)
+        dumps[int(d["rank"])] = d
+    return dumps
+
+
+def _where(op: dict[str, Any] | None) -> str:
+    return f" at {op['site']}" if op and op.get("site") else ""
+
+
+def _describe(op: dict[str, Any]) -> str:
+    what = f"{op['op']} #{op['seq']}" if op["seq"] >= 0 else op["op"]
+    if op.get("dtype"):
+        what += f" ({op['count']} x {op['dtype']})"
+    if op["peer"] >= 0:
+        what += f" peer/root {op['peer']}"
+    return what
+
+
+def _ranks(rs) -> str:
+    rs = sorted(rs)
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
+
+
+def _communicators(dumps):
+    """(name, world ranks) -> {world rank: that rank's record of the communicator}."""
+    comms: dict[tuple[str, tuple[int, ...]], dict[int, dict[str, Any]]] = {}
+    for rank, d in dumps.items():
+        for c in d["communicators"]:
+            comms.setdefault((c["name"], tuple(c["world_ranks"])), {})[rank] = c
+    return comms
+
+
+def _diverge(name: str, members: tuple[int, ...], by_rank: dict[int, dict[str, Any]], now_us: int) -> list[str]:
+    """The first collective of one communicator where its dumped ranks part, in a few lines ([] when none)."""
+    colls = {r: {op["seq"]: op for op in c["ops"] if op["seq"] >= 0} for r, c in by_rank.items()}
+    if not any(colls.values()):
+        return []
+    # Only where every ring still reaches back (a ring drops its oldest operations).
+    first = max((min(ops) for ops in colls.values() if ops), default=0)
+    last = max(max(ops) for ops in colls.values() if ops)
+    for seq in range(first, last + 1):
+        have = {r: ops[seq] for r, ops in colls.items() if seq in ops}
+        kinds: dict[tuple, list[int]] = {}
+        for r, op in have.items():
+            kinds.setdefault(tuple(op.get(f) for f in _FIELDS), []).append(r)
+        missing = [r for r in colls if r not in have]
+        if len(kinds) <= 1 and not missing:
+            continue
+        lines = [f"communicator '{name}' ({_ranks(members)}): the ranks part at collective #{seq}:"]
+        for rs in sorted(kinds.values()):
+            op = have[rs[0]]
+            since = ""
+            if op["state"] == "started":
+                since = f", waiting for {(now_us - op['start_us']) / 1e6:.1f} s"
+            lines.append(f"  {_ranks(rs)}: {_describe(op)}{_where(op)} ({op['state']}{since})")
+        for r in missing:
+            before = [op for s, op in colls[r].items() if s < seq]
+            prev = max(before, key=lambda o: o["seq"]) if before else None
+            last_op = max(by_rank[r]["ops"], key=lambda o: o["id"]) if by_rank[r]["ops"] else None
+            text = f"  {_ranks([r])}: never entered it"
+            if prev:
+                text += f"; its last collective here: {_describe(prev)}{_where(prev)} ({prev['state']})"
+            if last_op and last_op is not prev:
+                text += f"; its last operation: {_describe(last_op)}{_where(last_op)} ({last_op['state']})"
+            lines.append(text)
+        if len(kinds) > 1:
+            lines.append("  their arguments differ (" + ", ".join(
+                f for f in _FIELDS if len({have[rs[0]].get(f) for rs in kinds.values()}) > 1) + ")")
+        return lines
+    return []
+
+
+def _pending_p2p(by_rank, name) -> list[str]:
+    lines = []
+    for r, c in sorted(by_rank.items()):
+        for op in c["ops"]:
+            if op["seq"] < 0 and op["state"] == "started":
+                lines.append(f"communicator '{name}': rank {r} waits in {_describe(op)}{_where(op)}")
+    return lines
+
+
+def analyze(dumps: dict[int, dict[str, Any]]) -> tuple[list[str], bool]:
+    """The verdict as lines, and whether it found a problem."""
+    if not dumps:
+        return ["no dumps"], True
+    world = sorted({w for d in dumps.values() for c in d["communicators"] for w in c["world_ranks"]} | set(dumps))
+    now_us = max(d["time_us"] for d in dumps.values())
+    lines = []
+    for r in sorted(dumps):
+        lines.append(f"rank {r} ({dumps[r]['host']}, pid {dumps[r]['pid']}): {dumps[r]['reason']}")
+    silent = [r for r in world if r not in dumps]
+    if silent:
+        lines.append(f"{_ranks(silent)} wrote no dump (killed, stopped, or busy outside shardkit)")
+    found = bool(silent)
+    for (name, members), by_rank in sorted(_communicators(dumps).items()):
+        for text in _diverge(name, members, by_rank, now_us) + _pending_p2p(by_rank, name):
+            lines.append(text)
+            found = True
+    if not found:
+        lines.append("the dumps show no rank behind the others and no operation left waiting")
+    return lines, found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="shardkit-trace", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("analyze", help="say where the ranks parted, from a dump directory")
+    a.add_argument("dir", help="the dump directory (SHARDKIT_DUMP_DIR)")
+    args = parser.parse_args(argv)
+    dumps = load(args.dir)
+    if not dumps:
+        print(f"shardkit-trace: no rank*.json in {args.dir}", file=sys.stderr)
+        return 2
+    lines, found = analyze(dumps)
+    print("\n".join(lines))
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+// The flight recorder (flight_recorder.hpp): rings per communicator, the process's registry of them, and the dump.
+
+#include "flight_recorder.hpp"
+
+#include <mpi.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "shardkit/core/error.hpp"
+#include "shardkit/launch/runtime.hpp"
+
+namespace shardkit::detail {
+namespace {
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Every live recorder, for the dump (they unregister when their communicator goes).
+std::mutex registry_mu;
+std::vector<FlightRecorder*>& registry() {
+  static auto* r = new std::vector<FlightRecorder*>();  // never freed: a dump may run during static destruction
+  return *r;
+}
+
+const char* state_name(OpState s) {
+  switch (s) {
+    case OpState::kStarted: return "started";
+    case OpState::kCompleted: return "completed";
+    case OpState::kFailed: return "failed";
+  }
+  return "?";
+}
+
+void json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      out += b;
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+// Before the job ends (MPI_Abort): this rank's dump, then up to SHARDKIT_DUMP_WAIT_S (default 2 s) for the other
+// ranks' to appear, since ending the job kills ranks that are about to write theirs (ranks waiting in the same
+// operation time out moments apart).
+void before_abort(const std::string& reason) {
+  dump_flight_records(reason);
+  const char* v = std::getenv("SHARDKIT_DUMP_WAIT_S");
+  const double wait_s = v && *v ? std::atof(v) : 2.0;
+  int size = 1, init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::string dir = flight_dump_dir();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(wait_s * 1000));
+  for (int k = 0; k < size;) {
+    struct stat st;
+    if (::stat(concat(dir, "/rank", k, ".json").c_str(), &st) == 0) {
+      ++k;
+    } else if (std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } else {
+      break;
+    }
+  }
+}
+
+int world_rank() {
+  int init = 0, fin = 0, r = -1;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+}  // namespace
+}  // namespace shardkit::detail
+
+namespace shardkit {
+CallSite& current_call_site() noexcept {
+  thread_local CallSite site;
+  return site;
+}
+}  // namespace shardkit
+
+namespace shardkit::detail {
+
+FlightRecorder::FlightRecorder(std::string name, int rank, int size, std::vector<int> world_ranks,
+                               std::size_t capacity)
+    : name_(std::move(name)), rank_(rank), size_(size), world_(std::move(world_ranks)), ring_(capacity) {
+  if (capacity) set_before_abort(&before_abort);
+  std::lock_guard lock(registry_mu);
+  registry().push_back(this);
+}
+
+FlightRecorder::~FlightRecorder() {
+  std::lock_guard lock(registry_mu);
+  auto& r = registry();
+  r.erase(std::remove(r.begin(), r.end(), this), r.end());
+}
+
+void FlightRecorder::lock() noexcept {
+  while (busy_.test_and_set(std::memory_order_acquire)) std::this_thread::yield();
+}
+
+FlightEntry* FlightRecorder::start(OpKind op, std::int64_t seq, DType dtype, std::int64_t count, int peer,
+                                   BackendKind backend) {
+  if (ring_.empty()) return nullptr;
+  lock();
+  FlightEntry& e = ring_[next_ % ring_.size()];
+  e.id = next_++;
+  e.seq = seq;
+  e.op = op;
+  e.dtype = dtype;
+  e.count = count;
+  e.peer = peer;
+  e.backend = backend;
+  e.state = OpState::kStarted;
+  e.start_us = now_us();
+  e.end_us = 0;
+  e.site = current_call_site();
+  e.pending.reset();
+  unlock();
+  return &e;
+}
+
+void FlightRecorder::finish(FlightEntry* e, const Token& t) {
+  if (!e) return;
+  std::shared_ptr<Waitable> w = t.waitable();
+  lock();
+  if (w)
+    e->pending = std::move(w);
+  else
+    e->state = OpState::kCompleted;  // no second clock read: its cost would double the recorder's
+  unlock();
+}
+
+void FlightRecorder::fail(FlightEntry* e) {
+  if (!e) return;
+  lock();
+  e->state = OpState::kFailed;
+  e->end_us = now_us();
+  unlock();
+}
+
+std::string FlightRecorder::json() {
+  std::string out = "{\"name\": ";
+  json_string(out, name_);
+  out += concat(", \"rank\": ", rank_, ", \"size\": ", size_, ", \"world_ranks\": [");
+  for (std::size_t i = 0; i < world_.size(); ++i) out += concat(i ? ", " : "", world_[i]);
+  out += "], \"capacity\": " + std::to_string(ring_.size()) + ", \"ops\": [";
+  // A copy, taken under the lock; pending tokens are asked outside it (asking may raise, or run a dump itself).
+  std::vector<FlightEntry> ops;
+  lock();
+  const std::uint64_t n = std::min<std::uint64_t>(next_, ring_.size());
+  ops.reserve(n);
+  for (std::uint64_t k = 0; k < n; ++k) ops.push_back(ring_[(next_ - n + k) % ring_.size()]);
+  unlock();
+  for (std::uint64_t k = 0; k < n; ++k) {
+    FlightEntry& e = ops[k];
+    if (e.state == OpState::kStarted && e.pending) {
+      try {
+        if (e.pending->is_complete()) e.state = OpState::kCompleted;
+      } catch (...) {
+        e.state = OpState::kFailed;  // its token holds the operation's error
+      }
+    }
+    out += concat(k ? ",\n    " : "\n    ", "{\"id\": ", e.id, ", \"seq\": ", e.seq, ", \"op\": \"", op_name(e.op),
+                  "\", \"dtype\": ", e.count < 0 ? "null" : concat("\"", dtype_name(e.dtype), "\""),
+                  ", \"count\": ", e.count, ", \"peer\": ", e.peer,
+                  ", \"backend\": \"", backend_name(e.backend), "\", \"state\": \"", state_name(e.state),
+                  "\", \"start_us\": ", e.start_us, ", \"end_us\": ", e.end_us, ", \"site\": ");
+    if (e.site.file) {
+      json_string(out, concat(e.site.file, ":", e.site.line));
+    } else {
+      out += "null";
+    }
+    out += "}";
+  }
+  out += "]}";
+  return out;
+}
+
+std::string flight_dump_dir() {
+  if (const char* d = std::getenv("SHARDKIT_DUMP_DIR"); d && *d) return d;
+  for (const char* v : {"SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"})
+    if (const char* id = std::getenv(v); id && *id) {
+      std::string s = id;
+      std::replace_if(s.begin(), s.end(), [](char c) { return c == '/' || c == ' ' || c == '@'; }, '_');
+      return "shardkit-dump-" + s;
+    }
+  return "shardkit-dump";
+}
+
+std::string dump_flight_records(const std::string& reason) noexcept {
+  thread_local bool dumping = false;  // a token asked while dumping may time out and ask for a dump itself
+  if (dumping) return "";
+  dumping = true;
+  struct Done {
+    ~Done() { dumping = false; }
+  } done;
+  try {
+    static std::mutex mu;
+    static std::set<std::string> written;
+    static std::string first;  // the reason a dump names: the first, then what came after it
+    std::lock_guard once(mu);
+    if (!written.insert(reason).second) return "";
+    if (first.empty()) first = reason;
+    const std::string why = first == reason ? first : concat(first, " (then: ", reason, ")");
+    std::string body;
+    {
+      std::lock_guard lock(registry_mu);
+      for (FlightRecorder* r : registry())
+        if (r->capacity()) body += (body.empty() ? "\n  " : ",\n  ") + r->json();
+    }
+    const int rank = world_rank();
+    const std::string dir = flight_dump_dir();
+    ::mkdir(dir.c_str(), 0777);  // exists already on the other ranks' hosts: fine
+    const std::string path = concat(dir, "/rank", rank, ".json");
+    const std::string tmp = path + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) return "";
+    std::string head = concat("{\"rank\": ", rank, ", \"pid\": ", ::getpid(), ", \"time_us\": ", now_us(),
+                              ", \"reason\": ");
+    json_string(head, why);
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    head += ", \"host\": ";
+    json_string(head, host);
+    head += ", \"communicators\": [" + body + "]}\n";
+    std::fwrite(head.data(), 1, head.size(), f);
+    std::fclose(f);
+    std::rename(tmp.c_str(), path.c_str());
+    std::fprintf(stderr, "shardkit: rank %d: flight recorder written to %s (shardkit-trace analyze %s)\n", rank,
+                 path.c_str(), dir.c_str());
+    return path;
+  } catch (...) {
+    return "";
+  }
+}
+
+void end_job_at_exit(const std::string& reason) {
+  dump_flight_records(reason);
+  request_abort_at_exit(reason);
+}
+
+}  // namespace shardkit::detail

@@ -1,0 +1,78 @@
+#pragma once
+
+// The flight recorder: every communicator keeps a ring of its last operations (SHARDKIT_TRACE_BUFFER of them, 0: off)
+// with what identifies each across ranks (collective sequence number, operation, dtype, count, root or peer), its
+// backend, its state and when it started, and where it was called from (the Python binding sets the call site). On a
+// timeout, a mismatch or an abort each rank writes the rings of all its communicators as JSON to SHARDKIT_DUMP_DIR
+// (rank<R>.json), which `shardkit-trace analyze` reads. Recording costs a slot write and a clock read.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardkit/collectives/call_site.hpp"
+#include "shardkit/collectives/ops.hpp"
+#include "shardkit/collectives/token.hpp"
+#include "shardkit/core/dtype.hpp"
+#include "shardkit/launch/config.hpp"
+
+namespace shardkit::detail {
+
+enum class OpState : std::uint8_t { kStarted, kCompleted, kFailed };
+
+struct FlightEntry {
+  std::uint64_t id = 0;  ///< operations recorded on this communicator before this one
+  std::int64_t seq = -1;  ///< the collective sequence number; -1 for point-to-point
+  OpKind op{};
+  DType dtype{};
+  std::int64_t count = -1;  ///< elements this rank sends (or receives, when it sends none); -1: no buffer here
+  int peer = -1;           ///< root, destination or source; -1 when none
+  BackendKind backend{};
+  OpState state = OpState::kStarted;
+  std::int64_t start_us = 0;  ///< wall clock (microseconds since the epoch), comparable across hosts
+  std::int64_t end_us = 0;    ///< when it failed (0: did not, or not yet)
+  CallSite site;
+  std::shared_ptr<Waitable> pending;  ///< a pending token's completion, read when dumping
+};
+
+class FlightRecorder {
+ public:
+  FlightRecorder(std::string name, int rank, int size, std::vector<int> world_ranks, std::size_t capacity);
+  ~FlightRecorder();
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  /// Records an operation as started; returns its slot (nullptr when recording is off).
+  FlightEntry* start(OpKind op, std::int64_t seq, DType dtype, std::int64_t count, int peer, BackendKind backend);
+  /// The operation returned `t`: completed, or pending on its waitable.
+  void finish(FlightEntry* e, const Token& t);
+  /// The operation raised.
+  void fail(FlightEntry* e);
+  /// This communicator as a JSON object (name, rank, size, world ranks, operations oldest first).
+  std::string json();
+  std::size_t capacity() const noexcept { return ring_.size(); }
+
+ private:
+  void lock() noexcept;
+  void unlock() noexcept { busy_.clear(std::memory_order_release); }
+
+  std::string name_;
+  int rank_, size_;
+  std::vector<int> world_;
+  std::vector<FlightEntry> ring_;
+  std::uint64_t next_ = 0;
+  std::atomic_flag busy_ = ATOMIC_FLAG_INIT;  // the owner's writes against a dump from another thread
+};
+
+/// Writes every live recorder of this process to <dump dir>/rank<world rank>.json with `reason` (at most once per
+/// reason; never throws). Returns the file written ("" when none).
+std::string dump_flight_records(const std::string& reason) noexcept;
+/// The directory dumps go to: SHARDKIT_DUMP_DIR, else "shardkit-dump-<job id>" in the working directory.
+std::string flight_dump_dir();
+
+/// Ends the job at exit (request_abort_at_exit) after writing the flight records: every timeout and abort path.
+void end_job_at_exit(const std::string& reason);
+
+}  // namespace shardkit::detail

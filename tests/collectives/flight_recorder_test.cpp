@@ -1,0 +1,96 @@
+// The flight recorder (collectives/src/flight_recorder.hpp): every operation with what identifies it across ranks
+// (sequence number, operation, dtype, count, root or peer), its backend and state, and the caller's site; a ring of
+// the last SHARDKIT_TRACE_BUFFER operations per communicator; all of it written as JSON by dump_flight_records, which
+// shardkit-trace reads (tests/python/test_processes.py runs the whole chain on real hangs).
+
+#include <stdlib.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "collective_test_util.hpp"
+#include "flight_recorder.hpp"
+#include "shardkit/collectives/call_site.hpp"
+
+namespace shardkit::testing {
+namespace {
+
+// The JSON of communicator `name` in this rank's dump.
+std::string section(const std::string& dump, const std::string& name) {
+  const std::size_t at = dump.find("\"name\": \"" + name + "\"");
+  if (at == std::string::npos) return "";
+  return dump.substr(at, dump.find("]}", at) - at);
+}
+
+// The record of operation `op` in a communicator's JSON ("" when none).
+std::string record(const std::string& comm, const std::string& op) {
+  std::size_t at = comm.find("\"op\": \"" + op + "\"");
+  if (at == std::string::npos) return "";
+  at = comm.rfind('{', at);
+  return comm.substr(at, comm.find('}', at) - at);
+}
+
+int count_of(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (std::size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
+  const int r = world()->rank(), n = world()->size();
+  const Config saved = Config::get();
+  Config small = saved;
+  small.trace_buffer = 3;
+  Config::set(small);
+  const std::shared_ptr<Communicator> comm = Communicator::world({.name = "recorded"});
+  Config::set(saved);
+
+  Array x = Array::from_values<float>({1, 2, 3, 4, 5}).to(buffer_device());
+  comm->allreduce(x, ReduceOp::kSum).token.wait();
+  current_call_site() = {"caller.py", 42};
+  comm->bcast(x, n - 1).token.wait();
+  current_call_site() = {};
+  if (n > 1 && r < 2) {
+    Array y = Array::from_values<std::int64_t>({7, 8}).to(buffer_device());
+    if (r == 0) comm->send(y, 1, 3).wait();
+    if (r == 1) comm->recv(y, 0, 3).token.wait();
+  }
+  comm->barrier().wait();
+
+  char dir[] = "/tmp/shardkit-flight-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  setenv("SHARDKIT_DUMP_DIR", dir, 1);
+  const std::string path = detail::dump_flight_records("FlightRecorder test");
+  unsetenv("SHARDKIT_DUMP_DIR");
+  ASSERT_FALSE(path.empty());
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  const std::string dump = text.str();
+  EXPECT_NE(dump.find("FlightRecorder test"), std::string::npos) << dump;  // the reason (after any earlier one)
+  const std::string mine = section(dump, "recorded");
+  ASSERT_FALSE(mine.empty()) << dump;
+  EXPECT_NE(mine.find("\"capacity\": 3"), std::string::npos) << mine;
+  // The ring keeps the last three: the first allreduce is gone wherever a fourth operation came (ranks 0 and 1).
+  const bool exchanged = n > 1 && r < 2;
+  EXPECT_EQ(count_of(mine, "\"id\": "), 3) << mine;
+  EXPECT_EQ(record(mine, "allreduce").empty(), exchanged) << mine;
+  const std::string bcast = record(mine, "bcast");
+  EXPECT_NE(bcast.find("\"dtype\": \"float32\", \"count\": 5, \"peer\": " + std::to_string(n - 1)), std::string::npos)
+      << bcast;
+  EXPECT_NE(bcast.find("\"site\": \"caller.py:42\""), std::string::npos) << bcast;
+  EXPECT_NE(bcast.find("\"state\": \"completed\""), std::string::npos) << bcast;
+  const std::string barrier = record(mine, "barrier");
+  EXPECT_NE(barrier.find("\"dtype\": null, \"count\": -1"), std::string::npos) << barrier;
+  EXPECT_NE(barrier.find("\"site\": null"), std::string::npos) << barrier;
+  if (exchanged) {
+    const std::string p2p = record(mine, r == 0 ? "send" : "recv");
+    EXPECT_NE(p2p.find("\"seq\": -1"), std::string::npos) << p2p;
+    EXPECT_NE(p2p.find("\"dtype\": \"int64\", \"count\": 2, \"peer\": " + std::to_string(1 - r)), std::string::npos)
+        << p2p;
+  }
+  // Sequence numbers of the collectives are the communicator's own, the same on every rank.
+  EXPECT_NE(barrier.find("\"seq\": " + std::to_string(comm->sequence() - 1)), std::string::npos) << barrier;
+}
+
+}  // namespace
+}  // namespace shardkit::testing
