@@ -99,6 +99,30 @@ CallSite& current_call_site() noexcept {
   thread_local CallSite site;
   return site;
 }
+
+namespace {
+std::mutex sites_mu;
+std::vector<CallSite>& sites() {
+  static auto* s = new std::vector<CallSite>{CallSite{}};  // id 0: none; never freed (handlers may outlive statics)
+  return *s;
+}
+}  // namespace
+
+std::int64_t call_site_id(const CallSite& site) {
+  if (!site.file) return 0;
+  std::lock_guard lock(sites_mu);
+  auto& s = sites();
+  for (std::size_t i = 1; i < s.size(); ++i)  // few sites: those of the traced calls
+    if (s[i].file == site.file && s[i].line == site.line) return static_cast<std::int64_t>(i);
+  s.push_back(site);
+  return static_cast<std::int64_t>(s.size() - 1);
+}
+
+CallSite call_site_of(std::int64_t id) noexcept {
+  std::lock_guard lock(sites_mu);
+  const auto& s = sites();
+  return id > 0 && static_cast<std::size_t>(id) < s.size() ? s[static_cast<std::size_t>(id)] : CallSite{};
+}
 }  // namespace shardkit
 
 namespace shardkit::detail {

@@ -272,3 +272,25 @@ def test_a_mismatch_in_checked_mode_is_named_by_the_analyzer(tmp_path):
     assert re.search(r"  rank 1: allreduce #\d+ \(4 x float64\) at <string>:5", a.stdout), a.stdout
     assert "their arguments differ (count)" in a.stdout, a.stdout
 
+
+
+def test_a_hang_inside_a_jitted_program_is_named_by_the_analyzer(tmp_path):
+    """The compiled call carries the traced call's file and line to the flight recorder."""
+    pytest.importorskip("jax")
+    script = tmp_path / "jithang.py"
+    script.write_text(textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        import shardkit as sk
+        other = 1 - sk.rank()
+        f = jax.jit(lambda v: sk.mpi.recv(v, other, tag=7)[0])  # line 5: a message nobody sends
+        f(jnp.zeros(3))
+    """))
+    dumps = tmp_path / "dumps"
+    r = mpirun(2, [sys.executable, str(script)], timeout=120, SHARDKIT_TIMEOUT_S="2", SHARDKIT_DUMP_DIR=str(dumps),
+               SHARDKIT_DUMP_WAIT_S="10")
+    assert r.returncode != 0, r.stdout + r.stderr
+    a = python(f"import sys, shardkit.trace as t; sys.exit(t.main(['analyze', {str(dumps)!r}]))")
+    assert a.returncode == 1, a.stdout + a.stderr
+    for me in (0, 1):
+        assert (f"communicator 'world (jax)': rank {me} failed in recv (3 x float32) peer/root {1 - me} at {script}:5"
+                in a.stdout), a.stdout

@@ -48,12 +48,13 @@ class TracedContext:
         if plan.input != x.dtype.name:
             x = x.astype(plan.input)
         x = _moves(x, plan.before)
+        site = _core._call_site_id()  # the body's line, for the flight recorder of the compiled call
         if what == "ppermute":
             # One operation (this rank's exchange, chosen when lowered): linear, its transpose the reverse exchange.
             (y,) = _jax.bind(x, op="ppermute", comm=comm, dest=plan.dest, source=plan.source, send_tag=plan.tag,
-                             recv_tag=plan.tag, sm=True)
+                             recv_tag=plan.tag, sm=True, site=site)
         else:
-            (y,) = _jax.bind(x, op=plan.op, comm=comm, reduce=plan.reduce, root=plan.root, sm=True)
+            (y,) = _jax.bind(x, op=plan.op, comm=comm, reduce=plan.reduce, root=plan.root, sm=True, site=site)
         y = _moves(y, plan.after)
         if plan.output != y.dtype.name:
             y = y.astype(plan.output)

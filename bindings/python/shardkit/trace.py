@@ -98,12 +98,14 @@ def _diverge(name: str, members: tuple[int, ...], by_rank: dict[int, dict[str, A
     return []
 
 
-def _pending_p2p(by_rank, name) -> list[str]:
+def _unfinished_p2p(by_rank, name) -> list[str]:
+    """Point-to-point operations left waiting, or that failed (a receive whose sender never came)."""
     lines = []
     for r, c in sorted(by_rank.items()):
         for op in c["ops"]:
-            if op["seq"] < 0 and op["state"] == "started":
-                lines.append(f"communicator '{name}': rank {r} waits in {_describe(op)}{_where(op)}")
+            if op["seq"] < 0 and op["state"] != "completed":
+                how = "waits in" if op["state"] == "started" else "failed in"
+                lines.append(f"communicator '{name}': rank {r} {how} {_describe(op)}{_where(op)}")
     return lines
 
 
@@ -121,7 +123,7 @@ def analyze(dumps: dict[int, dict[str, Any]]) -> tuple[list[str], bool]:
         lines.append(f"{_ranks(silent)} wrote no dump (killed, stopped, or busy outside shardkit)")
     found = bool(silent)
     for (name, members), by_rank in sorted(_communicators(dumps).items()):
-        for text in _diverge(name, members, by_rank, now_us) + _pending_p2p(by_rank, name):
+        for text in _diverge(name, members, by_rank, now_us) + _unfinished_p2p(by_rank, name):
             lines.append(text)
             found = True
     if not found:

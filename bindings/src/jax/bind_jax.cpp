@@ -14,6 +14,7 @@
 #include "../py_array.hpp"
 #include "../py_comm.hpp"
 #include "jax_layer.hpp"
+#include "shardkit/collectives/call_site.hpp"
 #include "shardkit/collectives/launch_fence.hpp"
 
 namespace shardkit::py {
@@ -198,10 +199,13 @@ bool jax_dispatch(OpKind op, const FastArgs& a, nb::handle comm, nb::object* out
   // The call bound as the native path binds it (one step: reductions, mpi4py's wildcards, tags), handed over as the
   // primitive's operands (sendrecv: the receive template, then the send buffer) and parameters.
   const BoundCall b = bind_call(op, a);
+  note_call_site();  // the traced call's site, carried by the primitive to the compiled call (flight recorder)
+  nb::dict params = params_of(b.args);
+  params["site"] = call_site_id(current_call_site());
   nb::tuple operands = op == OpKind::kSendrecv ? nb::make_tuple(b.x, b.sendbuf)
                        : op == OpKind::kBarrier ? nb::tuple()
                                                 : nb::make_tuple(b.x);
-  nb::object r = nb::borrow(g_hook.fn)(op_name(op), operands, params_of(b.args), b.status, b.token, comm);
+  nb::object r = nb::borrow(g_hook.fn)(op_name(op), operands, params, b.status, b.token, comm);
   if (r.ptr() == Py_NotImplemented) return false;
   *out = std::move(r);
   return true;
@@ -235,6 +239,11 @@ void register_jax(nb::module_& m) {
      "Sets what an eager call on device buffers runs before its NCCL launch (None: nothing): shardkit._jax waits for "
      "the compiled programs dispatched before, so that every rank launches on NCCL in program order.");
   m.attr("_nccl_launch_fence") = nb::none();
+  m.def("_call_site_id", [] {
+    note_call_site();
+    return call_site_id(current_call_site());
+  }, "The id of the innermost Python frame outside the shardkit package as a call site (0: none; the flight "
+     "recorder off), which a traced operation carries to its compiled call.");
   m.def("_jax_comm_handle", [](nb::handle comm) { return register_comm(comm_from(comm)); }, nb::arg("comm").none(),
         "The integer handle compiled programs use for a communicator: a duplicate made at the first registration "
         "(collective), kept until shutdown.");

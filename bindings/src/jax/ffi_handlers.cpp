@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "jax_comms.hpp"
+#include "shardkit/collectives/call_site.hpp"
 #include "shardkit/collectives/launch_fence.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/core/cuda.hpp"
@@ -75,15 +76,15 @@ Array& wrap(ffi::AnyBuffer b, Device device, bool read_only, std::size_t slot) {
 // `status`: the address of the caller's MPI_Status (an mpi4py Status, as mpi4jax passes it), filled when a receive
 // completes inside the compiled program; 0 for none.
 struct Attrs {
-  std::int64_t op, comm, reduce, root, dest, source, send_tag, recv_tag, status;
+  std::int64_t op, comm, reduce, root, dest, source, send_tag, recv_tag, status, site;
 };
-constexpr std::size_t kCallFields = 9;
+constexpr std::size_t kCallFields = 10;
 
 Attrs read_call(ffi::Span<const std::int64_t> call) {
   if (call.size() != kCallFields)
     throw InvalidArgument(shardkit::detail::concat("shardkit's XLA handler: attribute 'call' has ", call.size(),
                                                    " values, expected ", kCallFields));
-  return {call[0], call[1], call[2], call[3], call[4], call[5], call[6], call[7], call[8]};
+  return {call[0], call[1], call[2], call[3], call[4], call[5], call[6], call[7], call[8], call[9]};
 }
 
 // Writes what a receive matched into the caller's MPI_Status: source, tag, and the count as bytes (so that
@@ -103,6 +104,7 @@ Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets 
                    RecvStatus* status, StreamHandle stream = nullptr) {
   Communicator& c = jax_comm(at.comm);
   const auto op = static_cast<OpKind>(at.op);
+  current_call_site() = call_site_of(at.site);  // where the traced call was written (flight recorder)
   OpArgs a{.reduce = static_cast<ReduceOp>(at.reduce), .root = static_cast<int>(at.root),
            .dest = static_cast<int>(at.dest), .source = static_cast<int>(at.source),
            .send_tag = static_cast<int>(at.send_tag), .recv_tag = static_cast<int>(at.recv_tag)};
