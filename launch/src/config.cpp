@@ -52,6 +52,7 @@ Config Config::from_env() {
   }
   if (auto v = env("SHARDKIT_CHECK")) c.check = parse_bool("SHARDKIT_CHECK", *v);
   if (auto v = env("SHARDKIT_VERBOSE")) c.verbose = parse_bool("SHARDKIT_VERBOSE", *v);
+  if (auto v = env("SHARDKIT_HANDLE_SIGNALS")) c.handle_signals = parse_bool("SHARDKIT_HANDLE_SIGNALS", *v);
   if (auto v = env("SHARDKIT_TIMEOUT_S")) {
     const std::string s(*v);
     char* end = nullptr;

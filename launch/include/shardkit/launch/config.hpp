@@ -24,6 +24,10 @@ struct Config {
   std::chrono::milliseconds timeout{0};
   /// SHARDKIT_VERBOSE = 1: log communicator creation and backend choices to stderr.
   bool verbose = false;
+  /// SHARDKIT_HANDLE_SIGNALS = 0: the Runtime leaves SIGINT and SIGTERM alone, and a wait in a collective ends only
+  /// when it completes or times out (unless the signal's own disposition ends the process). What the handlers do:
+  /// shardkit/core/interrupt.hpp.
+  bool handle_signals = true;
 
   /// Parses the variables above. @throws InvalidArgument on a malformed value.
   static Config from_env();
