@@ -4,7 +4,8 @@
 //   ├── MismatchError(Error)
 //   ├── TimeoutError(Error, builtins.TimeoutError)
 //   ├── BackendError(Error)            .backend ("MPI", "NCCL", "CUDA", ...) and .native_code
-//   └── InternalError(Error)
+//   ├── InternalError(Error)
+//   └── Interrupted(Error, KeyboardInterrupt)
 // one class per row of core's error table (error_kind()), with its name, docstring and built-in base.
 // Every one has .where: the check or native call that raised it and its source file:line (None when not a check).
 // One translation (set_python_error_from_exception) serves nanobind-bound and fast-call functions alike; no C++
@@ -33,7 +34,18 @@ PyObject* type_of(ErrorCode code) {
   return t ? t : g_error;
 }
 
+// A wait ended by SIGINT: Python's own handler, chained to by shardkit's, has a KeyboardInterrupt (or whatever the
+// program's handler raises) pending too. Running it now keeps it from firing again later, in the caller's except
+// block: a plain KeyboardInterrupt gives way to the Interrupted error naming the operation, anything else stands.
+bool raised_by_python_handler() {
+  if (PyErr_CheckSignals() == 0) return false;
+  if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) return true;
+  PyErr_Clear();
+  return false;
+}
+
 void set_shardkit_error(const Error& e) {
+  if (e.code() == ErrorCode::kInterrupted && raised_by_python_handler()) return;
   PyObject* type = type_of(e.code());
   PyObject* exc = PyObject_CallFunction(type, "s", e.what());
   if (!exc) return;  // the error of the call is set instead

@@ -121,10 +121,10 @@ void check_signatures(MpiCommHandle control, const Signature& mine, const OpCont
   std::vector<Signature> all;
   std::vector<int> missing;
   if (!exchange_all(c, kSignatureTag, mine_per_peer.data(), 1, all, ctx, missing)) {
-    raise_timeout(ctx, abort,
-                  missing.empty() ? std::string("not every rank arrived")
-                                  : concat("rank(s) ", rank_list(missing),
-                                           " did not arrive (skipped this collective, stuck, or lost)"));
+    raise_unfinished(ctx, abort,
+                     missing.empty() ? std::string("not every rank arrived")
+                                     : concat("rank(s) ", rank_list(missing),
+                                              " did not arrive (skipped this collective, stuck, or lost)"));
   }
 
   struct Field {
@@ -172,7 +172,7 @@ void check_alltoallv_counts(MpiCommHandle control, std::span<const std::int64_t>
   std::vector<std::int64_t> incoming;
   std::vector<int> missing;
   if (!exchange_all(c, kCountsTag, send_counts.data(), 1, incoming, ctx, missing))
-    raise_timeout(ctx, abort, concat("rank(s) ", rank_list(missing), " did not arrive"));
+    raise_unfinished(ctx, abort, concat("rank(s) ", rank_list(missing), " did not arrive"));
   incoming[rank] = send_counts[rank];
   std::string local;
   for (int p = 0; p < size; ++p)
@@ -184,7 +184,7 @@ void check_alltoallv_counts(MpiCommHandle control, std::span<const std::int64_t>
   const std::vector<std::int64_t> mine(static_cast<std::size_t>(size), local.empty() ? 0 : 1);
   missing.clear();
   if (!exchange_all(c, kCountsTag, mine.data(), 1, flags, ctx, missing))
-    raise_timeout(ctx, abort, concat("rank(s) ", rank_list(missing), " did not arrive"));
+    raise_unfinished(ctx, abort, concat("rank(s) ", rank_list(missing), " did not arrive"));
   std::vector<int> bad;
   for (int p = 0; p < size; ++p)
     if (flags[p]) bad.push_back(p);

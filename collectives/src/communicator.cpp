@@ -70,7 +70,7 @@ void CommunicatorImpl::decide_nccl() {
   ctx.comm_name = &options.name;
   ctx.timeout = options.timeout;
   ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
-  if (!wait_all(req, nullptr, ctx.deadline)) raise_timeout(ctx, *abort, "not every rank arrived");
+  if (!wait_all(req, nullptr, ctx.deadline)) raise_unfinished(ctx, *abort, "not every rank arrived");
   // Every rank has arrived: the exchange of hosts and devices below cannot wait for a missing one.
   const bool shared = all && gpu_shared(c, device);
   if (all && !shared) {

@@ -37,7 +37,7 @@ void agree_to_create(MpiCommHandle over, const char* what, const std::string& na
   if (o.timeout.count() == 0) return;  // no deadline: MPI_Comm_split itself waits as long as it takes
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
   SHARDKIT_MPI_CHECK(MPI_Ibarrier(to_mpi<MPI_Comm>(over), req.data()));
-  if (!wait_all(req, nullptr, ctx.deadline)) raise_timeout(ctx, abort, "not every rank arrived");
+  if (!wait_all(req, nullptr, ctx.deadline)) raise_unfinished(ctx, abort, "not every rank arrived");
 }
 
 MpiComm dup_within_timeout(MpiCommHandle parent, const char* what, const std::string& name, const CommOptions& o,
@@ -47,7 +47,7 @@ MpiComm dup_within_timeout(MpiCommHandle parent, const char* what, const std::st
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
   SHARDKIT_MPI_CHECK(MPI_Comm_idup(to_mpi<MPI_Comm>(parent), &dup, req.data()));
   if (!wait_all(req, nullptr, ctx.deadline))
-    raise_timeout(ctx, abort, "a rank did not arrive (skipped it, is stuck, or was lost)");
+    raise_unfinished(ctx, abort, "a rank did not arrive (skipped it, is stuck, or was lost)");
   return MpiComm::adopt(::shardkit::from_mpi(dup));
 }
 

@@ -17,12 +17,13 @@ namespace shardkit::detail {
 /// Waits, under `options.timeout`, until every rank of `over` has arrived at the same creation step (`what`, described
 /// as a step of communicator `name`). Collective over `over`, which must carry no other traffic with shardkit's
 /// signature tags (a communicator shardkit owns). `seq` is the creation's sequence number on `over` (checked mode).
-/// @throws TimeoutError (naming the missing ranks in checked mode; the job ends at exit), MismatchError.
+/// @throws TimeoutError (naming the missing ranks in checked mode; the job ends at exit), Interrupted (a signal
+///         ended the wait), MismatchError.
 void agree_to_create(MpiCommHandle over, const char* what, const std::string& name, std::uint64_t seq,
                      const CommOptions& options, AbortState& abort);
 
 /// MPI_Comm_idup of `parent`, polled until `options.timeout` passes. Collective over `parent`.
-/// @throws TimeoutError naming the step and communicator (the job ends at exit).
+/// @throws TimeoutError naming the step and communicator (the job ends at exit), or Interrupted.
 MpiComm dup_within_timeout(MpiCommHandle parent, const char* what, const std::string& name, const CommOptions& options,
                            AbortState& abort);
 

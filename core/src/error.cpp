@@ -19,6 +19,9 @@ constexpr std::array<ErrorKind, kErrorCodeCount> kErrorKinds = {{
      "An operation did not complete within SHARDKIT_TIMEOUT_S; its communicator is aborted.", "TimeoutError"},
     {ErrorCode::kInternal, "InternalError",
      "A broken invariant inside shardkit: a bug (please report it with the error's .where).", nullptr},
+    {ErrorCode::kInterrupted, "Interrupted",
+     "SIGINT or SIGTERM arrived while an operation waited; its communicator is aborted and the job ends at exit.",
+     "KeyboardInterrupt"},
 }};
 constexpr bool in_code_order() {
   for (std::size_t i = 0; i < kErrorKinds.size(); ++i)

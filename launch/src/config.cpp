@@ -60,6 +60,7 @@ Config Config::from_env() {
       throw InvalidArgument("SHARDKIT_TRACE_BUFFER='" + s + "': expected a number of operations from 0 to 16777216");
     c.trace_buffer = static_cast<std::size_t>(n);
   }
+  if (auto v = env("SHARDKIT_HANDLE_SIGNALS")) c.handle_signals = parse_bool("SHARDKIT_HANDLE_SIGNALS", *v);
   if (auto v = env("SHARDKIT_TIMEOUT_S")) {
     const std::string s(*v);
     char* end = nullptr;

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "shardkit/core/error.hpp"
+#include "shardkit/launch/runtime.hpp"
 
 namespace shardkit {
 
@@ -122,9 +123,48 @@ void throw_mpi_error(int code, const char* expr, const char* file, int line) {
   if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof text, "unknown MPI error");
   int cls = code;
   MPI_Error_class(code, &cls);
-  throw BackendError("MPI", code, concat("MPI error ", code, " (class ", cls, ": ", text, ")", called_function(expr)),
+  std::string hint;
+  if (cls == MPI_ERR_TRUNCATE) {
+    // A size mismatch that only the receiving rank sees: the others may carry on into a hang, so the job ends.
+    hint = ". A rank sent more than this one expected: the ranks disagree on this operation. Rerun with "
+           "SHARDKIT_CHECK=1 to have every rank name the mismatch; the job will end at exit";
+    request_abort_at_exit("MPI reported a truncated message: the ranks disagree on an operation's size");
+  }
+  throw BackendError("MPI", code,
+                     concat("MPI error ", code, " (class ", cls, ": ", text, ")", called_function(expr), hint),
                      source_location(expr, file, line));
 }
+
+namespace {
+
+thread_local int t_world_errors_returned = 0;
+
+void world_error(MPI_Comm* comm, int* code, ...) {
+  if (t_world_errors_returned > 0) return;  // a shardkit wait: the code comes back to it
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(*code, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof text, "unknown MPI error");
+  std::fprintf(stderr, "shardkit: MPI error on MPI_COMM_WORLD (fatal: MPI_ERRORS_ARE_FATAL): %s\n", text);
+  std::fflush(stderr);
+  MPI_Abort(*comm, *code);
+}
+
+}  // namespace
+
+void install_world_error_handler() {
+  MPI_Errhandler current = MPI_ERRHANDLER_NULL;
+  SHARDKIT_MPI_CHECK(MPI_Comm_get_errhandler(MPI_COMM_WORLD, &current));
+  const bool fatal = current == MPI_ERRORS_ARE_FATAL;
+  MPI_Errhandler_free(&current);
+  if (!fatal) return;  // the application's (or mpi4py's MPI_ERRORS_RETURN) stays
+  MPI_Errhandler mine = MPI_ERRHANDLER_NULL;
+  SHARDKIT_MPI_CHECK(MPI_Comm_create_errhandler(world_error, &mine));
+  SHARDKIT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, mine));
+  MPI_Errhandler_free(&mine);
+}
+
+WorldErrorsReturned::WorldErrorsReturned() noexcept { ++t_world_errors_returned; }
+WorldErrorsReturned::~WorldErrorsReturned() { --t_world_errors_returned; }
 
 }  // namespace detail
 }  // namespace shardkit

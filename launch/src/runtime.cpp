@@ -10,6 +10,7 @@
 #include "shardkit/config.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "shardkit/core/error.hpp"
+#include "shardkit/core/interrupt.hpp"
 
 namespace shardkit {
 namespace {
@@ -121,6 +122,7 @@ Runtime::Runtime(int* argc, char*** argv, RuntimeOptions options) {
                                         thread_level_name(options.required_thread_level),
                                         owns_mpi_ ? "" : " (MPI was initialised before shardkit with a lower level)"));
 
+    detail::install_world_error_handler();
     world_ = MpiComm::dup(mpi_comm_world());
     rank_ = world_.rank();
     size_ = world_.size();
@@ -141,6 +143,9 @@ Runtime::Runtime(int* argc, char*** argv, RuntimeOptions options) {
     if (binding_.shared) warnings_.push_back(binding_.warning);
     if (options.print_warnings && local_rank_ == 0)
       for (const auto& w : warnings_) std::fprintf(stderr, "shardkit: warning: %s\n", w.c_str());
+    // After MPI_Init_thread, so that the handlers chain to any MPI installed as well as to Python's.
+    if (options.handle_signals && Config::get().handle_signals)
+      installed_signal_handlers_ = install_interrupt_handlers();
   } catch (...) {
     world_ = MpiComm();
     if (owns_mpi_ && !mpi_finalized()) MPI_Finalize();
@@ -156,6 +161,7 @@ Runtime::~Runtime() {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  if (installed_signal_handlers_) uninstall_interrupt_handlers();
   world_ = MpiComm();  // free our duplicate before MPI goes away
   if (owns_mpi_ && !mpi_finalized()) {
     if (MPI_Finalize() != MPI_SUCCESS) std::fprintf(stderr, "shardkit: warning: MPI_Finalize failed\n");

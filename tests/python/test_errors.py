@@ -8,6 +8,7 @@ def test_hierarchy(sk):
     assert issubclass(sk.InvalidArgument, sk.Error) and issubclass(sk.InvalidArgument, ValueError)
     assert issubclass(sk.TimeoutError, sk.Error) and issubclass(sk.TimeoutError, TimeoutError)
     assert issubclass(sk.MismatchError, sk.Error) and issubclass(sk.BackendError, sk.Error)
+    assert issubclass(sk.Interrupted, sk.Error) and issubclass(sk.Interrupted, KeyboardInterrupt)
     assert issubclass(sk.Error, RuntimeError)
 
 
@@ -62,7 +63,7 @@ def test_messages_hold_no_internals(sk, size):
 
 
 # core's error table (core/src/error.cpp), in ErrorCode order: every code is raised as a class of its own.
-ERROR_CLASSES = ["InvalidArgument", "MismatchError", "BackendError", "TimeoutError", "InternalError"]
+ERROR_CLASSES = ["InvalidArgument", "MismatchError", "BackendError", "TimeoutError", "InternalError", "Interrupted"]
 
 
 def test_every_error_code_has_a_class(sk):

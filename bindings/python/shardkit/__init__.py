@@ -18,8 +18,8 @@ Modules: ``shardkit.mpi`` (the mpi4jax API), the sharding API here (Mesh, P, Nam
 from . import _core
 from . import _mpi_setup
 from ._core import (
-    Array, BackendError, Communicator, Error, InternalError, InvalidArgument, MismatchError, ReduceOp, TimeoutError,
-    Token,
+    Array, BackendError, Communicator, Error, InternalError, Interrupted, InvalidArgument, MismatchError, ReduceOp,
+    TimeoutError, Token,
 )
 
 __version__ = _core.__version__
@@ -65,8 +65,8 @@ def world() -> Communicator:
 
 
 __all__ = [
-    "Array", "BackendError", "Communicator", "Error", "InternalError", "InvalidArgument", "MismatchError", "ReduceOp",
-    "TimeoutError", "Token", "Mesh", "NamedSharding", "P", "PartitionSpec", "ShardedArray", "all_gather", "all_to_all",
+    "Array", "BackendError", "Communicator", "Error", "InternalError", "Interrupted", "InvalidArgument", "MismatchError",
+    "ReduceOp", "TimeoutError", "Token", "Mesh", "NamedSharding", "P", "PartitionSpec", "ShardedArray", "all_gather", "all_to_all",
     "axis_index", "axis_size", "distribute", "from_local", "gather", "pbroadcast", "pmax", "pmean", "pmin", "ppermute",
     "process_allgather", "psum", "psum_scatter", "reshard", "shard_map", "visualize_sharding", "mpi", "asarray",
     "matmul", "choose_matmul_algorithm",

@@ -445,7 +445,7 @@ class MpiBackend final : public Backend {
       // The first piece fixes the source and tag of the others, as in the blocking path: wait for it (deadline kept).
       std::vector<MPI_Request> one{p.requests[first_request]};
       std::vector<MPI_Status> st(1);
-      if (!wait_all(one, &st, ctx.deadline)) complete(p, ctx, *abort_);  // past the deadline: raises TimeoutError
+      if (!wait_all(one, &st, ctx.deadline)) complete(p, ctx, *abort_);  // past the deadline or interrupted: raises
       p.requests[first_request] = MPI_REQUEST_NULL;  // completed (and freed) through `one`
       src = st[0].MPI_SOURCE;
       tg = st[0].MPI_TAG;

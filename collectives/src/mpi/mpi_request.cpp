@@ -7,23 +7,53 @@
 
 #include "flight_recorder.hpp"
 #include "shardkit/core/error.hpp"
+#include "shardkit/core/interrupt.hpp"
 #include "shardkit/launch/mpi.hpp"
 #include "shardkit/launch/runtime.hpp"
 
 namespace shardkit::detail {
 
+namespace {
+
+// MPI_Testall, or MPI_Waitall when `block`, with the error of the request that failed (rather than
+// MPI_ERR_IN_STATUS) raised as a BackendError: statuses (one per request) are always asked for, to find that error.
+bool complete_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>& statuses, bool block) {
+  MPI_Status* st = statuses.data();
+  const int n = static_cast<int>(requests.size());
+  int done = 1;
+  int rc = MPI_SUCCESS;
+  {
+    const WorldErrorsReturned returned;  // Open MPI raises a nonblocking collective's error on MPI_COMM_WORLD
+    rc = block ? MPI_Waitall(n, requests.data(), st) : MPI_Testall(n, requests.data(), &done, st);
+  }
+  if (rc == MPI_ERR_IN_STATUS)
+    for (int i = 0; i < n; ++i)
+      if (st[i].MPI_ERROR != MPI_SUCCESS && st[i].MPI_ERROR != MPI_ERR_PENDING) {
+        rc = st[i].MPI_ERROR;
+        break;
+      }
+  if (rc != MPI_SUCCESS) throw_mpi_error(rc, block ? "MPI_Waitall()" : "MPI_Testall()", __FILE__, __LINE__);
+  return done != 0;
+}
+
+}  // namespace
+
+bool test_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>& statuses) {
+  return complete_all(requests, statuses, false);
+}
+
 bool wait_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>* statuses, Clock::time_point deadline) {
   if (requests.empty()) return true;
-  MPI_Status* st = statuses ? statuses->data() : MPI_STATUSES_IGNORE;
-  if (deadline == Clock::time_point::max()) {
-    SHARDKIT_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), st));
-    return true;
-  }
-  // Spin briefly for latency, then yield, then sleep: ranks may outnumber cores.
+  std::vector<MPI_Status> own;
+  if (!statuses) own.resize(requests.size());
+  std::vector<MPI_Status>& st = statuses ? *statuses : own;
+  if (deadline == Clock::time_point::max() && !interrupt_handlers_installed()) return complete_all(requests, st, true);
+  if (test_all(requests, st)) return true;
+  // Spin briefly for latency, then yield, then sleep: ranks may outnumber cores. A signal ends the wait too.
+  const InterruptibleWait waiting;
   for (long spin = 0;; ++spin) {
-    int done = 0;
-    SHARDKIT_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, st));
-    if (done) return true;
+    if (test_all(requests, st)) return true;
+    if (interrupt_signal() != 0) return false;
     if ((spin & 63) == 0 && Clock::now() >= deadline) return false;
     if (spin > 2000)
       std::this_thread::sleep_for(std::chrono::microseconds(spin > 20000 ? 200 : 20));
@@ -41,12 +71,17 @@ void cancel_receives(std::vector<MPI_Request>& requests) noexcept {
   requests.clear();
 }
 
-void raise_timeout(const OpContext& ctx, AbortState& abort, const std::string& detail) {
+void raise_unfinished(const OpContext& ctx, AbortState& abort, const std::string& detail) {
   abort.aborted = true;
-  abort.reason = concat(ctx.describe(), " timed out after ", ctx.timeout.count() / 1000.0, " s");
+  const bool interrupted = interrupt_signal() != 0;
+  abort.reason = interrupted ? concat(ctx.describe(), " was interrupted by a signal")
+                             : concat(ctx.describe(), " timed out after ", ctx.timeout.count() / 1000.0, " s");
   // The job cannot continue safely on this communicator: ask the Runtime to end the job at exit instead of
   // finalising (which could hang on the operation left in flight).
   end_job_at_exit(abort.reason);
+  if (interrupted)
+    throw_interrupted(ctx.describe(), concat(detail, detail.empty() ? "" : "; ",
+                                             "the communicator is aborted and the job will end at exit"));
   throw TimeoutError(concat(ctx.describe(), " did not complete within ", ctx.timeout.count() / 1000.0,
                             " s", detail.empty() ? "" : ": ", detail,
                             ". The communicator is aborted; the job will end at exit."));
@@ -97,7 +132,7 @@ void complete(PendingOp& op, const OpContext& ctx, AbortState& abort) {
     // The requests (collectives among them) stay in flight: MPI cannot cancel them. The communicator is marked
     // aborted, the buffers are kept for good, and the job ends at exit.
     op.abandon();
-    raise_timeout(ctx, abort, "");
+    raise_unfinished(ctx, abort, "");
   }
   op.finish(statuses);
 }
@@ -128,11 +163,8 @@ class PendingMpi final : public Waitable {
   }
   bool is_complete() override {
     if (done_) return true;
-    std::vector<MPI_Status> statuses(op_.want_statuses ? op_.requests.size() : 0);
-    int flag = 0;
-    SHARDKIT_MPI_CHECK(MPI_Testall(static_cast<int>(op_.requests.size()), op_.requests.data(), &flag,
-                                   op_.want_statuses ? statuses.data() : MPI_STATUSES_IGNORE));
-    if (!flag) return false;
+    std::vector<MPI_Status> statuses(op_.requests.size());
+    if (!test_all(op_.requests, statuses)) return false;
     op_.finish(statuses);
     done_ = true;
     return true;

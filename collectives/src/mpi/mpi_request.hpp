@@ -13,9 +13,13 @@
 
 namespace shardkit::detail {
 
-/// Waits for every request, polling so that a deadline can end the wait. Returns false on timeout (requests left
-/// pending). Statuses are written when `statuses` is non-empty (one per request).
+/// Waits for every request, polling so that a deadline or a signal (shardkit/core/interrupt.hpp) can end the wait.
+/// Returns false on timeout or interrupt (requests left pending: raise_unfinished says which). Statuses are written when `statuses` is non-empty (one per request).
 bool wait_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>* statuses, Clock::time_point deadline);
+
+/// Tests every request once (MPI_Testall; `statuses` holds one per request); true when all completed.
+/// @throws BackendError with the error of the request that failed.
+bool test_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>& statuses);
 
 /// Cancels and frees point-to-point receive requests left pending after a timeout. Never throws. (Collective and
 /// send requests cannot be cancelled; they are left to the job's abort.)
@@ -50,13 +54,14 @@ struct PendingOp {
 void keep_forever(std::vector<Array> arrays);
 
 /// Completes `op` now (blocking until done or the deadline) and runs its completion step.
-/// @throws TimeoutError (after marking `abort` and cancelling) when the deadline passes.
+/// @throws TimeoutError (after marking `abort` and cancelling) when the deadline passes, Interrupted on a signal.
 void complete(PendingOp& op, const OpContext& ctx, AbortState& abort);
 
 /// A pending token over `op`, completed (with the same deadline) when waited for.
 Token pending_token(PendingOp op, const OpContext& ctx, std::shared_ptr<AbortState> abort);
 
-/// Raises the TimeoutError of an operation that missed its deadline, after marking the communicator aborted.
-[[noreturn]] void raise_timeout(const OpContext& ctx, AbortState& abort, const std::string& detail);
+/// Raises the error of an operation whose wait ended unfinished, after marking the communicator aborted and asking
+/// that the job end at exit: Interrupted when a signal ended it (interrupt_signal()), TimeoutError otherwise.
+[[noreturn]] void raise_unfinished(const OpContext& ctx, AbortState& abort, const std::string& detail);
 
 }  // namespace shardkit::detail

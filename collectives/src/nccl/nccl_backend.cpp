@@ -17,12 +17,14 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <optional>
 #include <thread>
 
 #include "nccl_caps.hpp"
 #include "nccl_state.hpp"
 #include "flight_recorder.hpp"
 #include "shardkit/core/cuda.hpp"
+#include "shardkit/core/interrupt.hpp"
 #include "shardkit/core/kernels.hpp"
 #include "shardkit/launch/mpi.hpp"
 #include "shardkit/launch/runtime.hpp"
@@ -249,17 +251,14 @@ class NcclBackend final : public Backend {
   // finishes enqueueing, and the next call must wait for that, under the operation's deadline. An error is left to
   // the token's poll to report.
   void settle(const OpContext& ctx) {
+    std::optional<InterruptibleWait> waiting;
     for (long spin = 0;; ++spin) {
       ncclResult_t st = ncclInProgress;
       SHARDKIT_NCCL_CHECK(ncclCommGetAsyncError(comm(), &st));
       if (st != ncclInProgress) return;
-      if (Clock::now() >= ctx.deadline) {
-        const std::string why = concat(ctx.describe(), " did not complete within ", ctx.timeout.count() / 1000.0,
-                                       " s: NCCL was still enqueueing it (ncclInProgress)");
-        state_->abort_once(why);
-        end_job_at_exit(why);
-        throw TimeoutError(why + "; the NCCL communicator was aborted and the job will end at exit");
-      }
+      if (!waiting) waiting.emplace();
+      if (interrupt_signal() != 0 || Clock::now() >= ctx.deadline)
+        state_->fail_wait(ctx, ": NCCL was still enqueueing it (ncclInProgress)");
       if (spin > 100) std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
@@ -297,6 +296,7 @@ ncclConfig_t nonblocking_config() {
 
 void await_created(NcclState& state, std::chrono::milliseconds timeout, const char* what) {
   const Clock::time_point deadline = timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
+  const InterruptibleWait waiting;
   for (long spin = 0;; ++spin) {
     ncclResult_t st = ncclInProgress;
     SHARDKIT_NCCL_CHECK(ncclCommGetAsyncError(state.comm, &st));
@@ -305,6 +305,11 @@ void await_created(NcclState& state, std::chrono::milliseconds timeout, const ch
       state.abort_once(concat(what, " failed"));
       throw BackendError("NCCL", static_cast<int>(st), concat(what, " failed: ", ncclGetErrorString(st), " (",
                                                               ncclGetLastError(nullptr), ")"));
+    }
+    if (interrupt_signal() != 0) {
+      state.abort_once(concat(what, " was interrupted by a signal"));
+      end_job_at_exit(state.abort->reason);
+      throw_interrupted(what, "the NCCL communicator was aborted and the job will end at exit");
     }
     if (Clock::now() >= deadline) {
       state.abort_once(concat(what, " timed out"));

@@ -5,9 +5,23 @@
 
 #include "flight_recorder.hpp"
 #include "shardkit/core/cuda.hpp"
+#include "shardkit/core/interrupt.hpp"
 #include "shardkit/launch/runtime.hpp"
 
 namespace shardkit::detail {
+
+void NcclState::fail_wait(const OpContext& ctx, const std::string& detail) {
+  const std::string consequence = "the NCCL communicator was aborted and the job will end at exit";
+  if (interrupt_signal() != 0) {
+    abort_once(ctx.describe() + " was interrupted by a signal");
+    end_job_at_exit(abort->reason);
+    throw_interrupted(ctx.describe(), consequence);
+  }
+  const std::string why = concat(ctx.describe(), " did not complete within ", ctx.timeout.count() / 1000.0, " s", detail);
+  abort_once(why);
+  end_job_at_exit(abort->reason);
+  throw TimeoutError(concat(why, "; ", consequence));
+}
 
 void NcclState::abort_once(std::string reason) noexcept {
   if (handle_released.exchange(true)) return;
@@ -111,15 +125,11 @@ NcclEvent::~NcclEvent() {
 }
 
 void NcclEvent::wait() {
-  if (done_) return;
+  if (done_ || poll()) return;
+  const InterruptibleWait waiting;
   for (long spin = 0;; ++spin) {
     if (poll()) return;
-    if (ctx_.has_deadline() && Clock::now() >= ctx_.deadline) {
-      state_->abort_once(ctx_.describe() + " timed out");
-      end_job_at_exit(state_->abort->reason);
-      throw TimeoutError(concat(ctx_.describe(), " did not complete within ",
-                                ctx_.timeout.count() / 1000.0, " s; the NCCL communicator was aborted"));
-    }
+    if (interrupt_signal() != 0 || (ctx_.has_deadline() && Clock::now() >= ctx_.deadline)) state_->fail_wait(ctx_, "");
     if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }

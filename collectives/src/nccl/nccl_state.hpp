@@ -54,6 +54,10 @@ struct NcclState {
 
   bool released() const noexcept { return handle_released.load(); }
   void abort_once(std::string reason) noexcept;
+  /// Ends the wait of an operation that did not complete: aborts the communicator, asks that the job end at exit,
+  /// and throws Interrupted when a signal ended the wait (interrupt_signal()), else TimeoutError (`detail` follows
+  /// "did not complete within N s").
+  [[noreturn]] void fail_wait(const OpContext& ctx, const std::string& detail);
 
   /// Takes over an operation whose tokens were all dropped before it completed: its event and the storage of its
   /// buffers, kept until the event has fired. Dropping them at once would free memory NCCL still reads or writes, or
@@ -74,7 +78,8 @@ struct NcclState {
 };
 
 /// The token of one NCCL operation: a CUDA event recorded after it on the communicator's stream. Waiting polls the
-/// event and the communicator's asynchronous error against the operation's deadline, aborting on timeout. Holds the
+/// event and the communicator's asynchronous error against the operation's deadline and for a signal, aborting when
+/// either ends the wait. Holds the
 /// storage of the operation's buffers until it completes (handed to NcclState::adopt if the token dies first).
 class NcclEvent final : public Waitable {
  public:

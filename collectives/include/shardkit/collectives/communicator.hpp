@@ -54,7 +54,8 @@ struct CommunicatorImpl;
 ///
 /// Errors: InvalidArgument for bad arguments (raised before anything is sent), MismatchError when ranks disagree
 /// (checked mode), TimeoutError when an operation does not complete in time (the communicator is then aborted),
-/// BackendError for failures of MPI, NCCL or CUDA.
+/// Interrupted when SIGINT or SIGTERM ends its wait (shardkit/core/interrupt.hpp; aborted likewise), BackendError for
+/// failures of MPI, NCCL or CUDA.
 ///
 /// A communicator is used by one thread at a time.
 class Communicator {

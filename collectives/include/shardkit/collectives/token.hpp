@@ -32,7 +32,7 @@ class Token {
   /// A token that completes when the work enqueued on `stream` so far completes (records a CUDA event).
   static Token from_stream(StreamHandle stream, int device);
 
-  /// Blocks the host until complete. Rethrows what the operation raised (TimeoutError, BackendError, ...).
+  /// Blocks the host until complete. Rethrows what the operation raised (TimeoutError, Interrupted, BackendError, ...).
   void wait() const {
     if (w_) w_->wait();
   }

@@ -14,10 +14,11 @@ enum class ErrorCode {
   kBackend,          ///< MPI, NCCL or CUDA reported a failure.
   kTimeout,          ///< An operation did not complete within the configured timeout.
   kInternal,         ///< A broken invariant inside shardkit.
+  kInterrupted,      ///< SIGINT or SIGTERM arrived while the operation was waiting.
 };
 
 /// How many error codes there are: ErrorCode's values are 0 .. kErrorCodeCount - 1.
-inline constexpr int kErrorCodeCount = static_cast<int>(ErrorCode::kInternal) + 1;
+inline constexpr int kErrorCodeCount = static_cast<int>(ErrorCode::kInterrupted) + 1;
 
 /// One row of the error table, which every view of the errors reads (the Python exception classes, the messages JAX's
 /// handlers pass back, shardkit._jax's translation of them).
@@ -87,6 +88,19 @@ class BackendError : public Error {
 class TimeoutError : public Error {
  public:
   explicit TimeoutError(const std::string& message) : Error(ErrorCode::kTimeout, message) {}
+};
+
+/// SIGINT or SIGTERM arrived while an operation was waiting (see shardkit/core/interrupt.hpp); the operation is left
+/// unfinished, its communicator aborted, and the job ends at exit. Python raises it as a KeyboardInterrupt.
+class Interrupted : public Error {
+ public:
+  /// @param signal  the signal's number (SIGINT, SIGTERM)
+  Interrupted(const std::string& message, int signal) : Error(ErrorCode::kInterrupted, message), signal_(signal) {}
+  /// The signal that interrupted the wait.
+  int signal() const noexcept { return signal_; }
+
+ private:
+  int signal_;
 };
 
 namespace detail {

@@ -27,6 +27,10 @@ struct Config {
   bool verbose = false;
   /// SHARDKIT_TRACE_BUFFER: operations each communicator's flight recorder keeps (0: none).
   std::size_t trace_buffer = 2000;
+  /// SHARDKIT_HANDLE_SIGNALS = 0: the Runtime leaves SIGINT and SIGTERM alone, and a wait in a collective ends only
+  /// when it completes or times out (unless the signal's own disposition ends the process). What the handlers do:
+  /// shardkit/core/interrupt.hpp.
+  bool handle_signals = true;
 
   /// Parses the variables above. @throws InvalidArgument on a malformed value.
   static Config from_env();

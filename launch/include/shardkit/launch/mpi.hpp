@@ -76,8 +76,23 @@ class MpiComm {
 };
 
 namespace detail {
-/// Throws BackendError with MPI_Error_string's text for a failed MPI call.
+/// Throws BackendError with MPI_Error_string's text for a failed MPI call. A truncated message (MPI_ERR_TRUNCATE: the
+/// ranks disagree on a size, and only the receiver knows) also asks that the job end at exit.
 [[noreturn]] void throw_mpi_error(int code, const char* expr, const char* file, int line);
+
+/// Open MPI reports the errors of completing nonblocking collectives (MPI_Testall) through MPI_COMM_WORLD's error
+/// handler, whoever owns the requests. When that handler is MPI_ERRORS_ARE_FATAL (MPI's default), the Runtime puts
+/// in its place one that returns the error to the MPI call inside a WorldErrorsReturned scope (shardkit's waits, which
+/// turn it into a BackendError) and is fatal, as before, everywhere else.
+void install_world_error_handler();
+/// While alive, MPI errors raised on MPI_COMM_WORLD in this thread are returned (see install_world_error_handler).
+class WorldErrorsReturned {
+ public:
+  WorldErrorsReturned() noexcept;
+  ~WorldErrorsReturned();
+  WorldErrorsReturned(const WorldErrorsReturned&) = delete;
+  WorldErrorsReturned& operator=(const WorldErrorsReturned&) = delete;
+};
 }  // namespace detail
 
 }  // namespace shardkit

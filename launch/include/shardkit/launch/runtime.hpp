@@ -15,7 +15,7 @@ enum class ThreadLevel { kSingle = 0, kFunneled = 1, kSerialized = 2, kMultiple 
 const char* thread_level_name(ThreadLevel level) noexcept;
 
 /// Asks that the job end with MPI_Abort instead of MPI_Finalize when the Runtime goes away: used after a collective
-/// timed out, when finalising could hang on the operation left in flight. `reason` is printed then.
+/// timed out or was interrupted, when finalising could hang on the operation left in flight. `reason` is printed then.
 void request_abort_at_exit(const std::string& reason);
 /// The reason given to request_abort_at_exit ("" when none).
 std::string abort_at_exit_reason();
@@ -34,6 +34,10 @@ struct RuntimeOptions {
   bool bind_device = true;
   /// Print warnings (ranks sharing a GPU, ...) to stderr; they are always available from warnings().
   bool print_warnings = true;
+  /// Install shardkit's SIGINT and SIGTERM handlers (install_interrupt_handlers) while the Runtime lives, so that a
+  /// signal ends a rank's wait in a collective with Interrupted (and the job, at exit) rather than being ignored
+  /// until the wait ends. Also off when SHARDKIT_HANDLE_SIGNALS=0.
+  bool handle_signals = true;
 };
 
 /// Which GPU a rank uses, worked out from its place on the node (a pure function, exposed for tests).
@@ -55,6 +59,7 @@ class Runtime {
   explicit Runtime(RuntimeOptions options) : Runtime(nullptr, nullptr, options) {}
   /// Frees the world duplicate; finalises MPI only if this Runtime initialised it (and nobody finalised it since).
   /// If request_abort_at_exit was called, prints the reason and calls MPI_Abort instead (whoever owns MPI).
+  /// Puts back the signal handlers it replaced.
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -96,6 +101,7 @@ class Runtime {
   DeviceBinding binding_;
   MpiComm world_;
   std::vector<std::string> warnings_;
+  bool installed_signal_handlers_ = false;
 };
 
 }  // namespace shardkit

@@ -1,0 +1,139 @@
+"""Waiting is interruptible: SIGINT or SIGTERM sent to a rank blocked in a collective that rank 0 never enters ends the
+rank within 2 s with KeyboardInterrupt (shardkit.Interrupted) and the job ends (MPI_Abort at exit, as after a
+timeout) long before SHARDKIT_TIMEOUT_S; and a size mismatch that MPI reports as a truncation says to rerun with
+SHARDKIT_CHECK=1 and ends the job. Each case starts its own mpirun job."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import clean_env, has_module
+
+pytestmark = pytest.mark.processes
+
+TIMEOUT_S = 60  # far beyond what a case may take: the timeout cannot be what ends the job
+
+# Rank 0 never enters; every other rank blocks in `sys.argv[1]`'s wait, after writing its pid (and the time it starts
+# waiting) for the test. What ends a rank's wait is printed with the time, then raised on: the job ends at exit.
+RANK_PROGRAM = textwrap.dedent("""
+    import os, sys, time
+    import numpy as np
+    import shardkit as sk
+    mode, where = sys.argv[1], sys.argv[2]
+    rank = sk.rank()
+    if mode == "jit":
+        import jax
+        recv = jax.jit(lambda x: sk.mpi.recv(x, source=0)[0])
+        recv.lower(np.zeros(2)).compile()  # compiled before the wait starts
+    comm = sk._core.make_comm(async_=True, name="interrupt-test") if mode == "token" else sk.world()
+    sk.mpi.barrier(comm=comm).wait()  # together once: the wait below is the operation's, not the set-up's
+    if rank == 0:
+        time.sleep(3 * 60)  # never enters
+        sys.exit(0)
+    with open(os.path.join(where, f"pid.{rank}.tmp"), "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(os.path.join(where, f"pid.{rank}.tmp"), os.path.join(where, f"pid.{rank}"))
+    try:
+        if mode == "eager":
+            sk.mpi.allreduce(np.ones(2), op="sum", comm=comm)
+        elif mode == "token":
+            _, token = comm.allreduce(np.ones(2), sk.ReduceOp.SUM)
+            token.wait()
+        elif mode == "jit":
+            recv(np.zeros(2)).block_until_ready()
+        print(f"rank {rank}: ERROR: the wait completed", flush=True)
+    except BaseException as e:
+        print(f"rank {rank}: ended at {time.time():.3f} by {type(e).__module__}.{type(e).__name__}"
+              f" (KeyboardInterrupt: {isinstance(e, KeyboardInterrupt)}): {e}", flush=True)
+        raise
+""")
+
+
+def run_and_signal(np_, mode, sig, tmp_path, victim=1):
+    """Starts the job, sends `sig` to rank `victim` once it waits, and returns (signal time, job end time, output)."""
+    cmd = [os.environ.get("MPIEXEC", "mpirun"), "--oversubscribe", "--bind-to", "none", "-np", str(np_),
+           sys.executable, "-c", RANK_PROGRAM, mode, str(tmp_path)]
+    env = clean_env(SHARDKIT_TIMEOUT_S=str(TIMEOUT_S), PYTHONUNBUFFERED="1")
+    env.pop("SHARDKIT_CHECK", None)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        pid_file = tmp_path / f"pid.{victim}"
+        start = time.time()
+        while not pid_file.exists():
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.time() - start < 60, "the rank never started waiting"
+            time.sleep(0.05)
+        time.sleep(1.0)  # well inside its wait by now
+        sent = time.time()
+        os.kill(int(pid_file.read_text()), sig)
+        out, _ = proc.communicate(timeout=TIMEOUT_S / 2)
+        return sent, time.time(), out
+    finally:
+        if proc.poll() is None:  # a failed case: SIGTERM lets mpirun take its ranks down too
+            proc.terminate()
+            try:
+                proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
+
+def check_interrupted(np_, mode, sig, tmp_path):
+    sent, ended, out = run_and_signal(np_, mode, sig, tmp_path)
+    line = next((x for x in out.splitlines() if x.startswith("rank 1: ended at ")), None)
+    assert line is not None, out
+    assert "(KeyboardInterrupt: True)" in line or ("shardkit.Interrupted" in line and "interrupt" in line), line
+    assert float(line.split()[4]) - sent < 2.0, (line, sent)
+    assert "ending the job (MPI_Abort)" in out, out
+    assert ended - sent < 20, f"the job took {ended - sent:.1f} s to end"
+    return line, out
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_sigint_ends_a_blocking_collective_and_the_job(np_, tmp_path):
+    line, out = check_interrupted(np_, "eager", signal.SIGINT, tmp_path)
+    assert "shardkit.Interrupted" in line and "on communicator 'world' was interrupted by SIGINT" in line, line
+    assert "was interrupted by SIGINT while waiting" in line, line
+
+
+def test_sigterm_ends_a_blocking_collective_and_the_job(tmp_path):
+    line, _ = check_interrupted(2, "eager", signal.SIGTERM, tmp_path)
+    assert "shardkit.Interrupted" in line and "was interrupted by SIGTERM" in line, line
+
+
+def test_sigint_ends_a_pending_token_wait(tmp_path):
+    line, _ = check_interrupted(2, "token", signal.SIGINT, tmp_path)
+    assert "allreduce #1 on communicator 'interrupt-test' was interrupted by SIGINT" in line, line
+
+
+@pytest.mark.skipif(not has_module("jax"), reason="needs jax")
+def test_sigint_ends_a_recv_in_a_compiled_jax_program(tmp_path):
+    check_interrupted(2, "jit", signal.SIGINT, tmp_path)
+
+
+def test_a_truncation_outside_checked_mode_says_to_rerun_checked_and_ends_the_job():
+    code = textwrap.dedent("""
+        import numpy as np, shardkit as sk
+        n = 4 if sk.rank() == 0 else 2  # the root sends 4 elements, the others expect 2
+        try:
+            sk.mpi.bcast(np.arange(n, dtype=np.float64), root=0)
+            print(f"rank {sk.rank()}: bcast returned", flush=True)
+        except sk.Error as e:
+            print(f"rank {sk.rank()}: {type(e).__name__}: {e}", flush=True)
+    """)
+    launcher = os.environ.get("MPIEXEC", "mpirun")
+    start = time.time()
+    r = subprocess.run([launcher, "--oversubscribe", "--bind-to", "none", "-np", "2", sys.executable, "-c", code],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(clean_env(SHARDKIT_TIMEOUT_S=str(TIMEOUT_S)), SHARDKIT_CHECK="0"))
+    out = r.stdout + r.stderr
+    assert "rank 1: BackendError: MPI error" in out and "MPI_ERR_TRUNCATE" in out, out
+    assert "Rerun with SHARDKIT_CHECK=1 to have every rank name the mismatch" in out, out
+    assert "ending the job (MPI_Abort)" in out, out
+    assert r.returncode != 0
+    assert time.time() - start < TIMEOUT_S / 2
