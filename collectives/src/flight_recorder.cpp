@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "shardkit/core/error.hpp"
+#include "shardkit/launch/mpi.hpp"
 #include "shardkit/launch/runtime.hpp"
 
 namespace shardkit::detail {
@@ -65,10 +66,8 @@ void before_abort(const std::string& reason) {
   dump_flight_records(reason);
   const char* v = std::getenv("SHARDKIT_DUMP_WAIT_S");
   const double wait_s = v && *v ? std::atof(v) : 2.0;
-  int size = 1, init = 0, fin = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int size = 1;
+  if (mpi_initialized() && !mpi_finalized()) MPI_Comm_size(MPI_COMM_WORLD, &size);
   const std::string dir = flight_dump_dir();
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(wait_s * 1000));
   for (int k = 0; k < size;) {
@@ -84,10 +83,8 @@ void before_abort(const std::string& reason) {
 }
 
 int world_rank() {
-  int init = 0, fin = 0, r = -1;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  int r = -1;
+  if (mpi_initialized() && !mpi_finalized()) MPI_Comm_rank(MPI_COMM_WORLD, &r);
   return r;
 }
 

@@ -137,7 +137,10 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
 
   // The flight recorder's slot: failed unless the operation returns.
   const Array* first = send ? send : recv;
-  const int peer = spec.rooted ? a.root : op == OpKind::kRecv ? a.source : (op == OpKind::kSend || op == OpKind::kSendrecv) ? a.dest : -1;
+  const int peer = spec.rooted                                         ? a.root
+                   : op == OpKind::kRecv                               ? a.source
+                   : op == OpKind::kSend || op == OpKind::kSendrecv ? a.dest
+                                                                       : -1;
   struct Recorded {
     FlightRecorder* r;
     FlightEntry* e;

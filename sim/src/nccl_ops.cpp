@@ -188,7 +188,8 @@ ncclResult_t ncclGroupEnd() {
   // What every grouped operation follows is what was launched before the group: the group launches as one.
   std::vector<LaunchSnapshot> snaps;
   for (auto& [st, op] : group.colls) snaps.push_back(order_snapshot(op.comm));
-  for (std::size_t i = 0; i < group.colls.size(); ++i) group.colls[i].first->enqueue(launch(group.colls[i].second, snaps[i]));
+  for (std::size_t i = 0; i < group.colls.size(); ++i)
+    group.colls[i].first->enqueue(launch(group.colls[i].second, snaps[i]));
   group.colls.clear();
   while (!group.p2p.empty()) {
     auto st = group.p2p.front().first;
