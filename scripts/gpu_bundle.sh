@@ -18,6 +18,16 @@ debs=(openmpi-bin openmpi-common libopenmpi-dev libopenmpi3 libpmix2 libevent-co
       libgtest-dev googletest)
 (cd "$OUT/debs" && apt-get download "${debs[@]}")
 
+# Debian's maintainer scripts make the unversioned names (mpirun, mpicc, libblas.so.3, cblas.h, ...) through
+# update-alternatives, which `dpkg -x` never runs: record them (link -> target, as on this machine) for gpu_check.sh.
+: >"$OUT/links.txt"
+while read -r link; do
+  target=$(readlink -f "$link")
+  if dpkg -S "$target" 2>/dev/null | grep -qE '^(openmpi-bin|libopenmpi-dev|libopenmpi3|libopenblas0-pthread|libopenblas-pthread-dev):'; then
+    echo "$link $target" >>"$OUT/links.txt"
+  fi
+done < <(find /usr/bin /usr/lib/x86_64-linux-gnu /usr/include -maxdepth 2 -type l -lname '/etc/alternatives/*' 2>/dev/null)
+
 # Wheels for the build and the checks (nanobind, scikit-build-core, the DLPack header, mpi4py, pytest).
 python3 -m pip download --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

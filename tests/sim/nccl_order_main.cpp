@@ -2,7 +2,8 @@
 // launching the operations of the two in different orders (nccl_order.cpp). Run as `nccl_order_main <case>`; the
 // ctest entries check each case's exit and the line it prints (consistent: "launch order consistent").
 //   crossed      rank 0 launches an allreduce on A, then on B; the others B, then A (each on its own stream)
-//   p2p_crossed  rank 0 sends to rank 1 on B, then allreduces on A; rank 1 allreduces on A, then receives on B
+//   p2p_crossed  rank 0 sends to rank 1 on B, then on A; rank 1 receives on A, then on B (point-to-point only, so
+//                whichever receive compares first, the report is about transfers from rank 0 to rank 1)
 //   consistent   the same launches on every rank, point-to-point between ranks 0 and 1 only while the others
 //                launch nothing on B, grouped operations over both communicators, B split from A: no complaint
 
@@ -71,10 +72,10 @@ int main(int argc, char** argv) {
   } else if (mode == "p2p_crossed") {
     if (rank == 0) {
       CK(ncclSend(x.p, 4, ncclFloat, 1, b, sb));
-      allreduce(a, sa);
-    } else {
-      allreduce(a, sa);
-      if (rank == 1) CK(ncclRecv(y.p, 4, ncclFloat, 0, b, sb));
+      CK(ncclSend(x.p, 4, ncclFloat, 1, a, sa));
+    } else if (rank == 1) {
+      CK(ncclRecv(y.p, 4, ncclFloat, 0, a, sa));
+      CK(ncclRecv(y.p, 4, ncclFloat, 0, b, sb));
     }
   } else if (mode == "consistent") {
     allreduce(a, sa);

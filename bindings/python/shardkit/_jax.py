@@ -42,7 +42,9 @@ _effect = jc.ordered_effect("shardkit")
 
 _TARGETS = _core._jax_ffi_targets()
 for _name, _capsule in _TARGETS.items():
-    jax.ffi.register_ffi_target(_name, _capsule, platform="cuda" if _name.endswith("_cuda") else "cpu")
+    # XLA's platform names: "cpu" and "CUDA". A target registered for "cuda" is never found by jaxlib's CUDA plugin
+    # (seen with jax 0.11.2 on an H200: "No FFI handler registered for shardkit_collective_cuda on a platform CUDA").
+    jax.ffi.register_ffi_target(_name, _capsule, platform="CUDA" if _name.endswith("_cuda") else "cpu")
 available = "shardkit_collective_cpu" in _TARGETS
 
 _SUM = int(_core.ReduceOp.SUM)
