@@ -15,6 +15,8 @@ import sys
 import pytest
 
 UNDER_MPIRUN = any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+# The job's size, known before collection (the launcher's environment), for suites that sweep fewer cases at more ranks.
+WORLD_SIZE = int(next((os.environ[v] for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE") if v in os.environ), "1"))
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
