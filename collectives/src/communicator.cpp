@@ -12,6 +12,7 @@
 
 #include "communicator_impl.hpp"
 #include "creation.hpp"
+#include "watchdog.hpp"
 #include "mpi/mpi_request.hpp"
 #include "op_table.hpp"
 #include "shardkit/core/error.hpp"
@@ -181,8 +182,9 @@ std::shared_ptr<Communicator> Communicator::world(const Runtime& runtime, CommOp
   detail::AbortState abort;
   detail::agree_to_create(runtime.world(), step.c_str(), options.name, creations++, options, abort);
   MpiComm dup = detail::dup_within_timeout(runtime.world(), step.c_str(), options.name, options, abort);
-  return std::shared_ptr<Communicator>(
-      new Communicator(detail::build(std::move(dup), 0, std::move(options), device, true)));
+  auto impl = detail::build(std::move(dup), 0, std::move(options), device, true);
+  detail::start_watchdog(impl->control(), impl->options.name, impl->options, *impl->abort);
+  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
 std::shared_ptr<Communicator> Communicator::world(CommOptions options) {

@@ -17,6 +17,7 @@
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/mpi.hpp"
 #include "shardkit/launch/runtime.hpp"
+#include "watchdog.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -64,12 +65,10 @@ void json_string(std::string& out, std::string_view s) {
 // operation time out moments apart).
 void before_abort(const std::string& reason) {
   dump_flight_records(reason);
-  const char* v = std::getenv("SHARDKIT_DUMP_WAIT_S");
-  const double wait_s = v && *v ? std::atof(v) : 2.0;
   int size = 1;
   if (mpi_initialized() && !mpi_finalized()) MPI_Comm_size(MPI_COMM_WORLD, &size);
   const std::string dir = flight_dump_dir();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(wait_s * 1000));
+  const auto until = std::chrono::steady_clock::now() + Config::get().dump_wait;
   for (int k = 0; k < size;) {
     struct stat st;
     if (::stat(concat(dir, "/rank", k, ".json").c_str(), &st) == 0) {
@@ -82,10 +81,17 @@ void before_abort(const std::string& reason) {
   }
 }
 
-int world_rank() {
-  int r = -1;
-  if (mpi_initialized() && !mpi_finalized()) MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
+std::atomic<std::int64_t> g_last_dump_us{0};
+std::atomic<int> g_world_rank{-1};  // set by the first recorder: the dump never calls MPI for it
+
+std::string describe(const FlightEntry& e, const std::string& comm) {
+  std::string s = op_name(e.op);
+  if (e.seq >= 0) s += concat(" #", e.seq);
+  if (e.count >= 0) s += concat(" (", e.count, " x ", dtype_name(e.dtype), ")");
+  if (e.peer >= 0) s += concat(" peer/root ", e.peer);
+  s += concat(" on communicator '", comm, "'");
+  if (e.site.file) s += concat(" at ", e.site.file, ":", e.site.line);
+  return s;
 }
 
 }  // namespace
@@ -128,6 +134,7 @@ FlightRecorder::FlightRecorder(std::string name, int rank, int size, std::vector
                                std::size_t capacity)
     : name_(std::move(name)), rank_(rank), size_(size), world_(std::move(world_ranks)), ring_(capacity) {
   if (capacity) set_before_abort(&before_abort);
+  if (rank_ >= 0 && static_cast<std::size_t>(rank_) < world_.size()) g_world_rank.store(world_[rank_]);
   std::lock_guard lock(registry_mu);
   registry().push_back(this);
 }
@@ -182,7 +189,32 @@ void FlightRecorder::fail(FlightEntry* e) {
   unlock();
 }
 
-std::string FlightRecorder::json() {
+FlightRecorder::Activity FlightRecorder::activity(bool waiting) {
+  Activity a;
+  lock();
+  const std::uint64_t n = std::min<std::uint64_t>(next_, ring_.size());
+  const FlightEntry* busy = nullptr;
+  for (std::uint64_t k = 0; k < n; ++k) {
+    const FlightEntry& e = ring_[(next_ - n + k) % ring_.size()];
+    if (e.state == OpState::kStarted && (!e.pending || waiting)) {
+      busy = &e;
+      break;
+    }
+  }
+  FlightEntry b = busy ? *busy : FlightEntry{}, last = n ? ring_[(next_ - 1) % ring_.size()] : FlightEntry{};
+  unlock();
+  if (busy) {
+    a.busy_since_us = b.start_us;
+    a.busy = describe(b, name_);
+  }
+  if (n) {
+    a.last = describe(last, name_) + concat(" (", state_name(last.state), ")");
+    a.last_start_us = last.start_us;
+  }
+  return a;
+}
+
+std::string FlightRecorder::json(bool ask_pending) {
   std::string out = "{\"name\": ";
   json_string(out, name_);
   out += concat(", \"rank\": ", rank_, ", \"size\": ", size_, ", \"world_ranks\": [");
@@ -197,7 +229,7 @@ std::string FlightRecorder::json() {
   unlock();
   for (std::uint64_t k = 0; k < n; ++k) {
     FlightEntry& e = ops[k];
-    if (e.state == OpState::kStarted && e.pending) {
+    if (ask_pending && e.state == OpState::kStarted && e.pending) {
       try {
         if (e.pending->is_complete()) e.state = OpState::kCompleted;
       } catch (...) {
@@ -220,8 +252,19 @@ std::string FlightRecorder::json() {
   return out;
 }
 
+int flight_world_rank() noexcept { return g_world_rank.load(); }
+std::int64_t flight_last_dump_us() noexcept { return g_last_dump_us.load(); }
+
+std::vector<FlightRecorder::Activity> flight_activities(bool waiting) {
+  std::vector<FlightRecorder::Activity> out;
+  std::lock_guard lock(registry_mu);
+  for (FlightRecorder* r : registry())
+    if (r->capacity()) out.push_back(r->activity(waiting));
+  return out;
+}
+
 std::string flight_dump_dir() {
-  if (const char* d = std::getenv("SHARDKIT_DUMP_DIR"); d && *d) return d;
+  if (const std::string& d = Config::get().dump_dir; !d.empty()) return d;
   for (const char* v : {"SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"})
     if (const char* id = std::getenv(v); id && *id) {
       std::string s = id;
@@ -231,7 +274,7 @@ std::string flight_dump_dir() {
   return "shardkit-dump";
 }
 
-std::string dump_flight_records(const std::string& reason) noexcept {
+std::string dump_flight_records(const std::string& reason, bool local) noexcept {
   thread_local bool dumping = false;  // a token asked while dumping may time out and ask for a dump itself
   if (dumping) return "";
   dumping = true;
@@ -246,13 +289,16 @@ std::string dump_flight_records(const std::string& reason) noexcept {
     if (!written.insert(reason).second) return "";
     if (first.empty()) first = reason;
     const std::string why = first == reason ? first : concat(first, " (then: ", reason, ")");
+    const std::string activity = describe_activity();
     std::string body;
     {
       std::lock_guard lock(registry_mu);
       for (FlightRecorder* r : registry())
-        if (r->capacity()) body += (body.empty() ? "\n  " : ",\n  ") + r->json();
+        if (r->capacity()) body += (body.empty() ? "\n  " : ",\n  ") + r->json(local);
     }
-    const int rank = world_rank();
+    if (local) request_dumps(reason);
+    g_last_dump_us.store(now_us());
+    const int rank = g_world_rank.load();
     const std::string dir = flight_dump_dir();
     ::mkdir(dir.c_str(), 0777);  // exists already on the other ranks' hosts: fine
     const std::string path = concat(dir, "/rank", rank, ".json");
@@ -266,6 +312,8 @@ std::string dump_flight_records(const std::string& reason) noexcept {
     ::gethostname(host, sizeof host - 1);
     head += ", \"host\": ";
     json_string(head, host);
+    head += ", \"activity\": ";
+    json_string(head, activity);
     head += ", \"communicators\": [" + body + "]}\n";
     std::fwrite(head.data(), 1, head.size(), f);
     std::fclose(f);

@@ -50,8 +50,17 @@ class FlightRecorder {
   void finish(FlightEntry* e, const Token& t);
   /// The operation raised.
   void fail(FlightEntry* e);
-  /// This communicator as a JSON object (name, rank, size, world ranks, operations oldest first).
-  std::string json();
+  /// This communicator as a JSON object (name, rank, size, world ranks, operations oldest first). With
+  /// `ask_pending`, pending tokens are asked whether they completed (which may call MPI: not from the watchdog).
+  std::string json(bool ask_pending = true);
+  /// What this communicator is doing: its oldest operation still in progress (a blocking one, or, while some thread
+  /// of the process waits, one pending on a token), and its newest one. Empty descriptions when there is none.
+  struct Activity {
+    std::int64_t busy_since_us = 0;  ///< 0: nothing in progress
+    std::string busy, last;          ///< "allreduce #5 (4 x float64) on communicator 'world' at train.py:42"
+    std::int64_t last_start_us = 0;
+  };
+  Activity activity(bool waiting);
   std::size_t capacity() const noexcept { return ring_.size(); }
 
  private:
@@ -67,10 +76,18 @@ class FlightRecorder {
 };
 
 /// Writes every live recorder of this process to <dump dir>/rank<world rank>.json with `reason` (at most once per
-/// reason; never throws). Returns the file written ("" when none).
-std::string dump_flight_records(const std::string& reason) noexcept;
+/// reason; never throws). Returns the file written ("" when none). A dump this process decided on (`local`) asks
+/// every other rank's watchdog to write its own (watchdog.hpp); one another rank asked for does not ask again, and
+/// leaves pending tokens unasked (it runs on the watchdog's thread, which never calls MPI).
+std::string dump_flight_records(const std::string& reason, bool local = true) noexcept;
 /// The directory dumps go to: SHARDKIT_DUMP_DIR, else "shardkit-dump-<job id>" in the working directory.
 std::string flight_dump_dir();
+/// This process's rank in MPI_COMM_WORLD, as the recorders know it (-1 before the first); no MPI call.
+int flight_world_rank() noexcept;
+/// When this process last wrote a dump (microseconds since the epoch; 0: never).
+std::int64_t flight_last_dump_us() noexcept;
+/// Every live recorder's activity (FlightRecorder::activity).
+std::vector<FlightRecorder::Activity> flight_activities(bool waiting);
 
 /// Ends the job at exit (request_abort_at_exit) after writing the flight records: every timeout and abort path.
 void end_job_at_exit(const std::string& reason);

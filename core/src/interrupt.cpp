@@ -99,6 +99,8 @@ void request_interrupt(int signal) noexcept {
   g_signal.compare_exchange_strong(none, signal);
 }
 
+bool waits_in_progress() noexcept { return g_waiting.load() > 0; }
+
 InterruptibleWait::InterruptibleWait() noexcept { g_waiting.fetch_add(1); }
 InterruptibleWait::~InterruptibleWait() { g_waiting.fetch_sub(1); }
 

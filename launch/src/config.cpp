@@ -33,6 +33,15 @@ bool parse_bool(const char* name, std::string_view v) {
   throw InvalidArgument(detail::concat(name, "='", v, "': expected 1/0, true/false, on/off or yes/no"));
 }
 
+std::chrono::milliseconds parse_seconds(const char* name, std::string_view v) {
+  const std::string s(v);
+  char* end = nullptr;
+  const double seconds = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || *end != '\0' || !std::isfinite(seconds) || seconds < 0 || seconds > 1e9)
+    throw InvalidArgument(detail::concat(name, "='", s, "': expected a non-negative number of seconds"));
+  return std::chrono::milliseconds(static_cast<long long>(std::llround(seconds * 1000.0)));
+}
+
 std::mutex g_mu;
 std::optional<Config> g_config;
 
@@ -61,14 +70,10 @@ Config Config::from_env() {
     c.trace_buffer = static_cast<std::size_t>(n);
   }
   if (auto v = env("SHARDKIT_HANDLE_SIGNALS")) c.handle_signals = parse_bool("SHARDKIT_HANDLE_SIGNALS", *v);
-  if (auto v = env("SHARDKIT_TIMEOUT_S")) {
-    const std::string s(*v);
-    char* end = nullptr;
-    const double seconds = std::strtod(s.c_str(), &end);
-    if (end == s.c_str() || *end != '\0' || !std::isfinite(seconds) || seconds < 0)
-      throw InvalidArgument("SHARDKIT_TIMEOUT_S='" + s + "': expected a non-negative number of seconds");
-    c.timeout = std::chrono::milliseconds(static_cast<long long>(std::llround(seconds * 1000.0)));
-  }
+  if (auto v = env("SHARDKIT_TIMEOUT_S")) c.timeout = parse_seconds("SHARDKIT_TIMEOUT_S", *v);
+  if (auto v = env("SHARDKIT_HANG_WARN_S")) c.hang_warn = parse_seconds("SHARDKIT_HANG_WARN_S", *v);
+  if (auto v = env("SHARDKIT_DUMP_WAIT_S")) c.dump_wait = parse_seconds("SHARDKIT_DUMP_WAIT_S", *v);
+  if (auto v = env("SHARDKIT_DUMP_DIR")) c.dump_dir = std::string(*v);
   return c;
 }
 

@@ -12,7 +12,9 @@ namespace {
 class ConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : {"SHARDKIT_BACKEND", "SHARDKIT_CHECK", "SHARDKIT_TIMEOUT_S", "SHARDKIT_VERBOSE"}) unsetenv(v);
+    for (const char* v : {"SHARDKIT_BACKEND", "SHARDKIT_CHECK", "SHARDKIT_TIMEOUT_S", "SHARDKIT_VERBOSE",
+                          "SHARDKIT_HANG_WARN_S", "SHARDKIT_DUMP_DIR", "SHARDKIT_DUMP_WAIT_S"})
+      unsetenv(v);
   }
 };
 
@@ -21,6 +23,9 @@ TEST_F(ConfigTest, Defaults) {
   EXPECT_EQ(c.backend, BackendKind::kAuto);
   EXPECT_FALSE(c.check);
   EXPECT_EQ(c.timeout.count(), 0);
+  EXPECT_EQ(c.hang_warn.count(), 300000);
+  EXPECT_EQ(c.dump_wait.count(), 2000);
+  EXPECT_EQ(c.dump_dir, "");
 }
 
 TEST_F(ConfigTest, ParsesEnvironment) {
@@ -32,6 +37,23 @@ TEST_F(ConfigTest, ParsesEnvironment) {
   EXPECT_TRUE(c.check);
   EXPECT_EQ(c.timeout.count(), 2500);
   EXPECT_STREQ(backend_name(c.backend), "nccl");
+}
+
+TEST_F(ConfigTest, ParsesTheFlightRecordersVariables) {
+  setenv("SHARDKIT_HANG_WARN_S", "0.5", 1);
+  setenv("SHARDKIT_DUMP_WAIT_S", "0", 1);
+  setenv("SHARDKIT_DUMP_DIR", "/tmp/dumps here", 1);
+  const Config c = Config::from_env();
+  EXPECT_EQ(c.hang_warn.count(), 500);
+  EXPECT_EQ(c.dump_wait.count(), 0);
+  EXPECT_EQ(c.dump_dir, "/tmp/dumps here");
+  for (const char* v : {"SHARDKIT_HANG_WARN_S", "SHARDKIT_DUMP_WAIT_S"}) {
+    setenv(v, "soon", 1);
+    EXPECT_THROW(Config::from_env(), InvalidArgument) << v;
+    setenv(v, "-2", 1);
+    EXPECT_THROW(Config::from_env(), InvalidArgument) << v;
+    unsetenv(v);
+  }
 }
 
 TEST_F(ConfigTest, RejectsMalformedValues) {

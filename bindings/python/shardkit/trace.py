@@ -58,7 +58,24 @@ def _communicators(dumps):
     return comms
 
 
-def _diverge(name: str, members: tuple[int, ...], by_rank: dict[int, dict[str, Any]], now_us: int) -> list[str]:
+def _doing(activity: str) -> str:
+    """What a rank was doing when it wrote its dump (its watchdog's description), for a rank that never came."""
+    if activity.startswith("in none"):
+        return "; when it wrote its dump it was in its own code, in none of shardkit's operations"
+    return f"; when it wrote its dump it was {activity}" if activity else ""
+
+
+def _late_dumps(dumps: dict[int, dict[str, Any]]) -> dict[int, str]:
+    """Ranks whose dump came well after the others' (stopped, or unable to write until the job ended)."""
+    times = sorted(d["time_us"] for d in dumps.values())
+    first = times[0]
+    return {r: f"; its dump came {(d['time_us'] - first) / 1e6:.1f} s after the others' (the rank was stopped, e.g. "
+               f"by SIGSTOP or a debugger, until the job ended)"
+            for r, d in dumps.items() if d["time_us"] - first > 1_500_000 and len(dumps) > 1}
+
+
+def _diverge(name: str, members: tuple[int, ...], by_rank: dict[int, dict[str, Any]], now_us: int,
+             dumps_activity: dict[int, str], dumps_late: dict[int, str]) -> list[str]:
     """The first collective of one communicator where its dumped ranks part, in a few lines ([] when none)."""
     colls = {r: {op["seq"]: op for op in c["ops"] if op["seq"] >= 0} for r, c in by_rank.items()}
     if not any(colls.values()):
@@ -73,6 +90,9 @@ def _diverge(name: str, members: tuple[int, ...], by_rank: dict[int, dict[str, A
             kinds.setdefault(tuple(op.get(f) for f in _FIELDS), []).append(r)
         missing = [r for r in colls if r not in have]
         if len(kinds) <= 1 and not missing:
+            late = _late(have)
+            if late:
+                return [f"communicator '{name}' ({_ranks(members)}): at collective #{seq}, {late}"]
             continue
         lines = [f"communicator '{name}' ({_ranks(members)}): the ranks part at collective #{seq}:"]
         for rs in sorted(kinds.values()):
@@ -90,12 +110,49 @@ def _diverge(name: str, members: tuple[int, ...], by_rank: dict[int, dict[str, A
                 text += f"; its last collective here: {_describe(prev)}{_where(prev)} ({prev['state']})"
             if last_op and last_op is not prev:
                 text += f"; its last operation: {_describe(last_op)}{_where(last_op)} ({last_op['state']})"
-            lines.append(text)
+            lines.append(text + _doing(dumps_activity.get(r, "")) + dumps_late.get(r, ""))
         if len(kinds) > 1:
             lines.append("  their arguments differ (" + ", ".join(
                 f for f in _FIELDS if len({have[rs[0]].get(f) for rs in kinds.values()}) > 1) + ")")
         return lines
     return []
+
+
+def _late(have: dict[int, dict[str, Any]]) -> str:
+    """Ranks that entered a collective only after others had given up on it (stopped, or busy until then)."""
+    gave_up = {r: op["end_us"] for r, op in have.items() if op["state"] == "failed" and op["end_us"] > 0}
+    if not gave_up:
+        return ""
+    first = min(gave_up.values())
+    late = sorted(r for r, op in have.items() if op["start_us"] > first)
+    if not late:
+        return ""
+    early = sorted(r for r in gave_up if r not in late)
+    if not early:
+        return ""
+    op = have[early[0]]
+    lag = (min(have[r]["start_us"] for r in late) - first) / 1e6
+    return (f"{_ranks(late)} entered {_describe(op)}{_where(op)} only {lag:.1f} s after {_ranks(early)} had given "
+            f"up on it: {_ranks(late)} stopped (SIGSTOP, a debugger) or busy elsewhere until then")
+
+
+def _without_dump(name: str, members: tuple[int, ...], by_rank: dict[int, dict[str, Any]]) -> list[str]:
+    """Where the ranks that did write a dump are, on a communicator some of whose members wrote none."""
+    silent = [r for r in members if r not in by_rank]
+    lasts = {r: max((op for op in c["ops"] if op["seq"] >= 0), key=lambda o: o["seq"], default=None)
+             for r, c in by_rank.items()}
+    if not silent or not any(lasts.values()):
+        return []
+    lines = [f"communicator '{name}' ({_ranks(members)}): {_ranks(silent)} wrote no dump; the others' last "
+             f"collectives:"]
+    groups: dict[tuple, list[int]] = {}
+    for r, op in lasts.items():
+        if op:
+            groups.setdefault((op["seq"], op["state"], *(op.get(f) for f in _FIELDS), op.get("site")), []).append(r)
+    for rs in sorted(groups.values()):
+        op = lasts[rs[0]]
+        lines.append(f"  {_ranks(rs)}: {_describe(op)}{_where(op)} ({op['state']})")
+    return lines
 
 
 def _unfinished_p2p(by_rank, name) -> list[str]:
@@ -123,7 +180,10 @@ def analyze(dumps: dict[int, dict[str, Any]]) -> tuple[list[str], bool]:
         lines.append(f"{_ranks(silent)} wrote no dump (killed, stopped, or busy outside shardkit)")
     found = bool(silent)
     for (name, members), by_rank in sorted(_communicators(dumps).items()):
-        for text in _diverge(name, members, by_rank, now_us) + _unfinished_p2p(by_rank, name):
+        activity = {r: d.get("activity", "") for r, d in dumps.items()}
+        parted = _diverge(name, members, by_rank, now_us, activity, _late_dumps(dumps))
+        for text in parted + (_without_dump(name, members, by_rank) if not parted else []) + _unfinished_p2p(
+                by_rank, name):
             lines.append(text)
             found = True
     if not found:

@@ -24,6 +24,8 @@ bool interrupt_handlers_installed() noexcept;
 /// The signal that interrupted a wait (SIGINT, SIGTERM), or 0. It stays raised: the operation it interrupted is
 /// left unfinished, so every later wait of the process fails the same way until the job ends.
 int interrupt_signal() noexcept;
+/// True while some thread of the process is inside an InterruptibleWait.
+bool waits_in_progress() noexcept;
 /// Raises the flag as the handler does (async-signal-safe); for tests and for embedders with their own handlers.
 void request_interrupt(int signal) noexcept;
 

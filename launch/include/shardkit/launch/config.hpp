@@ -27,9 +27,17 @@ struct Config {
   bool verbose = false;
   /// SHARDKIT_TRACE_BUFFER: operations each communicator's flight recorder keeps (0: none).
   std::size_t trace_buffer = 2000;
+  /// SHARDKIT_HANG_WARN_S (seconds; 0: never): an operation that has waited this long prints one line per rank
+  /// (what each waits for, and since when) and writes the flight recorder's dumps, without ending the job.
+  std::chrono::milliseconds hang_warn{std::chrono::minutes(5)};
+  /// SHARDKIT_DUMP_DIR: where the flight recorder's dumps go ("": shardkit-dump-<job id> in the working directory).
+  std::string dump_dir;
+  /// SHARDKIT_DUMP_WAIT_S (seconds): before the job ends, how long a rank waits for the other ranks' dumps.
+  std::chrono::milliseconds dump_wait{2000};
   /// SHARDKIT_HANDLE_SIGNALS = 0: the Runtime leaves SIGINT and SIGTERM alone, and a wait in a collective ends only
   /// when it completes or times out (unless the signal's own disposition ends the process). What the handlers do:
-  /// shardkit/core/interrupt.hpp.
+  /// shardkit/core/interrupt.hpp. Also
+  /// SIGUSR1, which otherwise makes every rank write its flight recorder's dump and goes on.
   bool handle_signals = true;
 
   /// Parses the variables above. @throws InvalidArgument on a malformed value.

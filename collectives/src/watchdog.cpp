@@ -1,0 +1,278 @@
+// The watchdog (watchdog.hpp): a UDP socket and a thread per process, the addresses of every rank's, SIGUSR1, and
+// the hang warning.
+
+#include "watchdog.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <mpi.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <thread>
+
+#include "backend.hpp"
+#include "flight_recorder.hpp"
+#include "mpi/mpi_request.hpp"
+#include "shardkit/core/error.hpp"
+#include "shardkit/core/interrupt.hpp"
+#include "shardkit/launch/config.hpp"
+
+namespace shardkit::detail {
+namespace {
+
+constexpr int kMaxAddrs = 4;
+constexpr char kMagic[] = "SKWD1";
+
+// What each rank publishes: its UDP port and up to four IPv4 addresses (network order), and the job's nonce.
+struct Address {
+  std::uint64_t nonce;
+  std::uint32_t ip[kMaxAddrs];
+  std::uint16_t port;
+  std::uint16_t n;
+};
+
+struct Watchdog {
+  int sock = -1;
+  int wake[2] = {-1, -1};  // SIGUSR1's handler writes a byte here
+  int rank = 0;
+  std::uint64_t nonce = 0;
+  std::vector<Address> peers;
+  std::int64_t warned_since_us = 0;  // the hang warning's operation (its start): once per operation
+  int usr1_count = 0;
+};
+
+std::atomic<Watchdog*> g_dog{nullptr};
+struct sigaction g_previous_usr1 {};
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string seconds(std::int64_t us) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", static_cast<double>(us) / 1e6);
+  return b;
+}
+
+void on_usr1(int sig, siginfo_t* info, void* context) {  // async-signal-safe: write(2) and the previous handler
+  if (Watchdog* d = g_dog.load(); d && d->wake[1] >= 0) {
+    const int saved = errno;
+    [[maybe_unused]] const ssize_t n = ::write(d->wake[1], "u", 1);
+    errno = saved;
+  }
+  if (g_previous_usr1.sa_flags & SA_SIGINFO) {
+    if (g_previous_usr1.sa_sigaction) g_previous_usr1.sa_sigaction(sig, info, context);
+  } else if (g_previous_usr1.sa_handler != SIG_DFL && g_previous_usr1.sa_handler != SIG_IGN) {
+    g_previous_usr1.sa_handler(sig);
+  }
+}
+
+// This host's IPv4 addresses other than loopback (127.0.0.1 when it has none), at most kMaxAddrs.
+void local_addresses(Address& a) {
+  a.n = 0;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) == 0) {
+    for (ifaddrs* i = list; i && a.n < kMaxAddrs; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+      const std::uint32_t ip = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+      if ((ntohl(ip) >> 24) == 127) continue;
+      a.ip[a.n++] = ip;
+    }
+    ::freeifaddrs(list);
+  }
+  if (a.n == 0) a.ip[a.n++] = htonl(INADDR_LOOPBACK);
+}
+
+void send_to_all(Watchdog& d, char kind, const std::string& reason) noexcept {
+  char msg[1024];
+  const int len = std::snprintf(msg, sizeof msg, "%s %llx %d %c %s", kMagic, static_cast<unsigned long long>(d.nonce),
+                                d.rank, kind, reason.c_str());
+  const std::size_t bytes = std::min<std::size_t>(static_cast<std::size_t>(std::max(len, 0)), sizeof msg - 1);
+  for (std::size_t r = 0; r < d.peers.size(); ++r) {
+    if (static_cast<int>(r) == d.rank) continue;
+    const Address& p = d.peers[r];
+    for (int k = 0; k < p.n && k < kMaxAddrs; ++k) {
+      sockaddr_in to{};
+      to.sin_family = AF_INET;
+      to.sin_port = p.port;
+      to.sin_addr.s_addr = p.ip[k];
+      ::sendto(d.sock, msg, bytes, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&to), sizeof to);
+    }
+  }
+}
+
+void say(const std::string& line) {
+  std::fprintf(stderr, "shardkit: rank %d: %s\n", flight_world_rank(), line.c_str());
+  std::fflush(stderr);
+}
+
+// A dump (and, for `report`, the line saying what this rank does) asked for by `from`.
+// The oldest operation in progress here (its start; 0: none).
+std::int64_t busy_since() {
+  std::int64_t since = 0;
+  for (const auto& a : flight_activities(waits_in_progress()))
+    if (a.busy_since_us && (!since || a.busy_since_us < since)) since = a.busy_since_us;
+  return since;
+}
+
+void on_request(Watchdog& d, int from, bool report, const std::string& reason) {
+  // Every rank that times out asks: one dump per burst is what the analyzer needs (the first describes the hang), and
+  // a rank that has just written its own has nothing to add.
+  if (now_us() - flight_last_dump_us() < 2000000) return;
+  if (report) {
+    say(describe_activity());
+    d.warned_since_us = busy_since();  // this rank's line about its wait is said: no second one from its own warning
+  }
+  dump_flight_records(concat("asked by rank ", from, ": ", reason), false);
+}
+
+// A dump this rank decides on from its watchdog (SIGUSR1, the hang warning): the line, the others, the dump.
+void report_and_dump(Watchdog& d, const std::string& reason) {
+  say(describe_activity());
+  send_to_all(d, 'h', reason);
+  dump_flight_records(reason, false);
+}
+
+void check_hang(Watchdog& d) {
+  const auto warn = Config::get().hang_warn;
+  if (warn.count() <= 0) return;
+  const std::int64_t since = busy_since();
+  if (!since || since == d.warned_since_us || now_us() - since < warn.count() * 1000) return;
+  d.warned_since_us = since;
+  report_and_dump(d, concat("hang warning: rank ", d.rank, " has waited ", seconds(now_us() - since),
+                            " s (SHARDKIT_HANG_WARN_S; the job goes on)"));
+}
+
+void receive(Watchdog& d) {
+  char buf[1100];
+  for (;;) {
+    const ssize_t n = ::recv(d.sock, buf, sizeof buf - 1, MSG_DONTWAIT);
+    if (n <= 0) return;
+    buf[n] = '\0';
+    unsigned long long nonce = 0;
+    int from = -1, used = 0;
+    char kind = 0;
+    if (std::sscanf(buf, "SKWD1 %llx %d %c %n", &nonce, &from, &kind, &used) < 3 || nonce != d.nonce || used <= 0)
+      continue;  // not ours: another job's, or noise
+    on_request(d, from, kind == 'h', buf + used);
+  }
+}
+
+void run(Watchdog* d) {
+  for (;;) {
+    pollfd fds[2] = {{d->sock, POLLIN, 0}, {d->wake[0], POLLIN, 0}};
+    ::poll(fds, 2, 250);
+    try {
+      if (fds[1].revents & POLLIN) {
+        char b[64];
+        while (::read(d->wake[0], b, sizeof b) > 0) {
+        }
+        report_and_dump(*d, concat("SIGUSR1 (", ++d->usr1_count, ") on rank ", d->rank));
+      }
+      if (fds[0].revents & POLLIN) receive(*d);
+      check_hang(*d);
+    } catch (...) {
+      // The watchdog must never take the process down; a failed report is retried at the next event.
+    }
+  }
+}
+
+}  // namespace
+
+std::string describe_activity() {
+  const auto acts = flight_activities(waits_in_progress());
+  const FlightRecorder::Activity* busy = nullptr;
+  const FlightRecorder::Activity* last = nullptr;
+  for (const auto& a : acts) {
+    if (a.busy_since_us && (!busy || a.busy_since_us < busy->busy_since_us)) busy = &a;
+    if (!a.last.empty() && (!last || a.last_start_us > last->last_start_us)) last = &a;
+  }
+  const std::int64_t now = now_us();
+  if (busy) {
+    const std::time_t t = static_cast<std::time_t>(busy->busy_since_us / 1000000);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char when[32];
+    std::strftime(when, sizeof when, "%H:%M:%S UTC", &tm);
+    return concat("waiting ", seconds(now - busy->busy_since_us), " s (since ", when, ") for ", busy->busy);
+  }
+  if (last)
+    return concat("in none of shardkit's operations; its last, started ", seconds(now - last->last_start_us),
+                  " s ago: ", last->last);
+  return "in none of shardkit's operations, and has run none yet";
+}
+
+void request_dumps(const std::string& reason) noexcept {
+  if (Watchdog* d = g_dog.load()) send_to_all(*d, 'd', reason);
+}
+
+void start_watchdog(MpiCommHandle control, const std::string& name, const CommOptions& options, AbortState& abort) {
+  static bool started = false;  // the first world communicator's creation, on every rank alike
+  if (started || Config::get().trace_buffer == 0) return;
+  started = true;
+  MPI_Comm c = to_mpi<MPI_Comm>(control);
+  int rank = 0, size = 1;
+  SHARDKIT_MPI_CHECK(MPI_Comm_rank(c, &rank));
+  SHARDKIT_MPI_CHECK(MPI_Comm_size(c, &size));
+
+  auto d = std::make_unique<Watchdog>();
+  d->rank = rank;
+  Address me{};
+  me.nonce = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(now_us());
+  d->sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (d->sock >= 0) {
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    any.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof any;
+    if (::bind(d->sock, reinterpret_cast<sockaddr*>(&any), sizeof any) == 0 &&
+        ::getsockname(d->sock, reinterpret_cast<sockaddr*>(&any), &len) == 0) {
+      me.port = any.sin_port;
+      local_addresses(me);
+    }
+  }
+  // The exchange is collective, so it runs whether or not this rank got a socket (n = 0: nobody can reach it).
+  d->peers.resize(static_cast<std::size_t>(size));
+  std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
+  SHARDKIT_MPI_CHECK(MPI_Iallgather(&me, sizeof me, MPI_BYTE, d->peers.data(), sizeof me, MPI_BYTE, c, req.data()));
+  OpContext ctx{};
+  ctx.op = OpKind::kAllgather;
+  ctx.step = "the watchdog's set-up";
+  ctx.comm_name = &name;
+  ctx.timeout = options.timeout;
+  ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
+  if (!wait_all(req, nullptr, ctx.deadline)) raise_unfinished(ctx, abort, "not every rank arrived");
+  d->nonce = d->peers[0].nonce;  // rank 0's: the job's
+  if (d->sock < 0 || ::pipe2(d->wake, O_CLOEXEC | O_NONBLOCK) != 0) return;  // no watchdog here; the others go on
+
+  Watchdog* dog = d.release();  // lives as long as the process: its thread may act until the very end
+  g_dog.store(dog);
+  if (Config::get().handle_signals) {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_usr1;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGUSR1, &sa, &g_previous_usr1);
+  }
+  // Signals go to the application's threads, never to this one (SIGINT must reach the thread that waits).
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  std::thread(run, dog).detach();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+}  // namespace shardkit::detail
