@@ -15,13 +15,15 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 SKIP = 77
 SOURCE = Path(__file__).resolve().parents[2]
 JOB_LIMIT_S = 240            # any one job; a hang fails the case rather than the ctest timeout
-LOST_HOST_LIMIT_S = 30       # a job that lost a host must have ended within this
+LOST_HOST_LIMIT_S = 30       # a job that lost a host must have ended within this (after the timeout, if unreachable)
+UNREACHABLE_TIMEOUT_S = 5    # SHARDKIT_TIMEOUT_S of the job that loses a host's link
 
 
 class Failed(Exception):
@@ -333,6 +335,46 @@ def case_lost_host(build: Path) -> set[str]:
     seen = hosts_in_map(lose_host(victim_ns, victim, ranks_only=True))
     seen |= hosts_in_map(lose_host(victim_ns, victim, ranks_only=False))
     return seen
+
+
+def case_unreachable_host(build: Path) -> set[str]:
+    """The last host's link taken down (its bridge port; nothing killed, no connection closed) while every rank
+    allreduces, through shardkit-run: the others time out after UNREACHABLE_TIMEOUT_S, end the job (MPI_Abort), and
+    mpirun waits for the unreachable host's daemon until shardkit-run ends it. The job must end within the timeout
+    + LOST_HOST_LIMIT_S, fail, name the host that does not answer (and no other), and leave nothing running on the
+    other hosts."""
+    need_python_package()
+    launcher = shardkit_run(build)
+    (victim, _), victim_ns = hosts()[-1], namespaces()[-1]
+    port = f"v{len(hosts())}"  # the bridge's side of the victim's veth, in this (the launcher's) namespace
+    command = [launcher, "--hosts", env_or_skip("SHARDKIT_MH_HOSTS"), *spin_program()]
+    print(f"$ {' '.join(command)}  (then: ip link set {port} down, cutting {victim} off)", flush=True)
+    with tempfile.TemporaryDirectory() as dumps:
+        job, lines, where = start_spinning(command, env={"SHARDKIT_TIMEOUT_S": str(UNREACHABLE_TIMEOUT_S),
+                                                         "SHARDKIT_DUMP_DIR": dumps})
+        try:
+            subprocess.run(["ip", "link", "set", port, "down"], check=True)
+            cut_at = time.monotonic()
+            output = await_end(job, lines, cut_at, UNREACHABLE_TIMEOUT_S + LOST_HOST_LIMIT_S, f"cutting {victim} off")
+        finally:
+            kill_job(job)
+            subprocess.run(["ip", "link", "set", port, "up"], check=True)
+    reports = [line for line in output.splitlines() if line.startswith("shardkit-run: ") and " -x " not in line]
+    require(any("mpirun has not ended" in line for line in reports),
+            f"shardkit-run did not say that it ended mpirun:\n{output}")
+    silent = next((line for line in reports if "not answering" in line), "")
+    others = [name for name, _ in hosts()[:-1]]
+    require(re.search(rf"\b{re.escape(victim)}\b", silent) is not None and not any(h in silent for h in others),
+            f"shardkit-run did not name {victim}, and only it, as not answering:\n{output}")
+    for line in reports:
+        print(f"  {line}", flush=True)
+    # Nothing of the job is left on the hosts that could be reached (their daemons and ranks).
+    for ns in namespaces()[:-1]:
+        left = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        require(left == [], f"{ns}: processes left after the job ended: "
+                + ", ".join(f"{pid} ({Path(f'/proc/{pid}/cmdline').read_text().replace(chr(0), ' ')[:80]})"
+                            for pid in left if Path(f"/proc/{pid}").exists()))
+    return set(where.values())
 
 
 CASES = {name[len("case_"):]: f for name, f in globals().items() if name.startswith("case_")}
