@@ -15,13 +15,15 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 SKIP = 77
 SOURCE = Path(__file__).resolve().parents[2]
 JOB_LIMIT_S = 240            # any one job; a hang fails the case rather than the ctest timeout
-LOST_HOST_LIMIT_S = 30       # a job that lost a host must have ended within this
+LOST_HOST_LIMIT_S = 30       # a job that lost a host must have ended within this (after the timeout, if unreachable)
+UNREACHABLE_TIMEOUT_S = 5    # SHARDKIT_TIMEOUT_S of the job that loses a host's link
 
 
 class Failed(Exception):
@@ -242,28 +244,66 @@ def case_shardkit_run_hostfile(build: Path) -> set[str]:
     return launcher_checks(build, ["--hostfile", env_or_skip("SHARDKIT_MH_HOSTFILE")], "--hostfile")
 
 
-def lose_host(victim_ns: str, victim: str, ranks_only: bool) -> str:
-    """Starts Python ranks that allreduce in a loop; once all are running, kills the victim host's ranks (or every
-    process of the host, its Open MPI daemon too: a crashed machine). Returns the job's output."""
+def start_spinning(command: list[str], env: dict | None = None) -> tuple[subprocess.Popen, list[str], dict[int, str]]:
+    """Starts a job of rank_program.py spin (ranks allreduce in a loop) and waits until every rank is running. Returns
+    the job, its output so far and each rank's host. The job has a process group of its own (see kill_job)."""
     np = sum(s for _, s in hosts())
-    command = mpirun(np, [sys.executable, str(SOURCE / "tests/multihost/rank_program.py"), "spin"],
-                     forward=("PYTHONPATH",))
-    what = "its ranks" if ranks_only else "every process of the host"
-    print(f"$ {' '.join(command)}  (then kill {what} on {victim})", flush=True)
     job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env={**os.environ, **RANK_ENV})
+                           env={**os.environ, **RANK_ENV, **(env or {})}, start_new_session=True)
     lines = []
-    ready = 0
+    where = {}
     deadline = time.monotonic() + JOB_LIMIT_S
     assert job.stdout is not None
     for line in job.stdout:
         lines.append(line)
-        ready += line.startswith("ready: ")
-        if ready == np or time.monotonic() > deadline:
+        if m := re.match(r"ready: rank (\d+) on (?:host=)?(\S+)", line):
+            where[int(m[1])] = m[2]
+        if len(where) == np or time.monotonic() > deadline:
             break
-    if ready != np:
-        job.kill()
-        raise Failed(f"the job did not get going ({ready} of {np} ranks ready):\n{''.join(lines)}")
+    if len(where) != np:
+        kill_job(job)
+        raise Failed(f"the job did not get going ({len(where)} of {np} ranks ready):\n{''.join(lines)}")
+    return job, lines, where
+
+
+def kill_job(job: subprocess.Popen) -> str:
+    """Kills what is left of a job: its process group (mpirun under shardkit-run too, which holds the output open);
+    returns the output not read yet."""
+    try:
+        os.killpg(job.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        return job.communicate(timeout=10)[0] or ""
+    except subprocess.TimeoutExpired:
+        return ""
+
+
+def await_end(job: subprocess.Popen, lines: list[str], since: float, limit: float, what: str) -> str:
+    """Waits for a job that lost a host to end, within limit seconds of since; it must fail. Returns its output."""
+    try:
+        rest, _ = job.communicate(timeout=max(since + limit - time.monotonic(), 0.1))
+    except subprocess.TimeoutExpired:
+        rest = kill_job(job)
+        raise Failed(f"the job did not end within {limit:g} s of {what}:\n{''.join(lines)}{rest}") from None
+    output = "".join(lines) + rest
+    require(job.returncode != 0, f"the job exited 0 after {what}:\n{output}")
+    print(f"  the job ended {time.monotonic() - since:.1f} s after {what} (exit {job.returncode})", flush=True)
+    return output
+
+
+def spin_program() -> list[str]:
+    return [sys.executable, str(SOURCE / "tests/multihost/rank_program.py"), "spin"]
+
+
+def lose_host(victim_ns: str, victim: str, ranks_only: bool) -> str:
+    """Starts Python ranks that allreduce in a loop; once all are running, kills the victim host's ranks (or every
+    process of the host, its Open MPI daemon too: a crashed machine). Returns the job's output."""
+    np = sum(s for _, s in hosts())
+    command = mpirun(np, spin_program(), forward=("PYTHONPATH",))
+    what = "its ranks" if ranks_only else "every process of the host"
+    print(f"$ {' '.join(command)}  (then kill {what} on {victim})", flush=True)
+    job, lines, _ = start_spinning(command)
     pids = subprocess.run(["ip", "netns", "pids", victim_ns], capture_output=True, text=True).stdout.split()
     killed = []
     for pid in pids:
@@ -281,20 +321,11 @@ def lose_host(victim_ns: str, victim: str, ranks_only: bool) -> str:
     killed_at = time.monotonic()
     print(f"  killed on {victim}: {', '.join(killed)}", flush=True)
     require(killed != [], f"no process to kill in {victim_ns}")
-    try:
-        rest, _ = job.communicate(timeout=LOST_HOST_LIMIT_S)
-    except subprocess.TimeoutExpired:
-        job.kill()
-        rest, _ = job.communicate()
-        raise Failed(f"the job did not end within {LOST_HOST_LIMIT_S} s of losing {victim}:\n{''.join(lines)}{rest}")
-    elapsed = time.monotonic() - killed_at
-    output = "".join(lines) + rest
-    require(job.returncode != 0, f"the job exited 0 although {victim} was lost:\n{output}")
+    output = await_end(job, lines, killed_at, LOST_HOST_LIMIT_S, f"losing {victim}")
     named = [line.strip() for line in output.splitlines() if victim in line and not line.startswith("ready: ")
              and "Data for node" not in line]
     require(named != [], f"no message names the lost host {victim}:\n{output}")
-    print(f"  the job ended {elapsed:.1f} s after {victim} was lost (exit {job.returncode}); named in: {named[0]!r}",
-          flush=True)
+    print(f"  named in: {named[0]!r}", flush=True)
     return output
 
 
@@ -304,6 +335,46 @@ def case_lost_host(build: Path) -> set[str]:
     seen = hosts_in_map(lose_host(victim_ns, victim, ranks_only=True))
     seen |= hosts_in_map(lose_host(victim_ns, victim, ranks_only=False))
     return seen
+
+
+def case_unreachable_host(build: Path) -> set[str]:
+    """The last host's link taken down (its bridge port; nothing killed, no connection closed) while every rank
+    allreduces, through shardkit-run: the others time out after UNREACHABLE_TIMEOUT_S, end the job (MPI_Abort), and
+    mpirun waits for the unreachable host's daemon until shardkit-run ends it. The job must end within the timeout
+    + LOST_HOST_LIMIT_S, fail, name the host that does not answer (and no other), and leave nothing running on the
+    other hosts."""
+    need_python_package()
+    launcher = shardkit_run(build)
+    (victim, _), victim_ns = hosts()[-1], namespaces()[-1]
+    port = f"v{len(hosts())}"  # the bridge's side of the victim's veth, in this (the launcher's) namespace
+    command = [launcher, "--hosts", env_or_skip("SHARDKIT_MH_HOSTS"), *spin_program()]
+    print(f"$ {' '.join(command)}  (then: ip link set {port} down, cutting {victim} off)", flush=True)
+    with tempfile.TemporaryDirectory() as dumps:
+        job, lines, where = start_spinning(command, env={"SHARDKIT_TIMEOUT_S": str(UNREACHABLE_TIMEOUT_S),
+                                                         "SHARDKIT_DUMP_DIR": dumps})
+        try:
+            subprocess.run(["ip", "link", "set", port, "down"], check=True)
+            cut_at = time.monotonic()
+            output = await_end(job, lines, cut_at, UNREACHABLE_TIMEOUT_S + LOST_HOST_LIMIT_S, f"cutting {victim} off")
+        finally:
+            kill_job(job)
+            subprocess.run(["ip", "link", "set", port, "up"], check=True)
+    reports = [line for line in output.splitlines() if line.startswith("shardkit-run: ") and " -x " not in line]
+    require(any("mpirun has not ended" in line for line in reports),
+            f"shardkit-run did not say that it ended mpirun:\n{output}")
+    silent = next((line for line in reports if "not answering" in line), "")
+    others = [name for name, _ in hosts()[:-1]]
+    require(re.search(rf"\b{re.escape(victim)}\b", silent) is not None and not any(h in silent for h in others),
+            f"shardkit-run did not name {victim}, and only it, as not answering:\n{output}")
+    for line in reports:
+        print(f"  {line}", flush=True)
+    # Nothing of the job is left on the hosts that could be reached (their daemons and ranks).
+    for ns in namespaces()[:-1]:
+        left = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        require(left == [], f"{ns}: processes left after the job ended: "
+                + ", ".join(f"{pid} ({Path(f'/proc/{pid}/cmdline').read_text().replace(chr(0), ' ')[:80]})"
+                            for pid in left if Path(f"/proc/{pid}").exists()))
+    return set(where.values())
 
 
 CASES = {name[len("case_"):]: f for name, f in globals().items() if name.startswith("case_")}

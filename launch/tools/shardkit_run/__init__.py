@@ -1,9 +1,10 @@
 """shardkit-run: start a program as one process per device, through mpirun or srun.
 
-A thin launcher: it works out the command line that this machine (or this Slurm job) needs, prints it, and replaces
-itself with it, so that signals and the exit status are the launcher's own. Standard library only, and importable
-without side effects: the functions that decide the command take every fact about the machine as an argument, so
-tests can describe a machine instead of needing one.
+A thin launcher: it works out the command line that this machine (or this Slurm job) needs, prints it, and runs it:
+srun in its place, mpirun as a child it watches, so that a job a rank has ended (MPI_Abort) ends even when mpirun
+would wait for a host it cannot reach; the exit status is otherwise the launcher's own. Standard library only, and
+importable without side effects: the functions that decide the command take every fact about the machine as an
+argument, so tests can describe a machine instead of needing one.
 
 Modules, in the order a run goes through them:
   cli       arguments and --help, the early check of the program, main()
@@ -13,6 +14,7 @@ Modules, in the order a run goes through them:
   srun      the srun command
   mpirun    the mpirun/mpiexec command: hosts, slots, binding, environment
   command   a built command (Launch) and the shell line that shows it
+  supervise running mpirun, and ending a job that was ended but did not end
   errors    LaunchError and exit statuses
 
 The same files run as the package shardkit_run (the shardkit-run script: launch/tools/shardkit-run, bin/shardkit-run

@@ -1,5 +1,5 @@
 """The command line: shardkit-run's arguments and help, the early check of the program, and main(), which runs the
-launch command in place of this process."""
+launch command: srun in place of this process, mpirun as a watched child (supervise.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from .detect import Environment, describe, detect_environment
 from .errors import EXIT_NOT_FOUND, EXIT_USAGE, LaunchError
 from .launcher import build_command
 from .mpirun import STARTUP_VARS
-from .options import BIND_CHOICES, LAUNCHER_CHOICES, MPIRUN_ARGS_VAR, SRUN_ARGS_VAR, Options
+from .options import BIND_CHOICES, GRACE_VAR, LAUNCHER_CHOICES, MPIRUN_ARGS_VAR, SRUN_ARGS_VAR, Options
+from .supervise import DEFAULT_GRACE_S, grace_seconds, supervise
 
 PROG = "shardkit-run"
 
@@ -46,6 +47,14 @@ launchers:
   {", ".join(STARTUP_VARS)} that are set, since Open MPI gives other hosts the environment of an ssh login, where a
   bare python3 may be another Python). MPICH (Hydra): -genv VAR VALUE (Hydra passes the whole environment itself).
   Extra mpirun flags: {MPIRUN_ARGS_VAR}.
+
+ending the job (mpirun): shardkit-run stays mpirun's parent, passes stderr through and watches it. Once a rank has
+  ended the job (MPI_Abort: shardkit's "ending the job" line, or the MPI's own report) or shardkit-run got SIGINT,
+  SIGTERM or SIGHUP, mpirun has {GRACE_VAR} seconds (default {DEFAULT_GRACE_S:g}; inf: no limit) to end; if it has
+  not (it waits for the daemon of a host it cannot reach), shardkit-run ends it and every process it started
+  (SIGKILL), names the hosts of --hosts/--hostfile that do not answer a TCP connection to their ssh port, and exits
+  with the abort's error code (128 + signal after a signal). srun is run in place of shardkit-run: Slurm ends its
+  steps itself.
 
 exit status: the launcher's; {EXIT_NOT_FOUND} when no launcher or the program cannot be found, 126 when the program
   is not executable, {EXIT_USAGE} for bad usage.
@@ -108,8 +117,8 @@ def check_program(program: str, env: Mapping[str, str], cwd: Optional[str] = Non
 
 
 def main(argv: Optional[Sequence[str]] = None, environment: Optional[Environment] = None) -> int:
-    """Runs shardkit-run. Returns the exit status for --dry-run, --help and errors; otherwise replaces this process
-    with the launcher (exec) and does not return."""
+    """Runs shardkit-run. Returns the exit status: of --dry-run, --help and errors, or mpirun's (see supervise.py);
+    srun replaces this process (exec) and this does not return."""
     try:
         options = parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as e:  # --help, or a usage error argparse has already printed
@@ -121,6 +130,7 @@ def main(argv: Optional[Sequence[str]] = None, environment: Optional[Environment
             print(f"{PROG}: detected {describe(environment)}", file=sys.stderr)
         launch = build_command(options, environment)
         check_program(options.program[0], {**environment.env, **launch.env})
+        grace_s = grace_seconds(environment.env)
     except LaunchError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return e.code
@@ -135,6 +145,8 @@ def main(argv: Optional[Sequence[str]] = None, environment: Optional[Environment
     sys.stdout.flush()
     child_env = {**environment.env, **launch.env}
     try:
+        if launch.launcher != "srun":
+            return supervise(launch.command, child_env, grace_s, PROG, hosts=launch.hosts)
         os.execvpe(launch.command[0], launch.command, child_env)
     except OSError as e:
         print(f"{PROG}: error: cannot run {launch.command[0]}: {e.strerror}", file=sys.stderr)

@@ -18,6 +18,7 @@ class Launch:
     np: int
     launcher: str                               # "srun" or the flavour of mpirun: "openmpi", "mpich", "unknown"
     notes: list[str] = dataclasses.field(default_factory=list)
+    hosts: list[str] = dataclasses.field(default_factory=list)  # named by --hosts/--hostfile
 
 
 def extra_args(environment: Environment, var: str) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Optional
 from .command import Launch, extra_args
 from .detect import Environment
 from .errors import LaunchError
-from .options import MPIRUN_ARGS_VAR, SRUN_ARGS_VAR, Options
+from .options import LAUNCHER_VARS, MPIRUN_ARGS_VAR, Options
 
 # Open MPI's mpirun refuses to start as root unless both of these are set.
 OPENMPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -23,11 +23,13 @@ STARTUP_VARS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_
 
 @dataclasses.dataclass
 class _Placement:
-    """Where ranks may go: hosts (1 on one node), slots (None: unknown to us), local (this node only)."""
+    """Where ranks may go: hosts (1 on one node), slots (None: unknown to us), local (this node only), and the hosts'
+    names where the user gave them."""
 
     hosts: int
     slots: Optional[int]
     local: bool
+    names: tuple[str, ...] = ()
 
 
 def parse_hosts(spec: str) -> list[tuple[str, int]]:
@@ -70,7 +72,8 @@ def parse_hostfile(text: str) -> list[tuple[str, Optional[int]]]:
 def _placement(options: Options, environment: Environment) -> _Placement:
     if options.hosts:
         hosts = parse_hosts(options.hosts)
-        return _Placement(hosts=len({h for h, _ in hosts}), slots=sum(s for _, s in hosts), local=False)
+        names = tuple(dict.fromkeys(h for h, _ in hosts))
+        return _Placement(hosts=len(names), slots=sum(s for _, s in hosts), local=False, names=names)
     if options.hostfile:
         try:
             with open(options.hostfile) as f:
@@ -80,7 +83,8 @@ def _placement(options: Options, environment: Environment) -> _Placement:
         if not hosts:
             raise LaunchError(f"--hostfile {options.hostfile}: no hosts in it")
         slots = None if any(s is None for _, s in hosts) else sum(s for _, s in hosts)
-        return _Placement(hosts=len({h for h, _ in hosts}), slots=slots, local=False)
+        names = tuple(dict.fromkeys(h for h, _ in hosts))
+        return _Placement(hosts=len(names), slots=slots, local=False, names=names)
     if environment.in_slurm_job:
         # mpirun inside a Slurm job takes its hosts and slots from the allocation.
         return _Placement(hosts=environment.slurm_nodes, slots=environment.slurm_tasks, local=False)
@@ -135,7 +139,7 @@ def mpirun_command(options: Options, environment: Environment, exports: list[tup
             # Open MPI passes no environment to other hosts: forward shardkit's own settings, and what the program
             # needs to start as it does here (the values are this environment's, which mpirun inherits).
             forwarded += [(k, v) for k, v in sorted(environment.env.items())
-                          if k.startswith("SHARDKIT_") and k not in (MPIRUN_ARGS_VAR, SRUN_ARGS_VAR) and k not in named]
+                          if k.startswith("SHARDKIT_") and k not in LAUNCHER_VARS and k not in named]
             # (Inside a Slurm allocation mpirun starts its daemons through srun, which passes the environment.)
             if options.hosts or options.hostfile:
                 startup = [k for k in STARTUP_VARS if k in environment.env and k not in named]
@@ -157,7 +161,7 @@ def mpirun_command(options: Options, environment: Environment, exports: list[tup
         env.update(exports)  # local ranks inherit mpirun's environment
     command += extra_args(environment, MPIRUN_ARGS_VAR)
     command += options.program
-    return Launch(command=command, env=env, np=np, launcher=flavour, notes=notes)
+    return Launch(command=command, env=env, np=np, launcher=flavour, notes=notes, hosts=list(place.names))
 
 
 def _ranks_per_node(np: int, gpus: int, hosts: int) -> int:

@@ -11,6 +11,10 @@ LAUNCHER_CHOICES = ("auto", "mpirun", "srun")
 # Extra launcher flags from the environment, inserted just before the program.
 MPIRUN_ARGS_VAR = "SHARDKIT_MPIRUN_ARGS"
 SRUN_ARGS_VAR = "SHARDKIT_SRUN_ARGS"
+# Seconds mpirun has to end a job that a rank (MPI_Abort) or a signal ended, before shardkit-run ends it (supervise.py).
+GRACE_VAR = "SHARDKIT_RUN_GRACE_S"
+# The launcher's own settings, never forwarded to the ranks.
+LAUNCHER_VARS = (MPIRUN_ARGS_VAR, SRUN_ARGS_VAR, GRACE_VAR)
 
 
 @dataclasses.dataclass
