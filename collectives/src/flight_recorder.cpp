@@ -67,6 +67,12 @@ void before_abort(const std::string& reason) {
   dump_flight_records(reason);
   int size = 1;
   if (mpi_initialized() && !mpi_finalized()) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  wait_for_dumps(size);
+}
+
+}  // namespace
+
+void wait_for_dumps(int size) {
   const std::string dir = flight_dump_dir();
   const auto until = std::chrono::steady_clock::now() + Config::get().dump_wait;
   for (int k = 0; k < size;) {
@@ -80,6 +86,8 @@ void before_abort(const std::string& reason) {
     }
   }
 }
+
+namespace {
 
 std::atomic<std::int64_t> g_last_dump_us{0};
 std::atomic<int> g_world_rank{-1};  // set by the first recorder: the dump never calls MPI for it

@@ -84,6 +84,9 @@ std::string dump_flight_records(const std::string& reason, bool local = true) no
 std::string flight_dump_dir();
 /// This process's rank in MPI_COMM_WORLD, as the recorders know it (-1 before the first); no MPI call.
 int flight_world_rank() noexcept;
+/// Waits, up to SHARDKIT_DUMP_WAIT_S, until the dump directory holds a dump of each of `size` ranks (before the job
+/// ends: ending it kills ranks that are about to write theirs).
+void wait_for_dumps(int size);
 /// When this process last wrote a dump (microseconds since the epoch; 0: never).
 std::int64_t flight_last_dump_us() noexcept;
 /// Every live recorder's activity (FlightRecorder::activity).

@@ -21,6 +21,7 @@
 #include <ctime>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "backend.hpp"
 #include "flight_recorder.hpp"
@@ -51,6 +52,8 @@ struct Watchdog {
   std::vector<Address> peers;
   std::int64_t warned_since_us = 0;  // the hang warning's operation (its start): once per operation
   int usr1_count = 0;
+  int handed_on = 0;                  // SIGINT/SIGTERM that went to Python's handler while an operation ran
+  std::int64_t handed_on_at_us = 0, handed_on_busy_us = 0;
 };
 
 std::atomic<Watchdog*> g_dog{nullptr};
@@ -156,6 +159,32 @@ void check_hang(Watchdog& d) {
                             " s (SHARDKIT_HANG_WARN_S; the job goes on)"));
 }
 
+// A signal handed on to Python's handler while this rank's thread is in a blocking MPI call (no timeout: the fast
+// path) would raise KeyboardInterrupt only when that call returns, which may be never. If the same operation is still
+// in progress a second later, tell the others, write the dumps, and end the rank as the signal's default action would
+// (the launcher then ends the job).
+void check_blocked_signal(Watchdog& d) {
+  if (const int sig = take_handed_on_signal()) {
+    d.handed_on = sig;
+    d.handed_on_at_us = now_us();
+    d.handed_on_busy_us = busy_since();
+  }
+  if (!d.handed_on || now_us() - d.handed_on_at_us < 500000) return;
+  const int sig = std::exchange(d.handed_on, 0);
+  if (!d.handed_on_busy_us || busy_since() != d.handed_on_busy_us || waits_in_progress()) return;  // it moved on
+  const std::string reason = concat(sig == SIGINT ? "SIGINT" : "SIGTERM", " on rank ", d.rank, " while it was ",
+                                    describe_activity(), ", a blocking MPI call that nothing interrupts");
+  say(reason + "; ending the rank (with SHARDKIT_TIMEOUT_S set, waits end with KeyboardInterrupt instead)");
+  send_to_all(d, 'd', reason);
+  dump_flight_records(reason, false);
+  wait_for_dumps(static_cast<int>(d.peers.size()));
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(sig, &dfl, nullptr);
+  ::kill(::getpid(), sig);  // to the process: a thread that does not block it takes the default action
+}
+
 void receive(Watchdog& d) {
   char buf[1100];
   for (;;) {
@@ -184,6 +213,7 @@ void run(Watchdog* d) {
       }
       if (fds[0].revents & POLLIN) receive(*d);
       check_hang(*d);
+      check_blocked_signal(*d);
     } catch (...) {
       // The watchdog must never take the process down; a failed report is retried at the next event.
     }

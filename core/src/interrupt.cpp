@@ -19,6 +19,7 @@ struct sigaction g_previous[kSignalCount];
 std::atomic<bool> g_installed{false};
 std::atomic<int> g_signal{0};   // the signal that interrupted a wait, 0 when none
 std::atomic<int> g_waiting{0};  // threads inside an InterruptibleWait
+std::atomic<int> g_handed_on{0};  // a signal outside any wait that went to a handler (Python's), for the watchdog
 std::mutex g_install_mu;
 
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
@@ -40,6 +41,7 @@ void on_signal(int sig, siginfo_t* info, void* context) {
   const struct sigaction& prev = g_previous[i];
   if (prev.sa_flags & SA_SIGINFO) {
     prev.sa_sigaction(sig, info, context);
+    if (!ends_wait) g_handed_on.store(sig);
   } else if (prev.sa_handler == SIG_DFL) {
     if (!ends_wait) {  // the default action (ending the process), as if shardkit were not there
       struct sigaction dfl = {};
@@ -50,6 +52,7 @@ void on_signal(int sig, siginfo_t* info, void* context) {
     }
   } else if (prev.sa_handler != SIG_IGN) {
     prev.sa_handler(sig);  // Python's handler: KeyboardInterrupt follows in the main thread as usual
+    if (!ends_wait) g_handed_on.store(sig);  // ... unless that thread is inside a blocking MPI call
   }
   errno = saved_errno;
 }
@@ -100,6 +103,8 @@ void request_interrupt(int signal) noexcept {
 }
 
 bool waits_in_progress() noexcept { return g_waiting.load() > 0; }
+
+int take_handed_on_signal() noexcept { return g_handed_on.exchange(0); }
 
 InterruptibleWait::InterruptibleWait() noexcept { g_waiting.fetch_add(1); }
 InterruptibleWait::~InterruptibleWait() { g_waiting.fetch_sub(1); }

@@ -1,9 +1,10 @@
 """Waiting is interruptible: SIGINT or SIGTERM sent to a rank blocked in a collective that rank 0 never enters ends the
 rank within 2 s with KeyboardInterrupt (shardkit.Interrupted) and the job ends (MPI_Abort at exit, as after a
-timeout) long before SHARDKIT_TIMEOUT_S; and a size mismatch that MPI reports as a truncation says to rerun with
+timeout) long before SHARDKIT_TIMEOUT_S; without a timeout (one blocking MPI call) the watchdog ends the rank; and a size mismatch that MPI reports as a truncation says to rerun with
 SHARDKIT_CHECK=1 and ends the job. Each case starts its own mpirun job."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,11 +55,15 @@ RANK_PROGRAM = textwrap.dedent("""
 """)
 
 
-def run_and_signal(np_, mode, sig, tmp_path, victim=1):
+def run_and_signal(np_, mode, sig, tmp_path, victim=1, timeout=True):
     """Starts the job, sends `sig` to rank `victim` once it waits, and returns (signal time, job end time, output)."""
     cmd = [os.environ.get("MPIEXEC", "mpirun"), "--oversubscribe", "--bind-to", "none", "-np", str(np_),
            sys.executable, "-c", RANK_PROGRAM, mode, str(tmp_path)]
-    env = clean_env(SHARDKIT_TIMEOUT_S=str(TIMEOUT_S), PYTHONUNBUFFERED="1")
+    env = clean_env(PYTHONUNBUFFERED="1", SHARDKIT_DUMP_DIR=str(tmp_path / "dumps"))
+    if timeout:
+        env["SHARDKIT_TIMEOUT_S"] = str(TIMEOUT_S)
+    else:
+        env.pop("SHARDKIT_TIMEOUT_S", None)
     env.pop("SHARDKIT_CHECK", None)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
@@ -104,6 +109,20 @@ def test_sigint_ends_a_blocking_collective_and_the_job(np_, tmp_path):
 def test_sigterm_ends_a_blocking_collective_and_the_job(tmp_path):
     line, _ = check_interrupted(2, "eager", signal.SIGTERM, tmp_path)
     assert "shardkit.Interrupted" in line and "was interrupted by SIGTERM" in line, line
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_sigint_ends_a_rank_inside_a_blocking_mpi_call_and_the_job(np_, tmp_path):
+    """Without a timeout a collective is one blocking MPI call, which Python's KeyboardInterrupt cannot leave: the
+    watchdog sees the signal went to Python's handler while the same operation is still in progress, writes every
+    rank's dump (rank 0 is in its own code) and ends the rank as the signal would; mpirun then ends the job."""
+    sent, ended, out = run_and_signal(np_, "eager", signal.SIGINT, tmp_path, timeout=False)
+    assert re.search(r"shardkit: rank 1: SIGINT on rank 1 while it was waiting [0-9.]+ s \(since [0-9:]+ UTC\) for "
+                     r"allreduce #\d+ \(2 x float64\) on communicator 'world' at <string>:\d+, a blocking MPI call "
+                     r"that nothing interrupts; ending the rank", out), out
+    assert "ERROR" not in out, out
+    assert ended - sent < 10, f"the job took {ended - sent:.1f} s to end"
+    assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == [f"rank{k}.json" for k in range(np_)], out
 
 
 def test_sigint_ends_a_pending_token_wait(tmp_path):

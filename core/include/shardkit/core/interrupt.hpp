@@ -26,6 +26,10 @@ bool interrupt_handlers_installed() noexcept;
 int interrupt_signal() noexcept;
 /// True while some thread of the process is inside an InterruptibleWait.
 bool waits_in_progress() noexcept;
+/// The last signal that arrived outside any wait and went to the previous handler (Python's, which raises
+/// KeyboardInterrupt only once its thread is back in the interpreter), or 0; reading it lowers it. The watchdog
+/// (collectives) ends a rank whose thread stays inside a blocking MPI call after such a signal.
+int take_handed_on_signal() noexcept;
 /// Raises the flag as the handler does (async-signal-safe); for tests and for embedders with their own handlers.
 void request_interrupt(int signal) noexcept;
 
