@@ -4,6 +4,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 
@@ -26,31 +27,66 @@ const std::string& package_dir() {
   }();
   return dir;
 }
+
+// The site of one frame: (code object, instruction offset) -> file, line, and whether the file is the package's.
+// Computing a line number walks the code's line table; a collective is called from few places, so a small
+// direct-mapped cache (holding its code objects, so that an address is never reused under it) makes the usual case a
+// lookup. Before Python 3.11 there is no instruction offset to key on: the line is computed each time.
+struct CachedSite {
+  PyCodeObject* code = nullptr;  // strong reference
+  int lasti = -1;
+  const FileInfo* file = nullptr;
+  int line = 0;
+};
+
+const FileInfo& file_of(PyCodeObject* code) {
+  static auto* files = new std::unordered_map<PyObject*, FileInfo>();  // under the GIL; never freed
+  PyObject* name = code->co_filename;
+  auto it = files->find(name);
+  if (it == files->end()) {
+    Py_INCREF(name);
+    const char* utf8 = PyUnicode_AsUTF8(name);
+    std::string s = utf8 ? utf8 : "?";
+    const bool internal = s.rfind(package_dir(), 0) == 0;
+    if (!utf8) PyErr_Clear();
+    it = files->emplace(name, FileInfo{std::move(s), internal}).first;
+  }
+  return it->second;
+}
+
+const CachedSite& site_of(PyFrameObject* f, PyCodeObject* code) {
+#if PY_VERSION_HEX >= 0x030B0000
+  static CachedSite cache[256];
+  const int lasti = PyFrame_GetLasti(f);
+  CachedSite& e = cache[((reinterpret_cast<std::uintptr_t>(code) >> 4) ^ (static_cast<std::uintptr_t>(lasti) *
+                                                                           2654435761u)) & 255];
+  if (e.code == code && e.lasti == lasti) return e;
+  Py_INCREF(code);
+  Py_XDECREF(e.code);
+  e = {code, lasti, &file_of(code), PyFrame_GetLineNumber(f)};
+  return e;
+#else
+  static CachedSite e;
+  e = {nullptr, -1, &file_of(code), PyFrame_GetLineNumber(f)};
+  return e;
+#endif
+}
+
 }  // namespace
 
 void note_call_site() {
   static const bool recording = Config::get().trace_buffer > 0;  // SHARDKIT_TRACE_BUFFER=0: nothing to pay for
   if (!recording) return;
-  static auto* files = new std::unordered_map<PyObject*, FileInfo>();  // under the GIL; never freed
   CallSite& site = current_call_site();
   site = {};
   PyFrameObject* f = PyEval_GetFrame();  // borrowed
   Py_XINCREF(f);
   for (int depth = 0; f && depth < 8; ++depth) {
     PyCodeObject* code = PyFrame_GetCode(f);
-    PyObject* name = code->co_filename;
-    auto it = files->find(name);
-    if (it == files->end()) {
-      Py_INCREF(name);
-      const char* utf8 = PyUnicode_AsUTF8(name);
-      std::string s = utf8 ? utf8 : "?";
-      const bool internal = s.rfind(package_dir(), 0) == 0;
-      if (!utf8) PyErr_Clear();
-      it = files->emplace(name, FileInfo{std::move(s), internal}).first;
-    }
+    const CachedSite& c = site_of(f, code);
     Py_DECREF(code);
-    if (!it->second.internal) {
-      site = {it->second.name.c_str(), PyFrame_GetLineNumber(f)};
+    if (!c.file->internal) {
+      site = {c.file->name.c_str(), c.line};
       break;
     }
     PyFrameObject* back = PyFrame_GetBack(f);
