@@ -27,6 +27,10 @@ struct Config {
   bool verbose = false;
   /// SHARDKIT_TRACE_BUFFER: operations each communicator's flight recorder keeps (0: none).
   std::size_t trace_buffer = 2000;
+  /// SHARDKIT_TRACE = DIR: every rank writes each of its operations as a span to DIR/rank<R>.trace.json (Chrome
+  /// trace / Perfetto JSON), with its clock's offset to rank 0's, which `shardkit-trace merge DIR` applies. Empty
+  /// (unset, or 0/off/false/no): no trace.
+  std::string trace_dir;
   /// SHARDKIT_HANDLE_SIGNALS = 0: the Runtime leaves SIGINT and SIGTERM alone, and a wait in a collective ends only
   /// when it completes or times out (unless the signal's own disposition ends the process). What the handlers do:
   /// shardkit/core/interrupt.hpp.
