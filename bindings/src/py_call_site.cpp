@@ -29,7 +29,8 @@ const std::string& package_dir() {
 }  // namespace
 
 void note_call_site() {
-  static const bool recording = Config::get().trace_buffer > 0;  // SHARDKIT_TRACE_BUFFER=0: nothing to pay for
+  // SHARDKIT_TRACE_BUFFER=0 without SHARDKIT_TRACE: nothing to pay for
+  static const bool recording = Config::get().trace_buffer > 0 || !Config::get().trace_dir.empty();
   if (!recording) return;
   static auto* files = new std::unordered_map<PyObject*, FileInfo>();  // under the GIL; never freed
   CallSite& site = current_call_site();
