@@ -144,41 +144,37 @@ void FlightRecorder::lock() noexcept {
 
 Recording FlightRecorder::start(OpKind op, std::int64_t seq, DType dtype, std::int64_t count, int peer,
                                 BackendKind backend) {
+  auto describe = [&](FlightEntry& e) {
+    e.seq = seq;
+    e.op = op;
+    e.dtype = dtype;
+    e.count = count;
+    e.peer = peer;
+    e.backend = backend;
+    e.state = OpState::kStarted;
+    e.site = current_call_site();
+  };
   Recording r;
   if (track_ >= 0) {
     r.span = std::make_unique<TraceSpan>();
-    TraceSpan& s = *r.span;
-    s.entry.seq = seq;
-    s.entry.op = op;
-    s.entry.dtype = dtype;
-    s.entry.count = count;
-    s.entry.peer = peer;
-    s.entry.backend = backend;
-    s.entry.site = current_call_site();
-    s.track = track_;
-    s.start_ns = wall_clock_ns();
+    describe(r.span->entry);
+    r.span->track = track_;
+    r.span->start_ns = wall_clock_ns();
   }
-  if (ring_.empty()) {
-    if (r.span) r.span->entry.id = next_++;
-    return r;
-  }
+  if (ring_.empty() && !r.span) return r;
   lock();
-  FlightEntry& e = ring_[next_ % ring_.size()];
-  e.id = next_++;
-  e.seq = seq;
-  e.op = op;
-  e.dtype = dtype;
-  e.count = count;
-  e.peer = peer;
-  e.backend = backend;
-  e.state = OpState::kStarted;
-  e.start_us = wall_clock_us();
-  e.end_us = 0;
-  e.site = current_call_site();
-  e.pending.reset();
-  if (r.span) r.span->entry.id = e.id;
+  const std::uint64_t id = next_++;
+  if (!ring_.empty()) {
+    FlightEntry& e = ring_[id % ring_.size()];
+    e.id = id;
+    describe(e);
+    e.start_us = wall_clock_us();
+    e.end_us = 0;
+    e.pending.reset();
+    r.slot = &e;
+  }
   unlock();
-  r.slot = &e;
+  if (r.span) r.span->entry.id = id;
   return r;
 }
 
