@@ -10,7 +10,8 @@ DEB_PACKAGES=(g++ cmake make openmpi-bin libopenmpi-dev libopenblas-dev libscala
               clang libclang-rt-14-dev iproute2)
 # PyPI packages (import name=pip name): build tools, the test runner, the type checker of the typed API
 # (tests/python/test_typing.py), the frameworks the tests exchange arrays with, and matplotlib for
-# scripts/plot_bench.py; mpi4jax is the baseline of examples/benchmarks/jax_overhead.py.
+# scripts/plot_bench.py and `shardkit-trace merge --png`; mpi4jax is the baseline of
+# examples/benchmarks/jax_overhead.py.
 # apache-tvm-ffi ships the DLPack 1.x header (Debian's libdlpack-dev is 0.6, without versioned tensors).
 PY_PACKAGES=(numpy=numpy pytest=pytest mypy=mypy mpi4py=mpi4py nanobind=nanobind scikit_build_core=scikit-build-core
              "jax=jax[cpu]>=0.8,<0.11" warp=warp-lang tvm_ffi=apache-tvm-ffi matplotlib=matplotlib ml_dtypes=ml_dtypes)

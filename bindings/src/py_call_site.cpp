@@ -75,7 +75,8 @@ const CachedSite& site_of(PyFrameObject* f, PyCodeObject* code) {
 }  // namespace
 
 void note_call_site() {
-  static const bool recording = Config::get().trace_buffer > 0;  // SHARDKIT_TRACE_BUFFER=0: nothing to pay for
+  // SHARDKIT_TRACE_BUFFER=0 without SHARDKIT_TRACE: nothing to pay for
+  static const bool recording = Config::get().trace_buffer > 0 || !Config::get().trace_dir.empty();
   if (!recording) return;
   CallSite& site = current_call_site();
   site = {};

@@ -2,6 +2,8 @@
 
 #include "flight_recorder.hpp"
 
+#include "trace_writer.hpp"
+
 #include <mpi.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,17 +17,13 @@
 #include <thread>
 
 #include "shardkit/core/error.hpp"
+#include "shardkit/launch/clock_sync.hpp"
 #include "shardkit/launch/mpi.hpp"
 #include "shardkit/launch/runtime.hpp"
 #include "watchdog.hpp"
 
 namespace shardkit::detail {
 namespace {
-
-std::int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Every live recorder, for the dump (they unregister when their communicator goes).
 std::mutex registry_mu;
@@ -43,27 +41,11 @@ const char* state_name(OpState s) {
   return "?";
 }
 
-void json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      out += b;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-}
-
 // Before the job ends (MPI_Abort): this rank's dump, then up to SHARDKIT_DUMP_WAIT_S (default 2 s) for the other
 // ranks' to appear, since ending the job kills ranks that are about to write theirs (ranks waiting in the same
 // operation time out moments apart).
 void before_abort(const std::string& reason) {
+  flush_trace();
   dump_flight_records(reason);
   int size = 1;
   if (mpi_initialized() && !mpi_finalized()) MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -138,10 +120,28 @@ CallSite call_site_of(std::int64_t id) noexcept {
 
 namespace shardkit::detail {
 
+void json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      out += b;
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
 FlightRecorder::FlightRecorder(std::string name, int rank, int size, std::vector<int> world_ranks,
                                std::size_t capacity)
     : name_(std::move(name)), rank_(rank), size_(size), world_(std::move(world_ranks)), ring_(capacity) {
-  if (capacity) set_before_abort(&before_abort);
+  if (!Config::get().trace_dir.empty()) track_ = trace_track(name_);
+  if (capacity || track_ >= 0) set_before_abort(&before_abort);
   if (rank_ >= 0 && static_cast<std::size_t>(rank_) < world_.size()) g_world_rank.store(world_[rank_]);
   std::lock_guard lock(registry_mu);
   registry().push_back(this);
@@ -157,28 +157,56 @@ void FlightRecorder::lock() noexcept {
   while (busy_.test_and_set(std::memory_order_acquire)) std::this_thread::yield();
 }
 
-FlightEntry* FlightRecorder::start(OpKind op, std::int64_t seq, DType dtype, std::int64_t count, int peer,
-                                   BackendKind backend) {
-  if (ring_.empty()) return nullptr;
+Recording FlightRecorder::start(OpKind op, std::int64_t seq, DType dtype, std::int64_t count, int peer,
+                                BackendKind backend) {
+  auto describe = [&](FlightEntry& e) {
+    e.seq = seq;
+    e.op = op;
+    e.dtype = dtype;
+    e.count = count;
+    e.peer = peer;
+    e.backend = backend;
+    e.state = OpState::kStarted;
+    e.site = current_call_site();
+  };
+  Recording r;
+  if (track_ >= 0) {
+    r.span = std::make_unique<TraceSpan>();
+    describe(r.span->entry);
+    r.span->track = track_;
+    r.span->start_ns = wall_clock_ns();
+  }
+  if (ring_.empty() && !r.span) return r;
   lock();
-  FlightEntry& e = ring_[next_ % ring_.size()];
-  e.id = next_++;
-  e.seq = seq;
-  e.op = op;
-  e.dtype = dtype;
-  e.count = count;
-  e.peer = peer;
-  e.backend = backend;
-  e.state = OpState::kStarted;
-  e.start_us = now_us();
-  e.end_us = 0;
-  e.site = current_call_site();
-  e.pending.reset();
+  const std::uint64_t id = next_++;
+  if (!ring_.empty()) {
+    FlightEntry& e = ring_[id % ring_.size()];
+    e.id = id;
+    describe(e);
+    e.start_us = wall_clock_us();
+    e.end_us = 0;
+    e.pending.reset();
+    r.slot = &e;
+  }
   unlock();
-  return &e;
+  if (r.span) r.span->entry.id = id;
+  return r;
 }
 
-void FlightRecorder::finish(FlightEntry* e, const Token& t) {
+Token FlightRecorder::traced(Recording& r, Token t) {
+  if (!r.span || !t.waitable()) return t;
+  r.span->completed_ns = std::make_shared<std::atomic<std::int64_t>>(0);
+  return trace_completion(std::move(t), r.span->completed_ns);
+}
+
+void FlightRecorder::finish(Recording& r, const Token& t) {
+  if (r.span) {
+    r.span->end_ns = wall_clock_ns();
+    r.span->entry.state = OpState::kCompleted;
+    trace_span(std::move(*r.span));
+    r.span.reset();
+  }
+  FlightEntry* e = std::exchange(r.slot, nullptr);
   if (!e) return;
   std::shared_ptr<Waitable> w = t.waitable();
   lock();
@@ -189,11 +217,19 @@ void FlightRecorder::finish(FlightEntry* e, const Token& t) {
   unlock();
 }
 
-void FlightRecorder::fail(FlightEntry* e) {
+void FlightRecorder::record_failure(Recording& r) noexcept {
+  const std::int64_t now_ns = wall_clock_ns();
+  if (r.span) {
+    r.span->end_ns = now_ns;
+    r.span->entry.state = OpState::kFailed;
+    trace_span(std::move(*r.span));
+    r.span.reset();
+  }
+  FlightEntry* e = std::exchange(r.slot, nullptr);
   if (!e) return;
   lock();
   e->state = OpState::kFailed;
-  e->end_us = now_us();
+  e->end_us = now_ns / 1000;
   unlock();
 }
 
@@ -283,6 +319,7 @@ std::string flight_dump_dir() {
 }
 
 std::string dump_flight_records(const std::string& reason, bool local) noexcept {
+  flush_trace();  // the trace too: the job may end before exit
   thread_local bool dumping = false;  // a token asked while dumping may time out and ask for a dump itself
   if (dumping) return "";
   dumping = true;
@@ -305,7 +342,7 @@ std::string dump_flight_records(const std::string& reason, bool local) noexcept 
         if (r->capacity()) body += (body.empty() ? "\n  " : ",\n  ") + r->json(local);
     }
     if (local) request_dumps(reason);
-    g_last_dump_us.store(now_us());
+    g_last_dump_us.store(wall_clock_us());
     const int rank = g_world_rank.load();
     const std::string dir = flight_dump_dir();
     ::mkdir(dir.c_str(), 0777);  // exists already on the other ranks' hosts: fine
@@ -313,7 +350,7 @@ std::string dump_flight_records(const std::string& reason, bool local) noexcept 
     const std::string tmp = path + ".tmp";
     std::FILE* f = std::fopen(tmp.c_str(), "w");
     if (!f) return "";
-    std::string head = concat("{\"rank\": ", rank, ", \"pid\": ", ::getpid(), ", \"time_us\": ", now_us(),
+    std::string head = concat("{\"rank\": ", rank, ", \"pid\": ", ::getpid(), ", \"time_us\": ", wall_clock_us(),
                               ", \"reason\": ");
     json_string(head, why);
     char host[256] = {};

@@ -5,11 +5,14 @@
 // backend, its state and when it started, and where it was called from (the Python binding sets the call site). On a
 // timeout, a mismatch or an abort each rank writes the rings of all its communicators as JSON to SHARDKIT_DUMP_DIR
 // (rank<R>.json), which `shardkit-trace analyze` reads. Recording costs a slot write and a clock read.
+// With SHARDKIT_TRACE every operation also becomes a span of the rank's trace (trace_writer.hpp); without it, the
+// trace costs a branch.
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardkit/collectives/call_site.hpp"
@@ -37,6 +40,24 @@ struct FlightEntry {
   std::shared_ptr<Waitable> pending;  ///< a pending token's completion, read when dumping
 };
 
+/// One operation of the trace (SHARDKIT_TRACE): what the ring records of it (without `pending`), the communicator's
+/// track, and its times in wall-clock nanoseconds.
+struct TraceSpan {
+  FlightEntry entry;
+  int track = 0;
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;  ///< when the call returned (or raised)
+  /// A pending token's completion as first seen through the token (wait, is_complete); 0: not seen (yet); negated
+  /// when it failed.
+  std::shared_ptr<std::atomic<std::int64_t>> completed_ns;
+};
+
+/// An operation in progress, as the pipeline holds it between start and finish (or fail).
+struct Recording {
+  FlightEntry* slot = nullptr;      ///< its ring slot (nullptr: ring off)
+  std::unique_ptr<TraceSpan> span;  ///< its span (nullptr: not tracing; two pointers keep the untraced path cheap)
+};
+
 class FlightRecorder {
  public:
   FlightRecorder(std::string name, int rank, int size, std::vector<int> world_ranks, std::size_t capacity);
@@ -44,12 +65,17 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  /// Records an operation as started; returns its slot (nullptr when recording is off).
-  FlightEntry* start(OpKind op, std::int64_t seq, DType dtype, std::int64_t count, int peer, BackendKind backend);
-  /// The operation returned `t`: completed, or pending on its waitable.
-  void finish(FlightEntry* e, const Token& t);
-  /// The operation raised.
-  void fail(FlightEntry* e);
+  /// Records an operation as started (ring slot and, when tracing, the start of its span).
+  Recording start(OpKind op, std::int64_t seq, DType dtype, std::int64_t count, int peer, BackendKind backend);
+  /// The backend returned `t` for a traced operation: when `t` is pending, `t` wrapped so that its completion ends the
+  /// span.
+  static Token traced(Recording& r, Token t);
+  /// The operation returned `t`: completed, or pending on its waitable. Ends `r`.
+  void finish(Recording& r, const Token& t);
+  /// The operation raised (nothing when `r` was finished). Ends `r`.
+  void fail(Recording& r) noexcept {
+    if (r.slot || r.span) record_failure(r);
+  }
   /// This communicator as a JSON object (name, rank, size, world ranks, operations oldest first). With
   /// `ask_pending`, pending tokens are asked whether they completed (which may call MPI: not from the watchdog).
   std::string json(bool ask_pending = true);
@@ -64,16 +90,21 @@ class FlightRecorder {
   std::size_t capacity() const noexcept { return ring_.size(); }
 
  private:
+  void record_failure(Recording& r) noexcept;
   void lock() noexcept;
   void unlock() noexcept { busy_.clear(std::memory_order_release); }
 
   std::string name_;
+  int track_ = -1;  // this communicator's track in the trace (-1: not tracing)
   int rank_, size_;
   std::vector<int> world_;
   std::vector<FlightEntry> ring_;
   std::uint64_t next_ = 0;
   std::atomic_flag busy_ = ATOMIC_FLAG_INIT;  // the owner's writes against a dump from another thread
 };
+
+/// Appends `s` to `out` as a JSON string.
+void json_string(std::string& out, std::string_view s);
 
 /// Writes every live recorder of this process to <dump dir>/rank<world rank>.json with `reason` (at most once per
 /// reason; never throws). Returns the file written ("" when none). A dump this process decided on (`local`) asks

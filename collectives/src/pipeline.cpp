@@ -143,10 +143,8 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
                                                                        : -1;
   struct Recorded {
     FlightRecorder* r;
-    FlightEntry* e;
-    ~Recorded() {
-      if (e) r->fail(e);
-    }
+    Recording op;
+    ~Recorded() { r->fail(op); }
   } rec{recorder.get(), recorder->start(op, spec.collective ? static_cast<std::int64_t>(ctx.seq) : -1,
                                         first ? first->dtype() : DType::kUInt8, first ? first->numel() : -1, peer,
                                         b.kind())};
@@ -183,10 +181,11 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
     call.recv_displs = rd;
   }
   Token t = b.run(call, ctx);
+  if (rec.op.span) t = FlightRecorder::traced(rec.op, std::move(t));  // SHARDKIT_TRACE: a pending span ends with it
   if (out) t = out->finish(std::move(t));
   Token& last = b.kind() == BackendKind::kNccl ? last_nccl : last_mpi;
   if (t.waitable() || last.waitable()) last = t;  // a complete token replacing a complete one: nothing to do
-  recorder->finish(std::exchange(rec.e, nullptr), t);
+  recorder->finish(rec.op, t);
   return t;
 }
 

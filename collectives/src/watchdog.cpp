@@ -28,6 +28,7 @@
 #include "mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/core/interrupt.hpp"
+#include "shardkit/launch/clock_sync.hpp"
 #include "shardkit/launch/config.hpp"
 
 namespace shardkit::detail {
@@ -58,11 +59,6 @@ struct Watchdog {
 
 std::atomic<Watchdog*> g_dog{nullptr};
 struct sigaction g_previous_usr1 {};
-
-std::int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string seconds(std::int64_t us) {
   char b[32];
@@ -134,7 +130,7 @@ std::int64_t busy_since() {
 void on_request(Watchdog& d, int from, bool report, const std::string& reason) {
   // Every rank that times out asks: one dump per burst is what the analyzer needs (the first describes the hang), and
   // a rank that has just written its own has nothing to add.
-  if (now_us() - flight_last_dump_us() < 2000000) return;
+  if (wall_clock_us() - flight_last_dump_us() < 2000000) return;
   if (report) {
     say(describe_activity());
     d.warned_since_us = busy_since();  // this rank's line about its wait is said: no second one from its own warning
@@ -153,9 +149,9 @@ void check_hang(Watchdog& d) {
   const auto warn = Config::get().hang_warn;
   if (warn.count() <= 0) return;
   const std::int64_t since = busy_since();
-  if (!since || since == d.warned_since_us || now_us() - since < warn.count() * 1000) return;
+  if (!since || since == d.warned_since_us || wall_clock_us() - since < warn.count() * 1000) return;
   d.warned_since_us = since;
-  report_and_dump(d, concat("hang warning: rank ", d.rank, " has waited ", seconds(now_us() - since),
+  report_and_dump(d, concat("hang warning: rank ", d.rank, " has waited ", seconds(wall_clock_us() - since),
                             " s (SHARDKIT_HANG_WARN_S; the job goes on)"));
 }
 
@@ -166,10 +162,10 @@ void check_hang(Watchdog& d) {
 void check_blocked_signal(Watchdog& d) {
   if (const int sig = take_handed_on_signal()) {
     d.handed_on = sig;
-    d.handed_on_at_us = now_us();
+    d.handed_on_at_us = wall_clock_us();
     d.handed_on_busy_us = busy_since();
   }
-  if (!d.handed_on || now_us() - d.handed_on_at_us < 500000) return;
+  if (!d.handed_on || wall_clock_us() - d.handed_on_at_us < 500000) return;
   const int sig = std::exchange(d.handed_on, 0);
   if (!d.handed_on_busy_us || busy_since() != d.handed_on_busy_us || waits_in_progress()) return;  // it moved on
   const std::string reason = concat(sig == SIGINT ? "SIGINT" : "SIGTERM", " on rank ", d.rank, " while it was ",
@@ -230,7 +226,7 @@ std::string describe_activity() {
     if (a.busy_since_us && (!busy || a.busy_since_us < busy->busy_since_us)) busy = &a;
     if (!a.last.empty() && (!last || a.last_start_us > last->last_start_us)) last = &a;
   }
-  const std::int64_t now = now_us();
+  const std::int64_t now = wall_clock_us();
   if (busy) {
     const std::time_t t = static_cast<std::time_t>(busy->busy_since_us / 1000000);
     std::tm tm{};
@@ -261,7 +257,7 @@ void start_watchdog(MpiCommHandle control, const std::string& name, const CommOp
   auto d = std::make_unique<Watchdog>();
   d->rank = rank;
   Address me{};
-  me.nonce = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(now_us());
+  me.nonce = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(wall_clock_us());
   d->sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (d->sock >= 0) {
     sockaddr_in any{};

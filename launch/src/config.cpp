@@ -69,6 +69,12 @@ Config Config::from_env() {
       throw InvalidArgument("SHARDKIT_TRACE_BUFFER='" + s + "': expected a number of operations from 0 to 16777216");
     c.trace_buffer = static_cast<std::size_t>(n);
   }
+  if (auto v = env("SHARDKIT_TRACE")) {
+    if (*v == "1" || *v == "true" || *v == "on" || *v == "yes")
+      throw InvalidArgument(detail::concat("SHARDKIT_TRACE='", *v,
+                                           "': expected the directory to write the traces to (0 or off: no trace)"));
+    if (*v != "0" && *v != "off" && *v != "false" && *v != "no") c.trace_dir = std::string(*v);
+  }
   if (auto v = env("SHARDKIT_HANDLE_SIGNALS")) c.handle_signals = parse_bool("SHARDKIT_HANDLE_SIGNALS", *v);
   if (auto v = env("SHARDKIT_TIMEOUT_S")) c.timeout = parse_seconds("SHARDKIT_TIMEOUT_S", *v);
   if (auto v = env("SHARDKIT_HANG_WARN_S")) c.hang_warn = parse_seconds("SHARDKIT_HANG_WARN_S", *v);

@@ -136,6 +136,8 @@ Runtime::Runtime(int* argc, char*** argv, RuntimeOptions options) {
       MPI_Comm_free(&node_comm);
     }
     host_ = host_name();
+    // Only for traces: the merged timeline needs every rank's clock against rank 0's (a few ping-pongs per rank).
+    if (!Config::get().trace_dir.empty()) clock_ = measure_clock_offset(world_.handle());
 
     gpu_count_ = cuda::device_count();
     binding_ = choose_device(local_rank_, local_size_, options.bind_device ? gpu_count_ : 0);

@@ -232,4 +232,11 @@ inline std::span<const std::int64_t> counts() {
   return c;
 }
 
+/// How many times `what` occurs in `s` (the tests that read the JSON shardkit writes).
+inline int count_of(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (std::size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
 }  // namespace shardkit::testing

@@ -30,12 +30,6 @@ std::string record(const std::string& comm, const std::string& op) {
   return comm.substr(at, comm.find('}', at) - at);
 }
 
-int count_of(const std::string& s, const std::string& what) {
-  int n = 0;
-  for (std::size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
-  return n;
-}
-
 TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
   const int r = world()->rank(), n = world()->size();
   const Config saved = Config::get();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "shardkit/core/error.hpp"
 
@@ -12,7 +13,7 @@ namespace {
 class ConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : {"SHARDKIT_BACKEND", "SHARDKIT_CHECK", "SHARDKIT_TIMEOUT_S", "SHARDKIT_VERBOSE",
+    for (const char* v : {"SHARDKIT_BACKEND", "SHARDKIT_CHECK", "SHARDKIT_TIMEOUT_S", "SHARDKIT_VERBOSE", "SHARDKIT_TRACE",
                           "SHARDKIT_HANG_WARN_S", "SHARDKIT_DUMP_DIR", "SHARDKIT_DUMP_WAIT_S"})
       unsetenv(v);
   }
@@ -67,6 +68,25 @@ TEST_F(ConfigTest, RejectsMalformedValues) {
   unsetenv("SHARDKIT_TIMEOUT_S");
   setenv("SHARDKIT_CHECK", "maybe", 1);
   EXPECT_THROW(Config::from_env(), InvalidArgument);
+}
+
+// SHARDKIT_TRACE names a directory; the words that turn things off turn it off, those that turn things on are refused
+// (they would make a directory named "1").
+TEST_F(ConfigTest, TraceNamesADirectory) {
+  EXPECT_EQ(Config::from_env().trace_dir, "");
+  setenv("SHARDKIT_TRACE", "traces/job 7", 1);
+  EXPECT_EQ(Config::from_env().trace_dir, "traces/job 7");
+  for (const char* off : {"0", "off", "false", "no"}) {
+    setenv("SHARDKIT_TRACE", off, 1);
+    EXPECT_EQ(Config::from_env().trace_dir, "") << off;
+  }
+  setenv("SHARDKIT_TRACE", "1", 1);
+  try {
+    (void)Config::from_env();
+    ADD_FAILURE() << "SHARDKIT_TRACE=1 accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("SHARDKIT_TRACE='1': expected the directory"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(ConfigTest, SetReplacesTheProcessConfig) {

@@ -1,10 +1,14 @@
 """shardkit-trace: reads the flight recorder's dumps (SHARDKIT_DUMP_DIR/rank<R>.json, written on a timeout, a mismatch
 or an abort) and says where the ranks of a job parted: the first operation of a communicator the ranks did not all
-enter, or entered with different arguments, which ranks are where, and each one's last call site.
+enter, or entered with different arguments, which ranks are where, and each one's last call site; and merges the
+per-rank traces of SHARDKIT_TRACE=DIR into one timeline on rank 0's clock.
 
-    shardkit-trace analyze DIR        (also: python -m shardkit.trace analyze DIR)
+    shardkit-trace analyze DIR                              (also: python -m shardkit.trace analyze DIR)
+    shardkit-trace merge DIR [-o job.json] [--png job.png]
 
-Exit status: 0 when the dumps show nothing wrong, 1 when they show a problem, 2 when there is nothing to read.
+Exit status: 0 when the dumps show nothing wrong (merge: every rank's trace merged), 1 when they show a problem
+(merge: written, but a rank's trace is missing, cut short or unreadable), 2 when there is nothing to read, 3 when
+--png is asked for without matplotlib.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["load", "analyze", "main"]
+from ._timeline import describe_clocks, draw, load_traces, merge
+
+__all__ = ["load", "analyze", "load_traces", "merge", "draw", "main"]
 
 _FIELDS = ("op", "dtype", "count", "peer")  # what must agree between the ranks of one collective
 
@@ -25,6 +31,8 @@ def load(directory: str) -> dict[int, dict[str, Any]]:
     """Every rank's dump in `directory`, by world rank."""
     dumps = {}
     for path in sorted(glob.glob(os.path.join(directory, "rank*.json"))):
+        if path.endswith(".trace.json"):
+            continue  # SHARDKIT_TRACE's files, when it names the same directory
         with open(path) as f:
             d = json.load(f)
         dumps[int(d["rank"])] = d
@@ -191,12 +199,7 @@ def analyze(dumps: dict[int, dict[str, Any]]) -> tuple[list[str], bool]:
     return lines, found
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="shardkit-trace", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    a = sub.add_parser("analyze", help="say where the ranks parted, from a dump directory")
-    a.add_argument("dir", help="the dump directory (SHARDKIT_DUMP_DIR)")
-    args = parser.parse_args(argv)
+def _analyze(args) -> int:
     dumps = load(args.dir)
     if not dumps:
         print(f"shardkit-trace: no rank*.json in {args.dir}", file=sys.stderr)
@@ -204,6 +207,48 @@ def main(argv: list[str] | None = None) -> int:
     lines, found = analyze(dumps)
     print("\n".join(lines))
     return 1 if found else 0
+
+
+def _merge(args) -> int:
+    if args.png:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("shardkit-trace: --png needs matplotlib: pip install matplotlib (scripts/setup.sh installs it)",
+                  file=sys.stderr)
+            return 3
+    traces, problems = load_traces(args.dir)
+    for p in problems:
+        print(f"shardkit-trace: {p}", file=sys.stderr)
+    if not traces:
+        print(f"shardkit-trace: no rank*.trace.json in {args.dir} (written by a job run with "
+              f"SHARDKIT_TRACE={args.dir})", file=sys.stderr)
+        return 2
+    merged = merge(traces)
+    out = args.output or os.path.join(args.dir, "job.trace.json")
+    with open(out, "w") as f:
+        json.dump(merged, f)
+    spans = sum(ev.get("ph") == "X" for ev in merged["traceEvents"])
+    print(f"merged {spans} spans of {len(traces)} rank(s) into {out} (open it in https://ui.perfetto.dev)")
+    for line in describe_clocks(traces):
+        print(f"  {line}")
+    if args.png:
+        draw(merged, args.png)
+        print(f"timeline drawn to {args.png}")
+    return 1 if problems else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="shardkit-trace", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("analyze", help="say where the ranks parted, from a dump directory")
+    a.add_argument("dir", help="the dump directory (SHARDKIT_DUMP_DIR)")
+    m = sub.add_parser("merge", help="merge the per-rank traces of SHARDKIT_TRACE=DIR into one timeline")
+    m.add_argument("dir", help="the trace directory (SHARDKIT_TRACE)")
+    m.add_argument("-o", "--output", help="the merged trace (default: DIR/job.trace.json)")
+    m.add_argument("--png", help="also draw the timeline to this PNG (needs matplotlib)")
+    args = parser.parse_args(argv)
+    return _merge(args) if args.command == "merge" else _analyze(args)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,10 @@ struct Config {
   std::string dump_dir;
   /// SHARDKIT_DUMP_WAIT_S (seconds): before the job ends, how long a rank waits for the other ranks' dumps.
   std::chrono::milliseconds dump_wait{2000};
+  /// SHARDKIT_TRACE = DIR: every rank writes each of its operations as a span to DIR/rank<R>.trace.json (Chrome
+  /// trace / Perfetto JSON), with its clock's offset to rank 0's, which `shardkit-trace merge DIR` applies. Empty
+  /// (unset, or 0/off/false/no): no trace.
+  std::string trace_dir;
   /// SHARDKIT_HANDLE_SIGNALS = 0: the Runtime leaves SIGINT and SIGTERM alone, and a wait in a collective ends only
   /// when it completes or times out (unless the signal's own disposition ends the process). What the handlers do:
   /// shardkit/core/interrupt.hpp. Also

@@ -5,6 +5,7 @@
 
 #include "shardkit/core/device.hpp"
 #include "shardkit/core/error.hpp"
+#include "shardkit/launch/clock_sync.hpp"
 #include "shardkit/launch/config.hpp"
 #include "shardkit/launch/mpi.hpp"
 
@@ -87,6 +88,8 @@ class Runtime {
   const DeviceBinding& binding() const noexcept { return binding_; }
   /// The duplicated world communicator (handle of an MPI_Comm; valid while the Runtime lives).
   MpiCommHandle world() const noexcept { return world_.handle(); }
+  /// This rank's wall clock against rank 0's, measured at start-up when SHARDKIT_TRACE is set (else rounds == 0).
+  const ClockOffset& clock_offset() const noexcept { return clock_; }
   /// Warnings raised at start-up.
   const std::vector<std::string>& warnings() const noexcept { return warnings_; }
   /// One line: rank, host, device, backend and library versions.
@@ -100,6 +103,7 @@ class Runtime {
   int gpu_count_ = 0;
   DeviceBinding binding_;
   MpiComm world_;
+  ClockOffset clock_;
   std::vector<std::string> warnings_;
   bool installed_signal_handlers_ = false;
 };
