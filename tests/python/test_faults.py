@@ -38,7 +38,7 @@ def run_fault(tmp_path, np_, fault, wait_s="10", **env):
     script = tmp_path / "faults.py"
     script.write_text(FAULTS)
     dumps = tmp_path / "dumps"
-    r = mpirun(np_, [sys.executable, str(script), fault], timeout=120, SHARDKIT_TIMEOUT_S="1",
+    r = mpirun(np_, [sys.executable, str(script), fault], timeout=120, SHARDKIT_TIMEOUT_S="2",
                SHARDKIT_DUMP_DIR=str(dumps), SHARDKIT_DUMP_WAIT_S=wait_s, **env)
     assert r.returncode != 0, r.stdout + r.stderr
     a = python(f"import sys, shardkit.trace as t; sys.exit(t.main(['analyze', {str(dumps)!r}]))")
@@ -135,7 +135,7 @@ def test_a_long_wait_without_timeout_warns_once_per_rank_and_goes_on(tmp_path):
     script = tmp_path / "late.py"
     script.write_text(LATE)
     dumps = tmp_path / "dumps"
-    r = mpirun(3, [sys.executable, str(script)], timeout=120, LATE_S="4", SHARDKIT_HANG_WARN_S="1",
+    r = mpirun(3, [sys.executable, str(script)], timeout=120, LATE_S="5", SHARDKIT_HANG_WARN_S="2",
                SHARDKIT_DUMP_DIR=str(dumps))
     assert r.returncode == 0, r.stdout + r.stderr
     at = re.escape(str(script))

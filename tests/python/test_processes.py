@@ -2,6 +2,7 @@
 mismatched MPI, the JAX layer loaded inside a trace, the examples and benchmarks at 1, 2 and 4 ranks, and a timed-out
 collective ending the job."""
 
+import importlib.util
 import json
 import os
 import re
@@ -87,6 +88,29 @@ def test_distributed_matmul_example(np_, flag):
     assert "Input matrix A:" in r.stdout and "Input matrix B:" in r.stdout
     assert f"Expected shape: ({8 * np_}, 6)" in r.stdout
     assert r.stdout.strip().endswith("Allclose: True"), r.stdout
+
+
+def test_stuck_rank_example_as_the_readme_shows_it(tmp_path):
+    """README's "When a job hangs": the example's verdict, and its traces merged into a timeline."""
+    example = os.path.join(REPO, "examples/python/stuck_rank.py")
+    dumps, traces = tmp_path / "dumps", tmp_path / "traces"
+    r = mpirun(4, [sys.executable, example], timeout=120, SHARDKIT_TIMEOUT_S="2", SHARDKIT_DUMP_DIR=str(dumps),
+               SHARDKIT_TRACE=str(traces), SHARDKIT_DUMP_WAIT_S="10")
+    assert r.returncode != 0, r.stdout + r.stderr
+    a = python(f"import sys, shardkit.trace as t; sys.exit(t.main(['analyze', {str(dumps)!r}]))")
+    assert a.returncode == 1, a.stdout + a.stderr
+    at = re.escape(example)
+    assert re.search(rf"communicator 'world' \(ranks 0, 1, 2, 3\): the ranks part at collective #7:\n"
+                     rf"  ranks 0, 1, 2: allreduce #7 \(65536 x float64\) at {at}:23 \(failed\)\n"
+                     rf"  rank 3: never entered it; its last collective here: bcast #6 \(1024 x float64\) peer/root 0 "
+                     rf"at {at}:20 \(completed\); when it wrote its dump it was in its own code", a.stdout), a.stdout
+    png = ["--png", str(tmp_path / "job.png")] if importlib.util.find_spec("matplotlib") else []
+    m = python(f"import sys, shardkit.trace as t; sys.exit(t.main(['merge', {str(traces)!r}, '-o', "
+               f"{str(tmp_path / 'job.json')!r}] + {png!r}))")
+    assert m.returncode == 0, m.stdout + m.stderr
+    assert "merged 27 spans of 4 rank(s)" in m.stdout, m.stdout
+    if png:
+        assert (tmp_path / "job.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_overhead_benchmark_runs_and_checks_its_results():
@@ -287,7 +311,7 @@ def test_a_hang_inside_a_jitted_program_is_named_by_the_analyzer(tmp_path, np_):
         f(jnp.zeros(3))
     """))
     dumps = tmp_path / "dumps"
-    r = mpirun(np_, [sys.executable, str(script)], timeout=120, SHARDKIT_TIMEOUT_S="1", SHARDKIT_DUMP_DIR=str(dumps),
+    r = mpirun(np_, [sys.executable, str(script)], timeout=120, SHARDKIT_TIMEOUT_S="2", SHARDKIT_DUMP_DIR=str(dumps),
                SHARDKIT_DUMP_WAIT_S="10")
     assert r.returncode != 0, r.stdout + r.stderr
     a = python(f"import sys, shardkit.trace as t; sys.exit(t.main(['analyze', {str(dumps)!r}]))")

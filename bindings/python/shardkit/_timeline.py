@@ -119,12 +119,17 @@ def draw(merged: dict[str, Any], path: str) -> None:
     for y, rank in enumerate(rows):
         mine = [ev for ev in spans if ev["pid"] == rank]
         ax.broken_barh([(ev["ts"] / 1e3, max(ev["dur"] / 1e3, least)) for ev in mine], (y - 0.4, 0.8),
-                       facecolors=[colour[ev["name"]] for ev in mine])
+                       facecolors=[colour[ev["name"]] for ev in mine], edgecolors="white", linewidths=0.6)
+        for ev in mine:  # where a rank gave up: a failed span is hatched
+            if ev.get("args", {}).get("state") == "failed":
+                ax.broken_barh([(ev["ts"] / 1e3, max(ev["dur"] / 1e3, least))], (y - 0.4, 0.8), facecolors="none",
+                               edgecolors="black", hatch="//", linewidths=0)
     ax.set_yticks(range(len(rows)), [names.get(r, f"rank {r}") for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel("time (ms, rank 0's clock)")
     ax.set_xlim(0, end * 1.01 if end > 0 else 1)
-    ax.legend(handles=[mpatches.Patch(color=colour[op], label=op) for op in ops], loc="upper left",
+    failed = mpatches.Patch(facecolor="none", edgecolor="black", hatch="//", linewidth=0, label="failed")
+    ax.legend(handles=[mpatches.Patch(color=colour[op], label=op) for op in ops] + [failed], loc="upper left",
               bbox_to_anchor=(1.0, 1.0), fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
