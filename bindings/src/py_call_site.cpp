@@ -4,6 +4,17 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+// CPython 3.11: the interpreter's own frames are read without making frame objects (PyEval_GetFrame makes one for
+// each new frame, an allocation per call from a fresh frame such as a lambda's). The layout is this version's only.
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_LIMITED_API) && !defined(SHARDKIT_NO_FRAME_PEEK)
+#define SHARDKIT_PEEK_FRAMES 1
+#ifndef Py_BUILD_CORE
+#define Py_BUILD_CORE
+#endif
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+#endif
+
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -54,23 +65,31 @@ const FileInfo& file_of(PyCodeObject* code) {
   return it->second;
 }
 
-const CachedSite& site_of(PyFrameObject* f, PyCodeObject* code) {
 #if PY_VERSION_HEX >= 0x030B0000
+// The site of `code` at byte offset `lasti` (borrowed code object; the cache keeps its own reference).
+const CachedSite& site_of(PyCodeObject* code, int lasti) {
   static CachedSite cache[256];
-  const int lasti = PyFrame_GetLasti(f);
   CachedSite& e = cache[((reinterpret_cast<std::uintptr_t>(code) >> 4) ^ (static_cast<std::uintptr_t>(lasti) *
                                                                            2654435761u)) & 255];
   if (e.code == code && e.lasti == lasti) return e;
   Py_INCREF(code);
   Py_XDECREF(e.code);
-  e = {code, lasti, &file_of(code), PyFrame_GetLineNumber(f)};
+  e = {code, lasti, &file_of(code), PyCode_Addr2Line(code, lasti)};
   return e;
+}
+#endif
+
+#if !SHARDKIT_PEEK_FRAMES
+const CachedSite& site_of(PyFrameObject* f, PyCodeObject* code) {
+#if PY_VERSION_HEX >= 0x030B0000
+  return site_of(code, PyFrame_GetLasti(f));
 #else
   static CachedSite e;
   e = {nullptr, -1, &file_of(code), PyFrame_GetLineNumber(f)};
   return e;
 #endif
 }
+#endif
 
 }  // namespace
 
@@ -80,6 +99,18 @@ void note_call_site() {
   if (!recording) return;
   CallSite& site = current_call_site();
   site = {};
+#if SHARDKIT_PEEK_FRAMES
+  int depth = 0;
+  for (_PyInterpreterFrame* f = PyThreadState_Get()->cframe->current_frame; f && depth < 8; f = f->previous) {
+    if (_PyFrame_IsIncomplete(f)) continue;  // as PyEval_GetFrame skips them
+    ++depth;
+    const CachedSite& c = site_of(f->f_code, _PyInterpreterFrame_LASTI(f) * static_cast<int>(sizeof(_Py_CODEUNIT)));
+    if (!c.file->internal) {
+      site = {c.file->name.c_str(), c.line};
+      return;
+    }
+  }
+#else
   PyFrameObject* f = PyEval_GetFrame();  // borrowed
   Py_XINCREF(f);
   for (int depth = 0; f && depth < 8; ++depth) {
@@ -95,6 +126,7 @@ void note_call_site() {
     f = back;
   }
   Py_XDECREF(f);
+#endif
 }
 
 }  // namespace shardkit::py

@@ -74,12 +74,18 @@ namespace {
 std::atomic<std::int64_t> g_last_dump_us{0};
 std::atomic<int> g_world_rank{-1};  // set by the first recorder: the dump never calls MPI for it
 
-std::string describe(const FlightEntry& e, const std::string& comm) {
+// "allreduce #5 (4 x float64) peer/root 0": the operation as every message names it (the dumps carry it as "what",
+// which `shardkit-trace analyze` prints).
+std::string what(const FlightEntry& e) {
   std::string s = op_name(e.op);
   if (e.seq >= 0) s += concat(" #", e.seq);
   if (e.count >= 0) s += concat(" (", e.count, " x ", dtype_name(e.dtype), ")");
   if (e.peer >= 0) s += concat(" peer/root ", e.peer);
-  s += concat(" on communicator '", comm, "'");
+  return s;
+}
+
+std::string describe(const FlightEntry& e, const std::string& comm) {
+  std::string s = what(e) + concat(" on communicator '", comm, "'");
   if (e.site.file) s += concat(" at ", e.site.file, ":", e.site.line);
   return s;
 }
@@ -119,23 +125,6 @@ CallSite call_site_of(std::int64_t id) noexcept {
 }  // namespace shardkit
 
 namespace shardkit::detail {
-
-void json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      out += b;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-}
 
 FlightRecorder::FlightRecorder(std::string name, int rank, int size, std::vector<int> world_ranks,
                                std::size_t capacity)
@@ -180,10 +169,11 @@ Recording FlightRecorder::start(OpKind op, std::int64_t seq, DType dtype, std::i
   lock();
   const std::uint64_t id = next_++;
   if (!ring_.empty()) {
-    FlightEntry& e = ring_[id % ring_.size()];
+    FlightEntry& e = ring_[next_slot_];  // id % capacity, without a division on every operation
+    if (++next_slot_ == ring_.size()) next_slot_ = 0;
     e.id = id;
     describe(e);
-    e.start_us = wall_clock_us();
+    e.start_us = coarse_wall_clock_us();
     e.end_us = 0;
     e.pending.reset();
     r.slot = &e;
@@ -284,7 +274,9 @@ std::string FlightRecorder::json(bool ask_pending) {
                   "\", \"dtype\": ", e.count < 0 ? "null" : concat("\"", dtype_name(e.dtype), "\""),
                   ", \"count\": ", e.count, ", \"peer\": ", e.peer,
                   ", \"backend\": \"", backend_name(e.backend), "\", \"state\": \"", state_name(e.state),
-                  "\", \"start_us\": ", e.start_us, ", \"end_us\": ", e.end_us, ", \"site\": ");
+                  "\", \"start_us\": ", e.start_us, ", \"end_us\": ", e.end_us, ", \"what\": ");
+    json_string(out, what(e));
+    out += ", \"site\": ";
     if (e.site.file) {
       json_string(out, concat(e.site.file, ":", e.site.line));
     } else {

@@ -19,6 +19,7 @@
 #include "shardkit/collectives/ops.hpp"
 #include "shardkit/collectives/token.hpp"
 #include "shardkit/core/dtype.hpp"
+#include "shardkit/core/json.hpp"
 #include "shardkit/launch/config.hpp"
 
 namespace shardkit::detail {
@@ -34,7 +35,7 @@ struct FlightEntry {
   int peer = -1;           ///< root, destination or source; -1 when none
   BackendKind backend{};
   OpState state = OpState::kStarted;
-  std::int64_t start_us = 0;  ///< wall clock (microseconds since the epoch), comparable across hosts
+  std::int64_t start_us = 0;  ///< wall clock (microseconds since the epoch) at the tick: coarse_wall_clock_us
   std::int64_t end_us = 0;    ///< when it failed (0: did not, or not yet)
   CallSite site;
   std::shared_ptr<Waitable> pending;  ///< a pending token's completion, read when dumping
@@ -100,11 +101,12 @@ class FlightRecorder {
   std::vector<int> world_;
   std::vector<FlightEntry> ring_;
   std::uint64_t next_ = 0;
+  std::size_t next_slot_ = 0;  // next_ % ring_.size()
   std::atomic_flag busy_ = ATOMIC_FLAG_INIT;  // the owner's writes against a dump from another thread
 };
 
-/// Appends `s` to `out` as a JSON string.
-void json_string(std::string& out, std::string_view s);
+/// Appends `s` to `out` as a JSON string (core's escaper).
+inline void json_string(std::string& out, std::string_view s) { append_json_string(out, s); }
 
 /// Writes every live recorder of this process to <dump dir>/rank<world rank>.json with `reason` (at most once per
 /// reason; never throws). Returns the file written ("" when none). A dump this process decided on (`local`) asks

@@ -118,14 +118,25 @@ void say(const std::string& line) {
   std::fflush(stderr);
 }
 
-// A dump (and, for `report`, the line saying what this rank does) asked for by `from`.
-// The oldest operation in progress here (its start; 0: none).
-std::int64_t busy_since() {
-  std::int64_t since = 0;
-  for (const auto& a : flight_activities(waits_in_progress()))
-    if (a.busy_since_us && (!since || a.busy_since_us < since)) since = a.busy_since_us;
-  return since;
+// What this rank does, over all its communicators: the oldest operation in progress and the newest one.
+struct RankActivity {
+  FlightRecorder::Activity busy;  // busy_since_us 0: nothing in progress
+  FlightRecorder::Activity last;  // last empty: no operation yet
+};
+
+RankActivity rank_activity() {
+  RankActivity r;
+  for (auto& a : flight_activities(waits_in_progress())) {
+    if (a.busy_since_us && (!r.busy.busy_since_us || a.busy_since_us < r.busy.busy_since_us)) r.busy = a;
+    if (!a.last.empty() && (r.last.last.empty() || a.last_start_us > r.last.last_start_us)) r.last = std::move(a);
+  }
+  return r;
 }
+
+// The oldest operation in progress here (its start; 0: none).
+std::int64_t busy_since() { return rank_activity().busy.busy_since_us; }
+
+// A dump (and, for `report`, the line saying what this rank does) asked for by `from`.
 
 void on_request(Watchdog& d, int from, bool report, const std::string& reason) {
   // Every rank that times out asks: one dump per burst is what the analyzer needs (the first describes the hang), and
@@ -219,13 +230,9 @@ void run(Watchdog* d) {
 }  // namespace
 
 std::string describe_activity() {
-  const auto acts = flight_activities(waits_in_progress());
-  const FlightRecorder::Activity* busy = nullptr;
-  const FlightRecorder::Activity* last = nullptr;
-  for (const auto& a : acts) {
-    if (a.busy_since_us && (!busy || a.busy_since_us < busy->busy_since_us)) busy = &a;
-    if (!a.last.empty() && (!last || a.last_start_us > last->last_start_us)) last = &a;
-  }
+  const RankActivity act = rank_activity();
+  const FlightRecorder::Activity* busy = act.busy.busy_since_us ? &act.busy : nullptr;
+  const FlightRecorder::Activity* last = act.last.last.empty() ? nullptr : &act.last;
   const std::int64_t now = wall_clock_us();
   if (busy) {
     const std::time_t t = static_cast<std::time_t>(busy->busy_since_us / 1000000);

@@ -8,24 +8,15 @@
 #include <string>
 #include <string_view>
 
+#include "shardkit/core/json.hpp"
+
 namespace shardkit::examples {
 
-/// `s` as a JSON string literal: quotes and backslashes escaped, control characters as \u00XX.
+/// `s` as a JSON string literal (core's escaper).
 inline std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
+  std::string out;
+  append_json_string(out, s);
+  return out;
 }
 
 /// A JSON number with 6 significant digits; null for none, inf or nan (JSON has neither).

@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include <time.h>
+
 #include <chrono>
 #include <limits>
 
@@ -19,6 +21,14 @@ std::int64_t wall_clock_ns() noexcept {
 }
 
 std::int64_t wall_clock_us() noexcept { return wall_clock_ns() / 1000; }
+
+std::int64_t coarse_wall_clock_us() noexcept {
+#ifdef CLOCK_REALTIME_COARSE
+  timespec ts{};
+  if (clock_gettime(CLOCK_REALTIME_COARSE, &ts) == 0) return std::int64_t{ts.tv_sec} * 1000000 + ts.tv_nsec / 1000;
+#endif
+  return wall_clock_us();
+}
 
 ClockOffset measure_clock_offset(MpiCommHandle handle, int rounds) {
   MPI_Comm comm = to_mpi<MPI_Comm>(handle);

@@ -72,10 +72,14 @@ TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
   EXPECT_NE(bcast.find("\"dtype\": \"float32\", \"count\": 5, \"peer\": " + std::to_string(n - 1)), std::string::npos)
       << bcast;
   EXPECT_NE(bcast.find("\"site\": \"caller.py:42\""), std::string::npos) << bcast;
+  // What the analyzer prints: the recorder's own description (one formatter for the watchdog's lines and the analyzer).
+  EXPECT_NE(bcast.find(" (5 x float32) peer/root " + std::to_string(n - 1) + "\""), std::string::npos) << bcast;
+  EXPECT_NE(bcast.find("\"what\": \"bcast #"), std::string::npos) << bcast;
   EXPECT_NE(bcast.find("\"state\": \"completed\""), std::string::npos) << bcast;
   const std::string barrier = record(mine, "barrier");
   EXPECT_NE(barrier.find("\"dtype\": null, \"count\": -1"), std::string::npos) << barrier;
   EXPECT_NE(barrier.find("\"site\": null"), std::string::npos) << barrier;
+  EXPECT_NE(barrier.find("\"what\": \"barrier #"), std::string::npos) << barrier;
   if (exchanged) {
     const std::string p2p = record(mine, r == 0 ? "send" : "recv");
     EXPECT_NE(p2p.find("\"seq\": -1"), std::string::npos) << p2p;

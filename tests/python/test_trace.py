@@ -37,6 +37,39 @@ def spans(trace):
     return [ev for ev in trace["traceEvents"] if ev.get("ph") == "X"]
 
 
+SITES = textwrap.dedent("""
+    import numpy as np
+    import shardkit as sk
+    from mpi4py import MPI
+    x = np.ones(2)
+    f = lambda: sk.mpi.allreduce(x, op=MPI.SUM)  # line 6
+    def nested():
+        def inner():
+            return sk.mpi.allreduce(x, op=MPI.SUM)  # line 9
+        return inner()
+    def gen():
+        yield sk.mpi.allreduce(x, op=MPI.SUM)  # line 12
+    for _ in range(3):  # the same sites again (cached): lines 6, 9, 12, 15, 16
+        f(); nested(); next(gen())
+        [sk.mpi.allreduce(x, op=MPI.SUM) for _ in range(1)]
+        sk.shard_map(lambda b: sk.psum(b, "x"), mesh=sk.Mesh((sk.size(),), ("x",)), in_specs=sk.P("x"), out_specs=sk.P())(
+            np.ones(sk.size()))
+""")
+
+
+def test_the_call_site_is_the_callers_line_from_any_kind_of_frame(tmp_path):
+    """Lambdas, nested functions, generators and comprehensions each get a new frame per call (read without making
+    frame objects on CPython 3.11); the shardkit package's own frames (shard_map's) are skipped."""
+    script = tmp_path / "sites.py"
+    script.write_text(SITES)
+    out = tmp_path / "traces"
+    r = mpirun(1, [sys.executable, str(script)], SHARDKIT_TRACE=str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(out / "rank0.trace.json") as f:
+        sites = [ev["args"].get("site") for ev in spans(json.load(f))]
+    assert sites == [f"{script}:{line}" for line in (6, 9, 12, 15, 16)] * 3, sites
+
+
 def merge(*args):
     from shardkit import trace
 

@@ -44,12 +44,7 @@ def _where(op: dict[str, Any] | None) -> str:
 
 
 def _describe(op: dict[str, Any]) -> str:
-    what = f"{op['op']} #{op['seq']}" if op["seq"] >= 0 else op["op"]
-    if op.get("dtype"):
-        what += f" ({op['count']} x {op['dtype']})"
-    if op["peer"] >= 0:
-        what += f" peer/root {op['peer']}"
-    return what
+    return str(op["what"])  # written by the recorder, which names operations the same way in every message
 
 
 def _ranks(rs) -> str:
@@ -126,13 +121,17 @@ def _diverge(name: str, members: tuple[int, ...], by_rank: dict[int, dict[str, A
     return []
 
 
+_TICK_US = 10_000  # more than CLOCK_REALTIME_COARSE's resolution (1-4 ms)
+
+
 def _late(have: dict[int, dict[str, Any]]) -> str:
     """Ranks that entered a collective only after others had given up on it (stopped, or busy until then)."""
     gave_up = {r: op["end_us"] for r, op in have.items() if op["state"] == "failed" and op["end_us"] > 0}
     if not gave_up:
         return ""
     first = min(gave_up.values())
-    late = sorted(r for r, op in have.items() if op["start_us"] > first)
+    # start_us is read at the kernel's clock tick (a few ms early); end_us exactly
+    late = sorted(r for r, op in have.items() if op["start_us"] + _TICK_US > first)
     if not late:
         return ""
     early = sorted(r for r in gave_up if r not in late)
