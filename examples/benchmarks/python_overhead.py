@@ -103,7 +103,7 @@ def main():
               f"{'sk/mpi4py':>10} {'psum/mpi4py':>12} {'sk/mpi4py+new':>14}")
         for r in results:
             def cell(k):
-                return f"{r[k + '_us_min']:7.2f} / {r[k + '_us_median']:7.2f}"
+                return f"{r[k + '_us_min']:7.3f} / {r[k + '_us_median']:7.3f}"
             print(f"{r['elements']:>9} {cell('mpi4py'):>17} {cell('mpi4py+new'):>17} {cell('shardkit.mpi'):>17} "
                   f"{cell('psum'):>17} {r['shardkit_vs_mpi4py_median']:>10.2f} {r['psum_vs_mpi4py_median']:>12.2f} "
                   f"{r['shardkit_vs_mpi4py_new_median']:>14.2f}")
