@@ -1,4 +1,4 @@
-"""The package is typed: py.typed and the generated stub _core.pyi ship with it, mypy finds no error in examples/ and
+"""The package is typed: py.typed and the generated stub _core.pyi ship with it, mypy finds no error in examples/, shardkit-run and
 typed_usage.py, and it does report each wrong call of typed_misuse.py (a check that cannot fail checks nothing).
 typed_usage.py also runs here, at every world size, so the types it states are the ones the package has at runtime."""
 
@@ -17,6 +17,7 @@ from conftest import REPO, has_module
 HERE = os.path.dirname(os.path.abspath(__file__))
 USAGE = os.path.join(HERE, "typed_usage.py")
 MISUSE = os.path.join(HERE, "typed_misuse.py")
+LAUNCHER = os.path.join(REPO, "launch", "tools", "shardkit_run")  # shardkit-run, typed too
 EXPECTED = re.compile(r"#\s*E:\s*([\w-]+)\s*$")
 REPORTED = re.compile(r"^(?P<path>[^:\n]+):(?P<line>\d+): error: .*\[(?P<code>[\w-]+)\]$", re.MULTILINE)
 
@@ -62,7 +63,7 @@ def test_mypy_over_examples_and_typed_usage():
     start = time.monotonic()
     # pyproject.toml's [tool.mypy] (read from the repository root) names the examples and typed_usage.py; the misuse
     # file is added here, so that a plain `python -m mypy` stays clean.
-    run = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", "examples", USAGE, MISUSE], cwd=REPO,
+    run = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", "examples", LAUNCHER, USAGE, MISUSE], cwd=REPO,
                          env=env, capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - start
     print(f"mypy took {elapsed:.1f} s")

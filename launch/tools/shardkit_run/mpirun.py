@@ -77,13 +77,14 @@ def _placement(options: Options, environment: Environment) -> _Placement:
     if options.hostfile:
         try:
             with open(options.hostfile) as f:
-                hosts = parse_hostfile(f.read())
+                listed = parse_hostfile(f.read())  # slots None where the file gives none
         except OSError as e:
             raise LaunchError(f"--hostfile {options.hostfile}: {e.strerror}") from None
-        if not hosts:
+        if not listed:
             raise LaunchError(f"--hostfile {options.hostfile}: no hosts in it")
-        slots = None if any(s is None for _, s in hosts) else sum(s for _, s in hosts)
-        names = tuple(dict.fromkeys(h for h, _ in hosts))
+        counts = [s for _, s in listed if s is not None]
+        slots = sum(counts) if len(counts) == len(listed) else None
+        names = tuple(dict.fromkeys(h for h, _ in listed))
         return _Placement(hosts=len(names), slots=slots, local=False, names=names)
     if environment.in_slurm_job:
         # mpirun inside a Slurm job takes its hosts and slots from the allocation.
