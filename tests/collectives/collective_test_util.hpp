@@ -232,6 +232,11 @@ inline std::span<const std::int64_t> counts() {
   return c;
 }
 
+/// A dtype-parametrised test's name: the dtype's.
+inline std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) {
+  return std::string(dtype_name(info.param));
+}
+
 /// How many times `what` occurs in `s` (the tests that read the JSON shardkit writes).
 inline int count_of(const std::string& s, const std::string& what) {
   int n = 0;

@@ -339,10 +339,6 @@ TEST(IntegerSums, WrapAround) {
   }
 }
 
-std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) {
-  return std::string(dtype_name(info.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(AllDTypes, Ops, ::testing::ValuesIn(kAllDTypes), dtype_param_name);
 
 }  // namespace
