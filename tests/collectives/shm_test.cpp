@@ -3,13 +3,11 @@
 // and past two slots (chunked); in place and not. At 3-4 ranks a smaller set of dtypes. Also: the route is shm for
 // what it implements and MPI for the rest; nothing is left in /dev/shm.
 
-#include <dirent.h>
-#include <unistd.h>
-
 #include <string>
 
 #include "collective_test_util.hpp"
 #include "shm/shm_segment.hpp"
+#include "shm_files.hpp"
 
 namespace shardkit::testing {
 namespace {
@@ -87,15 +85,7 @@ TEST_P(Shm, Reduce) {
 
 TEST_P(Shm, Bcast) {
   for (int root : {0, size() - 1}) {
-    for (std::int64_t n : shm_counts(dtype(), true)) {
-      SCOPED_TRACE(::testing::Message() << "n=" << n << " root=" << root);
-      const Array x = input(dtype(), {n}, rank(), Pattern::kData);
-      const Array want = input(dtype(), {n}, root, Pattern::kData);
-      EXPECT_TRUE(same(comm().bcast(x, root).value, want));
-      Array buf = x.clone();
-      comm().bcast_inplace(buf, root).wait();
-      EXPECT_TRUE(same(buf, want));
-    }
+    for (std::int64_t n : shm_counts(dtype(), true)) expect_bcast(comm(), dtype(), n, root);
   }
 }
 
@@ -140,18 +130,6 @@ TEST_P(Shm, BarrierAndPointToPointBesideIt) {
 
 INSTANTIATE_TEST_SUITE_P(AllDTypes, Shm, ::testing::ValuesIn(kAllDTypes), dtype_param_name);
 
-// Names of this process's segments in /dev/shm (rank 0 of a communicator makes them, named after its pid).
-int own_segments() {
-  const std::string prefix = "shardkit-" + std::to_string(getpid()) + "-";
-  int n = 0;
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d))
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) ++n;
-    closedir(d);
-  }
-  return n;
-}
-
 TEST(ShmFiles, NothingLeftInDevShmOnceMadeAndAfterAnError) {
   if (on_gpu()) GTEST_SKIP() << "host buffers only";
   CommOptions o;
@@ -160,13 +138,13 @@ TEST(ShmFiles, NothingLeftInDevShmOnceMadeAndAfterAnError) {
   auto c = Communicator::world(o);
   c->barrier().wait();  // makes the segment
   EXPECT_EQ(c->backend_for(OpKind::kBarrier, Device::cpu()), BackendKind::kShm);
-  EXPECT_EQ(own_segments(), 0);
+  EXPECT_EQ(own_shm_segments(), 0);
   // An operation that throws (a reduction the dtype does not define) leaves nothing either.
   EXPECT_THROW(c->allreduce(Array::zeros({3}, DType::kFloat32), ReduceOp::kBitXor), InvalidArgument);
   c->barrier().wait();
-  EXPECT_EQ(own_segments(), 0);
+  EXPECT_EQ(own_shm_segments(), 0);
   c.reset();
-  EXPECT_EQ(own_segments(), 0);
+  EXPECT_EQ(own_shm_segments(), 0);
 }
 
 TEST(ShmRoute, MpiSettingNeverUsesShm) {

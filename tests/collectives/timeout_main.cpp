@@ -16,7 +16,6 @@
 //                                the allreduce still pending: destroying its NCCL communicator must give up after the
 //                                timeout (aborting it) instead of waiting for good for a peer that never comes
 
-#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -28,22 +27,7 @@
 
 #include "shardkit/collectives/communicator.hpp"
 #include "shardkit/launch/runtime.hpp"
-
-namespace {
-
-// Entries of /dev/shm named as this process's shm segments (rank 0 of a communicator makes them).
-int own_segments() {
-  const std::string prefix = "shardkit-" + std::to_string(getpid()) + "-";
-  int n = 0;
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d))
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) ++n;
-    closedir(d);
-  }
-  return n;
-}
-
-}  // namespace
+#include "shm_files.hpp"
 
 int main(int argc, char** argv) {
   using namespace shardkit;
@@ -117,7 +101,7 @@ int main(int argc, char** argv) {
   } catch (const TimeoutError& e) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("rank %d: caught after %.1f s: TimeoutError: %s\n", comm->rank(), s, e.what());
-    if (shm) std::printf("rank %d: shm segments left: %d\n", comm->rank(), own_segments());
+    if (shm) std::printf("rank %d: shm segments left: %d\n", comm->rank(), shardkit::testing::own_shm_segments());
     std::fflush(stdout);
   }
   // The pending token of the aborted operation: asking again reports the failure without touching the aborted
