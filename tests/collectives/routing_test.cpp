@@ -114,7 +114,9 @@ TEST(Routing, ShmSetting) {
         r.shm_available = available;
         const bool host = where == Placement::kHost || where == Placement::kNone;
         EXPECT_EQ(detail::needs_shm(r), host && kInShm.count(op) > 0);
-        if (host) EXPECT_EQ(detail::route(r), available && kInShm.count(op) ? BackendKind::kShm : BackendKind::kMpi);
+        if (host) {
+          EXPECT_EQ(detail::route(r), available && kInShm.count(op) ? BackendKind::kShm : BackendKind::kMpi);
+        }
         r.setting = BackendKind::kMpi;
         EXPECT_FALSE(detail::needs_shm(r));
         EXPECT_EQ(detail::route(r), BackendKind::kMpi);
@@ -176,8 +178,9 @@ TEST(Routing, EveryOperationOnEverySetting) {
       }
       if (op == OpKind::kSendrecv) a.recv = &two, a.send = &one;
       EXPECT_NO_THROW(c.run(op, a).wait());
-      if (setting == BackendKind::kShm)
+      if (setting == BackendKind::kShm) {
         EXPECT_EQ(c.backend_for(op, Device::cpu()), kInShm.count(op) ? BackendKind::kShm : BackendKind::kMpi);
+      }
     }
   }
 }

@@ -8,10 +8,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <utility>
@@ -121,7 +123,20 @@ ShmSegment ShmSegment::create(MpiCommHandle handle, std::string* why) {
   return s;
 }
 
+namespace {
+
+// Ranks of the whole job on this node, as the launcher tells them (a sub-communicator's ranks share the CPUs with the
+// others); 0 when it does not say.
+int launcher_local_ranks() noexcept {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE"})
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  return 0;
+}
+
+}  // namespace
+
 WaitPolicy WaitPolicy::for_ranks(int ranks) noexcept {
+  ranks = std::max(ranks, launcher_local_ranks());
   cpu_set_t set;
   CPU_ZERO(&set);
   const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;

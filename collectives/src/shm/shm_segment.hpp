@@ -71,7 +71,8 @@ inline bool reached(std::uint32_t flag, std::uint32_t step) noexcept {
 struct WaitPolicy {
   int spins;
   int yields;
-  /// Fewer spins when the node's ranks outnumber the CPUs this process may run on.
+  /// Fewer spins when the node's ranks (this communicator's, or the job's on this node when the launcher says)
+  /// outnumber the CPUs this process may run on.
   static WaitPolicy for_ranks(int ranks) noexcept;
 };
 
