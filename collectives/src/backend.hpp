@@ -81,6 +81,15 @@ bool mpi_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 /// only; float32/float64 max/min over order keys, in allreduce only); data movement on every dtype.
 bool nccl_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 
+/// What the shm backend implements (shm/shm_backend.cpp): allreduce, reduce, reduce_scatter (every defined reduction),
+/// bcast, allgather and barrier, on host buffers.
+bool shm_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
+/// The shm backend over the ranks of `comm` when they are all on one node and a shared segment could be made and
+/// mapped by every rank; else nullptr on every rank, with the reason in `why`. Collective, with blocking MPI calls on
+/// `comm`: every rank must be known to have arrived (agree_to_create) first.
+std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<AbortState> abort_state,
+                                          std::string* why);
+
 /// The MPI backend over `comm` (borrowed: it must outlive the backend). `internal` gives the communicator the
 /// backend uses for its own point-to-point traffic (large-count fallbacks), created on first use (collective).
 /// `max_count` is the largest element count of one MPI call (CommOptions::max_message_elements).

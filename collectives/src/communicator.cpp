@@ -84,6 +84,18 @@ void CommunicatorImpl::decide_nccl() {
   }
 }
 
+void CommunicatorImpl::decide_shm() {
+  if (shm_decided) return;
+  shm_decided = true;
+  // The set-up makes blocking MPI calls: agree first, under the timeout, that every rank has come. It is part of the
+  // operation that asked for it and takes no sequence number of its own.
+  agree_to_create(control(), "the shared-memory set-up", options.name, seq, options, *abort);
+  shm = make_shm_backend(control(), abort, &shm_refusal);
+  if (Config::get().verbose && rank == 0)
+    std::fprintf(stderr, "shardkit: communicator '%s': shm %s%s\n", options.name.c_str(), shm ? "in use" : "refused: ",
+                 shm ? "" : shm_refusal.c_str());
+}
+
 void CommunicatorImpl::require_nccl(OpKind op) const {
   if (nccl_usable_for(op)) return;
   throw BackendError("NCCL", 0,

@@ -23,6 +23,9 @@ struct CommunicatorImpl {
   MpiComm control_comm;
   std::unique_ptr<Backend> mpi;
   std::unique_ptr<Backend> nccl;
+  std::unique_ptr<Backend> shm;  // made by the first collective routed to it (decide_shm)
+  bool shm_decided = false;
+  std::string shm_refusal;  // why the ranks have no shm backend
   std::shared_ptr<AbortState> abort = std::make_shared<AbortState>();
   int rank = 0;
   int size = 1;
@@ -45,6 +48,8 @@ struct CommunicatorImpl {
   /// Agrees with the other ranks on NCCL (collective): used only when every rank has a GPU, NCCL is built and the
   /// backend is not forced to MPI (else nccl_refusal says why).
   void decide_nccl();
+  /// Makes the shm backend when every rank is on one node (collective, under the timeout; else shm_refusal says why).
+  void decide_shm();
   /// @throws BackendError when the backend is forced to NCCL and `op` cannot use it here.
   void require_nccl(OpKind op) const;
   /// Whether `op` may run on NCCL here (NCCL agreed on; for point-to-point, agreed on at creation).

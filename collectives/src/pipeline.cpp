@@ -95,15 +95,26 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   const Array* send = active(spec.send, rank, a.root) ? a.send : nullptr;
   Array* recv = active(spec.recv, rank, a.root) ? a.recv : nullptr;
 
-  // Route: from the backends' declarations, the setting and where this rank's buffers live. Host buffers on a setting
-  // that is not forced to NCCL always go to MPI (route()'s first answer, taken without asking).
+  // Route: from the backends' declarations, the setting and where this rank's buffers live. Collectives on host buffers
+  // go to shm when route() would take it and the communicator has it (decided by the first such collective); other
+  // host buffers on a setting that is not forced to NCCL go to MPI (route()'s answer, taken without asking).
   const Placement where = placement_of(send, recv);
   Backend* chosen = mpi.get();
-  if (where != Placement::kHost || options.backend == BackendKind::kNccl) {
+  RouteRequest req{op, options.backend, where};
+  if (const Array* first = send ? send : recv) {
+    req.dtype = first->dtype();
+    req.bytes = static_cast<std::int64_t>(first->nbytes());
+  }
+  req.reduce = a.reduce;
+  // Asynchronous communicators stay on MPI: shm operations complete before returning, and async asks for overlap.
+  if (spec.collective && !options.async && needs_shm(req)) {
+    if (!shm_decided) decide_shm();  // collective: every rank routes this operation alike
+    req.shm_available = shm != nullptr;
+  }
+  if (req.shm_available) {
+    chosen = shm.get();
+  } else if (where != Placement::kHost || options.backend == BackendKind::kNccl) {
     run_nccl_launch_fence();  // launches of this thread and of compiled programs' in program order (launch_fence.hpp)
-    RouteRequest req{op, options.backend, where};
-    if (const Array* first = send ? send : recv) req.dtype = first->dtype();
-    req.reduce = a.reduce;
     if (needs_nccl(req)) {
       // The decision is collective: point-to-point operations never start it (see nccl_for_p2p).
       if (!nccl_decided && spec.collective) decide_nccl();
@@ -119,11 +130,13 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
                                      "' runs NCCL on cuda:", device, " (copy it there with .to(), or run this rank "
                                      "on that device)"));
   Backend& b = *chosen;
-  // Operations on one communicator run in call order, also across backends.
-  Token& other = chosen == mpi.get() ? last_nccl : last_mpi;
-  if (other.waitable()) {
-    other.wait();
-    other = Token();
+  // Operations on one communicator run in call order, also across backends (shm operations complete before returning).
+  for (Token* other : {&last_mpi, &last_nccl}) {
+    if (other == (b.kind() == BackendKind::kNccl ? &last_nccl : &last_mpi) && b.kind() != BackendKind::kShm) continue;
+    if (other->waitable()) {
+      other->wait();
+      *other = Token();
+    }
   }
 
   OpContext ctx;
@@ -163,7 +176,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   // The caller's token: a host wait for MPI; NCCL orders its stream on it itself, but packing a strided input (or an
   // in-place buffer's contents) reads it now, so that must wait for the token too.
   const bool packs = in_place ? !recv->is_contiguous() : send && !send->is_contiguous();
-  if (b.kind() == BackendKind::kMpi || packs) after.wait();
+  if (b.kind() != BackendKind::kNccl || packs) after.wait();
   std::optional<Out> out;
   std::optional<In> in;
   if (recv) {
@@ -248,6 +261,8 @@ BackendKind Communicator::backend_for(OpKind op, Device device) const {
   if (spec.send == detail::Role::kNone && spec.recv == detail::Role::kNone) where = detail::Placement::kNone;
   detail::RouteRequest req{op, m.options.backend, where};
   req.nccl_available = m.nccl_usable_for(op);
+  // Before the first collective routed to shm has decided, shm is assumed available.
+  req.shm_available = spec.collective && !m.options.async && (m.shm != nullptr || !m.shm_decided);
   return detail::route(req);
 }
 

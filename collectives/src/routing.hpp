@@ -24,12 +24,22 @@ struct RouteRequest {
   ReduceOp reduce = ReduceOp::kSum;
   /// Whether the ranks agreed on an NCCL communicator (asked only when the answer matters: see needs_nccl()).
   bool nccl_available = false;
+  /// Bytes of the operation's first array on this rank (the same on every rank for the operations shm implements).
+  std::int64_t bytes = 0;
+  /// Whether the communicator has a shm backend (asked only when the answer matters: see needs_shm()).
+  bool shm_available = false;
 };
+
+/// True when `r` would take the shm backend if the communicator has one: host buffers (or none), an operation shm
+/// implements, and either SHARDKIT_BACKEND=shm or the default route (shm_by_default) on auto.
+bool needs_shm(const RouteRequest& r) noexcept;
+/// The default route's table: where shm was measured faster than MPI (see README, "Shared memory").
+bool shm_by_default(OpKind op, std::int64_t bytes) noexcept;
 
 /// True when route() depends on whether NCCL is available (the caller then sets it up, collectively, first).
 bool needs_nccl(const RouteRequest& r) noexcept;
 
-/// The backend that runs `r`: NCCL for GPU buffers when NCCL is available and declares the operation (always, for a
+/// The backend that runs `r`: shm when needs_shm() and the communicator has it; NCCL for GPU buffers when NCCL is available and declares the operation (always, for a
 /// setting of nccl), MPI otherwise, including operations NCCL does not implement (they fall back to MPI, staging GPU
 /// buffers through host memory).
 /// @throws InvalidArgument naming the operation and backend when SHARDKIT_BACKEND=nccl meets host buffers.

@@ -14,6 +14,7 @@ const char* backend_name(BackendKind kind) noexcept {
   switch (kind) {
     case BackendKind::kAuto: return "auto";
     case BackendKind::kMpi: return "mpi";
+    case BackendKind::kShm: return "shm";
     case BackendKind::kNccl: break;
   }
   return "nccl";
@@ -56,8 +57,10 @@ Config Config::from_env() {
       c.backend = BackendKind::kMpi;
     else if (*v == "nccl")
       c.backend = BackendKind::kNccl;
+    else if (*v == "shm")
+      c.backend = BackendKind::kShm;
     else
-      throw InvalidArgument(detail::concat("SHARDKIT_BACKEND='", *v, "': expected auto, mpi or nccl"));
+      throw InvalidArgument(detail::concat("SHARDKIT_BACKEND='", *v, "': expected auto, mpi, nccl or shm"));
   }
   if (auto v = env("SHARDKIT_CHECK")) c.check = parse_bool("SHARDKIT_CHECK", *v);
   if (auto v = env("SHARDKIT_VERBOSE")) c.verbose = parse_bool("SHARDKIT_VERBOSE", *v);

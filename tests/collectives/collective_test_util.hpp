@@ -210,6 +210,17 @@ inline ::testing::AssertionResult same(const Array& got_any, const Array& want_a
   return ::testing::AssertionSuccess();
 }
 
+/// Checks a bcast of `n` elements from `root` on `c`, value form and in place, against the root's input.
+inline void expect_bcast(Communicator& c, DType dtype, std::int64_t n, int root) {
+  SCOPED_TRACE(::testing::Message() << "n=" << n << " root=" << root);
+  const Array x = input(dtype, {n}, c.rank(), Pattern::kData);
+  const Array want = input(dtype, {n}, root, Pattern::kData);
+  EXPECT_TRUE(same(c.bcast(x, root).value, want));
+  Array buf = x.clone();
+  c.bcast_inplace(buf, root).wait();
+  EXPECT_TRUE(same(buf, want));
+}
+
 /// Whether the backend the test buffers route to can run `op` on `dtype` (NCCL supports a subset).
 inline bool backend_supports(ReduceOp op, DType dtype) {
   // Whatever the buffers' device: a reduction NCCL lacks (int16, complex max, xor, ...) is routed to MPI.
@@ -230,6 +241,11 @@ inline std::span<const std::int64_t> counts() {
                                                   return v && *v ? std::atoll(v) : std::int64_t{1000003};
                                                 }()};
   return c;
+}
+
+/// A dtype-parametrised test's name: the dtype's.
+inline std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) {
+  return std::string(dtype_name(info.param));
 }
 
 /// How many times `what` occurs in `s` (the tests that read the JSON shardkit writes).

@@ -82,15 +82,7 @@ TEST_P(Ops, Reduce) {
 
 TEST_P(Ops, Bcast) {
   for (std::int64_t n : counts()) {
-    for (int root : roots()) {
-      SCOPED_TRACE(::testing::Message() << "n=" << n << " root=" << root);
-      const Array x = input(dtype(), {n}, rank(), Pattern::kData);
-      const Array want = input(dtype(), {n}, root, Pattern::kData);
-      EXPECT_TRUE(same(comm().bcast(x, root).value, want));
-      Array buf = x.clone();
-      comm().bcast_inplace(buf, root).wait();
-      EXPECT_TRUE(same(buf, want));
-    }
+    for (int root : roots()) expect_bcast(comm(), dtype(), n, root);
   }
 }
 
@@ -337,10 +329,6 @@ TEST(IntegerSums, WrapAround) {
       }
     });
   }
-}
-
-std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) {
-  return std::string(dtype_name(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDTypes, Ops, ::testing::ValuesIn(kAllDTypes), dtype_param_name);

@@ -98,12 +98,42 @@ TEST(Routing, ReductionsNcclLacksFallBackToMpi) {
   EXPECT_EQ(detail::route(r), BackendKind::kNccl);
 }
 
-// Every operation on host buffers, on communicators forced to each backend setting: auto and mpi run it, nccl refuses
-// it naming the operation (barrier, which has no buffers, runs on MPI).
+// What the shm backend implements, as issue 21's first slice has it.
+const std::set<OpKind> kInShm = {OpKind::kAllreduce, OpKind::kReduce,        OpKind::kBcast,
+                                 OpKind::kAllgather, OpKind::kReduceScatter, OpKind::kBarrier};
+
+// SHARDKIT_BACKEND=shm: shm for what it implements on host buffers (or none) when the communicator has it; MPI for the
+// rest and when it has not; GPU buffers route as on auto. mpi never takes shm; auto takes it only by its table.
+TEST(Routing, ShmSetting) {
+  for (OpKind op : kAllOps) {
+    for (Placement where : {Placement::kNone, Placement::kHost, Placement::kDevice, Placement::kMixed}) {
+      for (bool available : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << op_name(op) << " placement=" << static_cast<int>(where)
+                                          << " shm available=" << available);
+        RouteRequest r{op, BackendKind::kShm, where};
+        r.shm_available = available;
+        const bool host = where == Placement::kHost || where == Placement::kNone;
+        EXPECT_EQ(detail::needs_shm(r), host && kInShm.count(op) > 0);
+        if (host) {
+          EXPECT_EQ(detail::route(r), available && kInShm.count(op) ? BackendKind::kShm : BackendKind::kMpi);
+        }
+        r.setting = BackendKind::kMpi;
+        EXPECT_FALSE(detail::needs_shm(r));
+        EXPECT_EQ(detail::route(r), BackendKind::kMpi);
+        r.setting = BackendKind::kAuto;
+        r.bytes = 8;
+        EXPECT_EQ(detail::needs_shm(r), host && kInShm.count(op) && detail::shm_by_default(op, 8));
+      }
+    }
+  }
+}
+
+// Every operation on host buffers, on communicators forced to each backend setting: auto, mpi and shm run it, nccl
+// refuses it naming the operation (barrier, which has no buffers, runs on MPI).
 TEST(Routing, EveryOperationOnEverySetting) {
   if (on_gpu()) GTEST_SKIP() << "host buffers only";
   const int n = world()->size(), r = world()->rank();
-  for (BackendKind setting : {BackendKind::kAuto, BackendKind::kMpi, BackendKind::kNccl}) {
+  for (BackendKind setting : {BackendKind::kAuto, BackendKind::kMpi, BackendKind::kNccl, BackendKind::kShm}) {
     CommOptions o;
     o.backend = setting;
     o.name = std::string("forced ") + backend_name(setting);
@@ -148,6 +178,9 @@ TEST(Routing, EveryOperationOnEverySetting) {
       }
       if (op == OpKind::kSendrecv) a.recv = &two, a.send = &one;
       EXPECT_NO_THROW(c.run(op, a).wait());
+      if (setting == BackendKind::kShm) {
+        EXPECT_EQ(c.backend_for(op, Device::cpu()), kInShm.count(op) ? BackendKind::kShm : BackendKind::kMpi);
+      }
     }
   }
 }

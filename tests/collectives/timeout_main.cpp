@@ -7,17 +7,27 @@
 //                                communicator; waiting on it again must not touch the aborted handle
 //   timeout_main nccl-init       NCCL's creation itself does not complete (the simulated GPU stalls one rank's
 //                                bootstrap): creating the communicator raises TimeoutError on every rank
+//   timeout_main shm             on the shm backend (set up by a barrier first): the flags name the rank that did
+//                                not arrive, and no segment is left in /dev/shm
+//   timeout_main shm-kill        on the shm backend, the last rank is killed (SIGKILL) while the others wait in an
+//                                allreduce: the job ends (run through expect_no_shm_left.cmake, which then looks
+//                                for the segment in /dev/shm)
 //   timeout_main destroy gpu     the waiting ranks drop the communicator (and the operation's token and buffers) with
 //                                the allreduce still pending: destroying its NCCL communicator must give up after the
 //                                timeout (aborting it) instead of waiting for good for a peer that never comes
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "shardkit/collectives/communicator.hpp"
 #include "shardkit/launch/runtime.hpp"
+#include "shm_files.hpp"
 
 int main(int argc, char** argv) {
   using namespace shardkit;
@@ -43,8 +53,24 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     return 0;  // the Runtime ends the job with MPI_Abort
   }
+  const bool shm = argc > 1 && std::strncmp(argv[1], "shm", 3) == 0;
+  if (shm) o.backend = BackendKind::kShm;
   auto comm = Communicator::world(rt, o);
   const int skipper = comm->size() - 1;
+  if (shm) {
+    comm->barrier().wait();  // sets the segment up on every rank
+    if (comm->rank() == 0) std::printf("segment owner pid: %d\n", static_cast<int>(getpid()));
+    std::fflush(stdout);
+    if (std::strcmp(argv[1], "shm-kill") == 0) {
+      if (comm->rank() == skipper) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        raise(SIGKILL);
+      }
+      comm->allreduce(Array::zeros({1 << 18}, DType::kFloat32), ReduceOp::kSum);
+      std::printf("rank %d: ERROR: allreduce completed without rank %d\n", comm->rank(), skipper);
+      return 1;
+    }
+  }
   const auto start = std::chrono::steady_clock::now();
   if (argc > 1 && std::strcmp(argv[1], "destroy") == 0 && comm->rank() != skipper) {
     const int rank = comm->rank();
@@ -75,6 +101,7 @@ int main(int argc, char** argv) {
   } catch (const TimeoutError& e) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("rank %d: caught after %.1f s: TimeoutError: %s\n", comm->rank(), s, e.what());
+    if (shm) std::printf("rank %d: shm segments left: %d\n", comm->rank(), shardkit::testing::own_shm_segments());
     std::fflush(stdout);
   }
   // The pending token of the aborted operation: asking again reports the failure without touching the aborted

@@ -38,6 +38,9 @@ TEST_F(ConfigTest, ParsesEnvironment) {
   EXPECT_TRUE(c.check);
   EXPECT_EQ(c.timeout.count(), 2500);
   EXPECT_STREQ(backend_name(c.backend), "nccl");
+  setenv("SHARDKIT_BACKEND", "shm", 1);
+  EXPECT_EQ(Config::from_env().backend, BackendKind::kShm);
+  EXPECT_STREQ(backend_name(BackendKind::kShm), "shm");
 }
 
 TEST_F(ConfigTest, ParsesTheFlightRecordersVariables) {

@@ -72,6 +72,7 @@ struct Row {
   const CollectiveTest* test = nullptr;
   Layout layout;
   Stats shardkit, mpi;      ///< per-call microseconds
+  Stats limit;              ///< a plain memcpy of the message's bytes (Layout::bytes) on each rank: the "limit" column
   std::int64_t wrong = -1;  ///< elements that differ, summed over ranks; -1 when not checked
 
   double algbw(const Stats& s) const { return static_cast<double>(layout.bytes) / (s.median * 1e-6) / 1e9; }
@@ -139,7 +140,7 @@ double time_calls(const Bench& b, Call& call) {
 /// alternation. `reset` restores the inputs and fills the output `out` with the sentinel.
 template <typename Reset, typename ShardkitCall, typename MpiCall>
 Row measure(const Bench& b, const Layout& l, Array& out, Reset reset, ShardkitCall shardkit_call, MpiCall mpi_call) {
-  Row row{nullptr, l, {}, {}, -1};
+  Row row{nullptr, l, {}, {}, {}, -1};
   if (b.opt.check) {
     reset();
     shardkit_call();
@@ -150,15 +151,22 @@ Row measure(const Bench& b, const Layout& l, Array& out, Reset reset, ShardkitCa
     row.wrong = count_wrong(b, got, out);
   }
   reset();
+  // The limit: one memcpy of the message's bytes per call, between two buffers of this rank, timed in the same
+  // alternation.
+  std::vector<unsigned char> from(static_cast<std::size_t>(l.bytes), 1), to(from.size());
+  auto copy = [&] { std::memcpy(to.data(), from.data(), from.size()); };
   for (int i = 0; i < b.opt.warmup; ++i) shardkit_call();
   for (int i = 0; i < b.opt.warmup; ++i) mpi_call();
-  std::vector<double> shardkit_s, mpi_s;
+  for (int i = 0; i < b.opt.warmup; ++i) copy();
+  std::vector<double> shardkit_s, mpi_s, limit_s;
   for (int r = 0; r < b.opt.repeats; ++r) {
     shardkit_s.push_back(time_calls(b, shardkit_call));
     mpi_s.push_back(time_calls(b, mpi_call));
+    limit_s.push_back(time_calls(b, copy));
   }
   row.shardkit = stats(shardkit_s, 1e6);
   row.mpi = stats(mpi_s, 1e6);
+  row.limit = stats(limit_s, 1e6);
   return row;
 }
 

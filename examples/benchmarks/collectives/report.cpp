@@ -55,11 +55,11 @@ void print_table_header(std::FILE* f, const CollectiveTest& c, const Options& o,
   std::fprintf(f,
                "#\n# %s: dtype %s, redop %s, busbw factor %.3f\n"
                "#                                                 shardkit                           raw MPI"
-               "                         shardkit / MPI\n"
+               "                         shardkit / MPI                    limit: memcpy\n"
                "#        size         count  redop  root      min   median   algbw   busbw      min   median   algbw"
-               "   busbw    ratio   r(min)    extra  #wrong\n"
+               "   busbw    ratio   r(min)    extra  #wrong      min   median\n"
                "#         (B)    (elements)                  (us)     (us)  (GB/s)  (GB/s)     (us)     (us)  (GB/s)"
-               "  (GB/s)    (med)    (min)     (us)\n",
+               "  (GB/s)    (med)    (min)     (us)             (us)     (us)\n",
                c.name, std::string(dtype_name(o.dtype)).c_str(), redop_label(c, o), c.bus_factor(ranks));
 }
 
@@ -67,10 +67,11 @@ void print_row(std::FILE* f, const Row& r, const Options& o, int ranks) {
   const double bf = r.test->bus_factor(ranks);
   const double sk_bw = r.algbw(r.shardkit), mpi_bw = r.algbw(r.mpi);
   const std::string wrong = r.wrong < 0 ? "N/A" : std::to_string(r.wrong);
-  std::fprintf(f, "%13lld %13lld %6s %5d %8.2f %8.2f %7.2f %7.2f %8.2f %8.2f %7.2f %7.2f %8.3f %8.3f %8.2f %7s\n",
+  std::fprintf(f,
+               "%13lld %13lld %6s %5d %8.2f %8.2f %7.2f %7.2f %8.2f %8.2f %7.2f %7.2f %8.3f %8.3f %8.2f %7s %8.2f %8.2f\n",
                static_cast<long long>(r.layout.bytes), static_cast<long long>(r.layout.count), redop_label(*r.test, o),
                r.test->root, r.shardkit.min, r.shardkit.median, sk_bw, sk_bw * bf, r.mpi.min, r.mpi.median, mpi_bw,
-               mpi_bw * bf, r.ratio_median(), r.ratio_min(), r.extra_us(), wrong.c_str());
+               mpi_bw * bf, r.ratio_median(), r.ratio_min(), r.extra_us(), wrong.c_str(), r.limit.min, r.limit.median);
   std::fflush(f);
 }
 
@@ -118,6 +119,7 @@ std::string json_report(const Options& o, const Runtime& rt, const CommOptions& 
         ",\"busbw_gbs\":", json_number(r.algbw(r.shardkit) * bf), ",\"mpi_algbw_gbs\":", json_number(r.algbw(r.mpi)),
         ",\"mpi_busbw_gbs\":", json_number(r.algbw(r.mpi) * bf), ",\"ratio_median\":", json_number(r.ratio_median()),
         ",\"ratio_min\":", json_number(r.ratio_min()), ",\"extra_us\":", json_number(r.extra_us()),
+        ",\"memcpy_us_min\":", json_number(r.limit.min), ",\"memcpy_us_median\":", json_number(r.limit.median),
         ",\"wrong\":", r.wrong < 0 ? std::string("null") : std::to_string(r.wrong), "}");
   }
   j += "\n]}\n";

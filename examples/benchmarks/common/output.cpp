@@ -36,7 +36,8 @@ std::string fmt(std::optional<double> v, const char* format) {
 
 CommOptions fast_comm_options(bool check) {
   CommOptions o;
-  o.backend = BackendKind::kMpi;  // host buffers, measured against MPI
+  // Host buffers, measured against MPI: on MPI, or on shm when SHARDKIT_BACKEND=shm asks for it.
+  o.backend = Config::get().backend == BackendKind::kShm ? BackendKind::kShm : BackendKind::kMpi;
   o.check = check;
   o.timeout = std::chrono::milliseconds(0);
   o.async = false;

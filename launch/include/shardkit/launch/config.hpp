@@ -11,12 +11,13 @@ enum class BackendKind {
   kAuto,  ///< by where the buffers live: CUDA memory -> NCCL when built and a GPU is bound, else MPI
   kMpi,   ///< always MPI (device buffers are staged through pinned memory unless MPI is CUDA-aware)
   kNccl,  ///< always NCCL (host buffers are an error)
+  kShm,   ///< shared memory for the collectives it implements on host buffers of one node's ranks, else as kAuto
 };
 const char* backend_name(BackendKind kind) noexcept;
 
 /// Run-time configuration, read once from the environment (Config::get()) and overridable in code.
 struct Config {
-  /// SHARDKIT_BACKEND = auto | mpi | nccl.
+  /// SHARDKIT_BACKEND = auto | mpi | nccl | shm.
   BackendKind backend = BackendKind::kAuto;
   /// SHARDKIT_CHECK = 1: before each collective, ranks compare signatures and raise MismatchError on disagreement.
   bool check = false;

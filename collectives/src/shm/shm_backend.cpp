@@ -1,0 +1,219 @@
+// The shm backend: allreduce, reduce, bcast, allgather, reduce_scatter and barrier on host buffers among the ranks
+// of one node, through one shared segment per communicator (shm_segment.hpp).
+//
+// Every step of every operation is the same handshake: a rank writes its part into its slot (or, when small, into its
+// own flag line), posts the step on its flag and waits until every rank has posted it. Operations alternate between
+// the segment's two buffer sets, so a set is written again only after every rank has passed a step of the other set,
+// which it posts only once done reading this one: no other synchronisation is needed. Messages larger than a slot are
+// cut into slot-sized chunks. An allreduce (or reduce) chunk above kSplitBytes is reduced by all ranks in parallel:
+// each folds its share of the elements into the result slot, posts a second step, and then every rank copies the
+// result out. Smaller chunks are folded whole by every rank after the one step.
+//
+// Reductions are MPI_Reduce_local on the MPI backend's datatypes and operations (mpi_types.hpp): the same arithmetic
+// as on MPI (float16/bfloat16 in float32, wrapping 8/16-bit integer sums, NaN-propagating min/max, bool logic), folded
+// in rank order so that every rank gets the same bits.
+
+#include <mpi.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "mpi/mpi_request.hpp"
+#include "mpi/mpi_types.hpp"
+#include "shardkit/core/error.hpp"
+#include "shm/shm_segment.hpp"
+
+namespace shardkit::detail {
+namespace {
+
+// Above this many bytes per chunk, an allreduce's reduction is split across the ranks (a second handshake pays off).
+constexpr std::size_t kSplitBytes = std::size_t{16} << 10;
+
+unsigned char* bytes_of(const Array& a) { return static_cast<unsigned char*>(const_cast<void*>(a.data())); }
+
+class ShmBackend final : public Backend {
+ public:
+  ShmBackend(ShmSegment seg, int rank, std::shared_ptr<AbortState> abort)
+      : seg_(std::move(seg)),
+        me_(rank),
+        n_(seg_.ranks()),
+        abort_(std::move(abort)),
+        policy_(WaitPolicy::for_ranks(n_)) {}
+
+  BackendKind kind() const noexcept override { return BackendKind::kShm; }
+  void abort() noexcept override { abort_->aborted = true; }
+
+  Token run(const BackendCall& c, const OpContext& ctx) override {
+    const OpArgs& a = *c.args;
+    for (const Array* x : {c.send, static_cast<const Array*>(c.recv)})
+      if (x) x->wait_ready();
+    switch (c.op) {
+      case OpKind::kAllreduce:
+      case OpKind::kReduce: reduce(*c.send, c.recv, a.reduce, ctx); break;  // reduce: recv set on the root only
+      case OpKind::kBcast: bcast(c.send ? *c.send : *c.recv, a.root, ctx); break;
+      case OpKind::kAllgather: allgather(*c.send, *c.recv, ctx); break;
+      case OpKind::kReduceScatter: reduce_scatter(*c.send, *c.recv, a.reduce, ctx); break;
+      case OpKind::kBarrier: step(next_set(), ctx); break;
+      default: SHARDKIT_ASSERT(false, "the shm backend does not implement ", op_name(c.op));
+    }
+    return Token();
+  }
+
+ private:
+  // `out` (null off a reduce's root) = the element-wise reduction of every rank's `send`.
+  void reduce(const Array& send, Array* out, ReduceOp op, const OpContext& ctx) {
+    const MPI_Datatype t = mpi_datatype(send.dtype());
+    const MPI_Op o = mpi_op(op, send.dtype());
+    const std::size_t item = send.itemsize();
+    const unsigned char* in = bytes_of(send);
+    unsigned char* res = out ? bytes_of(*out) : nullptr;
+    chunks(send.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
+      const std::size_t bytes = m * item, at = off * item;
+      const int set = next_set();
+      std::memcpy(part(set, me_, bytes), in + at, bytes);
+      step(set, ctx);
+      if (bytes <= kSplitBytes || n_ == 1) {
+        if (res) fold(res + at, m, item, t, o, [&](int p) { return part(set, p, bytes); });
+        return;
+      }
+      // This rank's share of the elements, folded into the set's result slot; then every rank copies the result.
+      const std::int64_t lo = m * me_ / n_, hi = m * (me_ + 1) / n_;
+      unsigned char* result = seg_.slot(set, n_);
+      if (hi > lo) fold(result + lo * item, hi - lo, item, t, o, [&](int p) { return seg_.slot(set, p) + lo * item; });
+      step(set, ctx);
+      if (res) std::memcpy(res + at, result, bytes);
+    });
+  }
+
+  void bcast(const Array& buf, int root, const OpContext& ctx) {
+    const std::size_t item = buf.itemsize();
+    unsigned char* p = bytes_of(buf);
+    chunks(buf.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
+      const std::size_t bytes = m * item;
+      const int set = next_set();
+      if (me_ == root) std::memcpy(part(set, root, bytes), p + off * item, bytes);
+      step(set, ctx);
+      if (me_ != root) std::memcpy(p + off * item, part(set, root, bytes), bytes);
+    });
+  }
+
+  void allgather(const Array& send, Array& recv, const OpContext& ctx) {
+    const std::size_t item = send.itemsize();
+    const std::int64_t n = send.numel();
+    const unsigned char* s = bytes_of(send);
+    unsigned char* r = bytes_of(recv);
+    chunks(n, ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
+      const std::size_t bytes = m * item;
+      const int set = next_set();
+      std::memcpy(part(set, me_, bytes), s + off * item, bytes);
+      step(set, ctx);
+      for (int p = 0; p < n_; ++p) std::memcpy(r + (p * n + off) * item, part(set, p, bytes), bytes);
+    });
+  }
+
+  // Chunk by chunk, each rank puts its pieces of every block in its slot; rank r folds everyone's block r.
+  void reduce_scatter(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) {
+    const MPI_Datatype t = mpi_datatype(send.dtype());
+    const MPI_Op o = mpi_op(op, send.dtype());
+    const std::size_t item = send.itemsize();
+    const std::int64_t n = recv.numel();
+    const unsigned char* s = bytes_of(send);
+    unsigned char* r = bytes_of(recv);
+    chunks(n, ShmSegment::kSlotBytes / (item * n_), [&](std::int64_t off, std::int64_t m) {
+      const std::size_t bytes = m * item, whole = bytes * n_;
+      const int set = next_set();
+      unsigned char* mine = part(set, me_, whole);
+      for (int b = 0; b < n_; ++b) std::memcpy(mine + b * bytes, s + (b * n + off) * item, bytes);
+      step(set, ctx);
+      fold(r + off * item, m, item, t, o, [&](int p) { return part(set, p, whole) + me_ * bytes; });
+    });
+  }
+
+  // ---- building blocks ---------------------------------------------------------------------------------------
+
+  template <typename F>
+  static void chunks(std::int64_t total, std::int64_t per, F&& f) {
+    for (std::int64_t off = 0; off < total; off += per) f(off, std::min(per, total - off));
+  }
+
+  // out = src(0) op src(1) op ... op src(n-1), in the same order on every rank.
+  template <typename Src>
+  void fold(unsigned char* out, std::int64_t count, std::size_t item, MPI_Datatype t, MPI_Op o, Src&& src) const {
+    std::memcpy(out, src(0), count * item);
+    for (int p = 1; p < n_; ++p)
+      SHARDKIT_MPI_CHECK(MPI_Reduce_local(src(p), out, static_cast<int>(count), t, o));
+  }
+
+  // Where rank p's part of `bytes` lives in `set`: inline in its flag line when it fits.
+  unsigned char* part(int set, int p, std::size_t bytes) const {
+    return bytes <= ShmSegment::kInlineBytes ? seg_.line(set, p).data : seg_.slot(set, p);
+  }
+
+  int next_set() { return static_cast<int>(uses_++ & 1U); }
+
+  // One handshake in `set`: post the next step, then wait until every rank has posted it.
+  void step(int set, const OpContext& ctx) {
+    const std::uint32_t s = ++step_;
+    shm_post(seg_.line(set, me_), s);
+    for (int p = 0; p < n_; ++p) {
+      if (p == me_) continue;
+      ShmLine& l = seg_.line(set, p);
+      if (reached(l.flag.load(std::memory_order_acquire), s)) continue;
+      if (!shm_wait(l, s, policy_, ctx.deadline)) fail(set, s, ctx);
+    }
+  }
+
+  [[noreturn]] void fail(int set, std::uint32_t s, const OpContext& ctx) {
+    std::string missing;
+    for (int p = 0; p < n_; ++p)
+      if (!reached(seg_.line(set, p).flag.load(std::memory_order_acquire), s))
+        missing += concat(missing.empty() ? "" : ", ", p);
+    raise_unfinished(ctx, *abort_, concat("rank(s) ", missing, " did not arrive (shared memory)"));
+  }
+
+  ShmSegment seg_;
+  int me_, n_;
+  std::shared_ptr<AbortState> abort_;
+  WaitPolicy policy_;
+  std::uint32_t step_ = 0;  // the last step posted (the same sequence on every rank)
+  std::uint32_t uses_ = 0;  // buffer-set uses so far
+};
+
+}  // namespace
+
+bool shm_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept {
+  switch (op) {
+    case OpKind::kAllreduce:
+    case OpKind::kReduce:
+    case OpKind::kReduceScatter: return reduce_op_supports(reduce, dtype);
+    case OpKind::kBcast:
+    case OpKind::kAllgather:
+    case OpKind::kBarrier: return true;
+    default: return false;
+  }
+}
+
+std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<AbortState> abort_state,
+                                          std::string* why) {
+  MPI_Comm c = to_mpi<MPI_Comm>(comm);
+  int rank = 0, size = 1, node_size = 0;
+  SHARDKIT_MPI_CHECK(MPI_Comm_rank(c, &rank));
+  SHARDKIT_MPI_CHECK(MPI_Comm_size(c, &size));
+  MPI_Comm node = MPI_COMM_NULL;
+  SHARDKIT_MPI_CHECK(MPI_Comm_split_type(c, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  SHARDKIT_MPI_CHECK(MPI_Comm_size(node, &node_size));
+  MPI_Comm_free(&node);
+  int one_node = node_size == size ? 1 : 0, all = 0;
+  SHARDKIT_MPI_CHECK(MPI_Allreduce(&one_node, &all, 1, MPI_INT, MPI_MIN, c));
+  if (!all) {
+    if (why) *why = "its ranks are on more than one node";
+    return nullptr;
+  }
+  ShmSegment seg = ShmSegment::create(comm, why);
+  if (!seg.valid()) return nullptr;
+  return std::make_unique<ShmBackend>(std::move(seg), rank, std::move(abort_state));
+}
+
+}  // namespace shardkit::detail

@@ -1,0 +1,183 @@
+#include "shm/shm_segment.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <mpi.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <utility>
+
+#include "shardkit/core/error.hpp"
+#include "shardkit/core/interrupt.hpp"
+
+namespace shardkit::detail {
+namespace {
+
+void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// The flags are process-shared: no FUTEX_PRIVATE_FLAG.
+void futex_wait(std::atomic<std::uint32_t>* addr, std::uint32_t seen, std::chrono::nanoseconds timeout) noexcept {
+  timespec ts{static_cast<time_t>(timeout.count() / 1000000000), static_cast<long>(timeout.count() % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<std::uint32_t>* addr) noexcept {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+ShmSegment::ShmSegment(ShmSegment&& o) noexcept
+    : base_(std::exchange(o.base_, nullptr)),
+      bytes_(o.bytes_),
+      data_offset_(o.data_offset_),
+      ranks_(o.ranks_) {}
+
+ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
+  if (this != &o) {
+    if (base_) munmap(base_, bytes_);
+    base_ = std::exchange(o.base_, nullptr);
+    bytes_ = o.bytes_;
+    data_offset_ = o.data_offset_;
+    ranks_ = o.ranks_;
+  }
+  return *this;
+}
+
+ShmSegment::~ShmSegment() {
+  if (base_) munmap(base_, bytes_);
+}
+
+ShmSegment ShmSegment::create(MpiCommHandle handle, std::string* why) {
+  MPI_Comm comm = to_mpi<MPI_Comm>(handle);
+  int rank = 0, size = 1;
+  SHARDKIT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  SHARDKIT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  ShmSegment s;
+  s.ranks_ = size;
+  s.data_offset_ = round_up(kLinesOffset + 2 * static_cast<std::size_t>(size) * sizeof(ShmLine), 4096);
+  s.bytes_ = s.data_offset_ + 2 * (static_cast<std::size_t>(size) + 1) * kSlotBytes;
+
+  // Rank 0 names and sizes the file; the name is unique to this process and call.
+  struct {
+    char name[64];
+    int err;
+  } made{};
+  static std::atomic<unsigned> made_here{0};
+  bool created = false;
+  auto map = [&](int fd) {
+    void* p = mmap(nullptr, s.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return errno;
+    s.base_ = static_cast<unsigned char*>(p);
+    return 0;
+  };
+  if (rank == 0) {
+    std::snprintf(made.name, sizeof made.name, "/shardkit-%d-%u-%lx", static_cast<int>(getpid()), made_here++,
+                  static_cast<unsigned long>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    const int fd = shm_open(made.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    created = fd >= 0;
+    if (fd < 0) {
+      made.err = errno;
+    } else {
+      // Reserve the pages now: a tmpfs out of space then fails here rather than with SIGBUS on first touch.
+      made.err = posix_fallocate(fd, 0, static_cast<off_t>(s.bytes_));
+      if (made.err == 0) made.err = map(fd);
+      close(fd);
+    }
+  }
+  SHARDKIT_MPI_CHECK(MPI_Bcast(&made, sizeof made, MPI_BYTE, 0, comm));
+  int mine = made.err;
+  if (rank != 0 && made.err == 0) {
+    const int fd = shm_open(made.name, O_RDWR, 0600);
+    mine = fd < 0 ? errno : map(fd);
+    if (fd >= 0) close(fd);
+  }
+  // Every rank has opened the file (or failed to): it can go.
+  int worst = 0;
+  SHARDKIT_MPI_CHECK(MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, comm));
+  if (created) shm_unlink(made.name);
+  if (worst != 0) {
+    if (why) *why = concat("a shared-memory segment of ", s.bytes_, " bytes could not be made or mapped (",
+                           std::strerror(worst), ")");
+    return ShmSegment();
+  }
+  return s;
+}
+
+namespace {
+
+// Ranks of the whole job on this node, as the launcher tells them (a sub-communicator's ranks share the CPUs with the
+// others); 0 when it does not say.
+int launcher_local_ranks() noexcept {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE"})
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  return 0;
+}
+
+}  // namespace
+
+WaitPolicy WaitPolicy::for_ranks(int ranks) noexcept {
+  ranks = std::max(ranks, launcher_local_ranks());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  // With more ranks than CPUs the rank being waited for may need this CPU: give it up almost at once.
+  if (ranks > cpus) return {16, 4};
+  return {1 << 14, 64};
+}
+
+void shm_post(ShmLine& line, std::uint32_t step) noexcept {
+  // Sequentially consistent with the waiter's (increment sleepers; read flag): one of them sees the other.
+  line.flag.store(step, std::memory_order_seq_cst);
+  if (line.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&line.flag);
+}
+
+bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
+              std::chrono::steady_clock::time_point deadline) noexcept {
+  for (int i = 0; i < policy.spins; ++i) {
+    if (reached(line.flag.load(std::memory_order_acquire), step)) return true;
+    cpu_relax();
+  }
+  const InterruptibleWait waiting;
+  using std::chrono::steady_clock;
+  for (long k = 0;; ++k) {
+    if (reached(line.flag.load(std::memory_order_acquire), step)) return true;
+    if (interrupt_signal() != 0) return false;
+    const auto now = (k & 7) == 0 || k >= policy.yields ? steady_clock::now() : steady_clock::time_point::min();
+    if (now >= deadline) return false;
+    if (k < policy.yields) {
+      sched_yield();
+      continue;
+    }
+    // Sleep; at most 50 ms at a time, so that the deadline and signals are seen.
+    line.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint32_t seen = line.flag.load(std::memory_order_seq_cst);
+    if (!reached(seen, step)) {
+      auto left = deadline == steady_clock::time_point::max() ? std::chrono::nanoseconds(std::chrono::milliseconds(50))
+                                                              : std::chrono::nanoseconds(deadline - now);
+      futex_wait(&line.flag, seen, std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(50)));
+    }
+    line.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace shardkit::detail

@@ -1,0 +1,87 @@
+#pragma once
+
+// The shared-memory segment of one communicator's shm backend, and how its ranks signal each other through it.
+//
+// Layout: a header; then, for each of two buffer sets, one 64-byte line per rank (a 32-bit step flag, a count of
+// ranks sleeping on that flag, and 56 bytes of inline data: small messages travel in the flag's own cache line);
+// then, for each set, one data slot per rank plus one result slot (kSlotBytes each). Operations alternate sets, so
+// a rank may fill one set while slower ranks still read the other.
+//
+// The segment is made by the communicator's rank 0 (shm_open with a unique name), mapped by every rank and unlinked
+// as soon as all have mapped it: from then on nothing is left in /dev/shm, whatever happens to the processes.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+#include "shardkit/launch/mpi.hpp"
+
+namespace shardkit::detail {
+
+/// One rank's flag line in one buffer set.
+struct alignas(64) ShmLine {
+  std::atomic<std::uint32_t> flag;      ///< the last step this rank posted in this set
+  std::atomic<std::uint32_t> sleepers;  ///< ranks sleeping on `flag` (futex): the poster wakes them
+  unsigned char data[56];               ///< inline data of small messages
+};
+static_assert(sizeof(ShmLine) == 64 && std::atomic<std::uint32_t>::is_always_lock_free);
+
+/// A mapped segment; move-only, unmapped on destruction.
+class ShmSegment {
+ public:
+  static constexpr std::size_t kInlineBytes = sizeof(ShmLine::data);
+  static constexpr std::size_t kSlotBytes = std::size_t{1} << 20;
+
+  ShmSegment() = default;
+  ShmSegment(ShmSegment&& o) noexcept;
+  ShmSegment& operator=(ShmSegment&& o) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+  ~ShmSegment();
+
+  /// Made collectively over `comm` (every rank must have arrived: blocking MPI calls). Returns an empty segment on
+  /// every rank when any rank could not create or map it (`why` says why, on every rank).
+  static ShmSegment create(MpiCommHandle comm, std::string* why);
+
+  bool valid() const noexcept { return base_ != nullptr; }
+  int ranks() const noexcept { return ranks_; }
+  ShmLine& line(int set, int rank) const noexcept {
+    return reinterpret_cast<ShmLine*>(base_ + kLinesOffset)[set * ranks_ + rank];
+  }
+  /// Rank `rank`'s data slot in `set`; rank == ranks() is the set's result slot.
+  unsigned char* slot(int set, int rank) const noexcept {
+    return base_ + data_offset_ + (static_cast<std::size_t>(set) * (ranks_ + 1) + rank) * kSlotBytes;
+  }
+
+ private:
+  static constexpr std::size_t kLinesOffset = 64;
+  unsigned char* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::size_t data_offset_ = 0;
+  int ranks_ = 0;
+};
+
+/// True when `flag` has reached `step` (steps wrap around).
+inline bool reached(std::uint32_t flag, std::uint32_t step) noexcept {
+  return static_cast<std::int32_t>(flag - step) >= 0;
+}
+
+/// How long a waiter spins and yields before it sleeps on the futex.
+struct WaitPolicy {
+  int spins;
+  int yields;
+  /// Fewer spins when the node's ranks (this communicator's, or the job's on this node when the launcher says)
+  /// outnumber the CPUs this process may run on.
+  static WaitPolicy for_ranks(int ranks) noexcept;
+};
+
+/// Posts `step` on `line` and wakes its sleepers.
+void shm_post(ShmLine& line, std::uint32_t step) noexcept;
+
+/// Waits until `line` reaches `step` or `deadline` passes or a signal arrives (shardkit/core/interrupt.hpp); true when
+/// it reached it. Spins, then yields, then sleeps on the flag's futex.
+bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
+              std::chrono::steady_clock::time_point deadline) noexcept;
+
+}  // namespace shardkit::detail

@@ -1,0 +1,162 @@
+// The shm backend (CommOptions::backend = shm) against exact references: every dtype x every reduction it allows, at
+// sizes 0, 1, odd, just past the inline bytes of a flag line, past the size where the reduction is split across ranks,
+// and past two slots (chunked); in place and not. At 3-4 ranks a smaller set of dtypes. Also: the route is shm for
+// what it implements and MPI for the rest; nothing is left in /dev/shm.
+
+#include <string>
+
+#include "collective_test_util.hpp"
+#include "shm/shm_segment.hpp"
+#include "shm_files.hpp"
+
+namespace shardkit::testing {
+namespace {
+
+std::shared_ptr<Communicator>& shm_world() {
+  static std::shared_ptr<Communicator> c = [] {
+    CommOptions o;
+    o.name = "shm";
+    o.backend = BackendKind::kShm;
+    return Communicator::world(o);
+  }();
+  return c;
+}
+
+// Element counts for `dtype`: 0, 1, odd, past a flag line's inline bytes, past the split size, past two slots.
+std::vector<std::int64_t> shm_counts(DType dtype, bool large) {
+  const auto item = static_cast<std::int64_t>(dtype_size(dtype));
+  std::vector<std::int64_t> c = {0, 1, 7, static_cast<std::int64_t>(detail::ShmSegment::kInlineBytes) / item + 1,
+                                 (std::int64_t{16} << 10) / item + 5};
+  if (large) c.push_back(2 * static_cast<std::int64_t>(detail::ShmSegment::kSlotBytes) / item + 3);
+  return c;
+}
+
+class Shm : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (on_gpu()) GTEST_SKIP() << "host buffers only";
+    // At 3 and 4 ranks, a few dtypes: one of each size and kind that reduces differently.
+    static const DType few[] = {DType::kBool, DType::kInt8, DType::kFloat16, DType::kBFloat16, DType::kFloat32,
+                                DType::kComplex128};
+    if (size() >= 3 && std::find(std::begin(few), std::end(few), dtype()) == std::end(few))
+      GTEST_SKIP() << "covered at 1-2 ranks";
+  }
+  DType dtype() const { return GetParam(); }
+  Communicator& comm() { return *shm_world(); }
+  int rank() { return comm().rank(); }
+  int size() { return comm().size(); }
+};
+
+TEST_P(Shm, Allreduce) {
+  for (ReduceOp op : kAllReduceOps) {
+    if (!reduce_op_supports(op, dtype())) continue;
+    // The sizes past a slot on two reductions: the reference is computed element by element on the host.
+    const bool large = op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kLogicalXor;
+    for (std::int64_t n : shm_counts(dtype(), large)) {
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " op=" << reduce_op_name(op));
+      const Array x = input(dtype(), {n}, rank(), pattern_for(op));
+      const Array want = reference(dtype(), {n}, op, 0, size() - 1);
+      EXPECT_TRUE(same(comm().allreduce(x, op).value, want));
+      EXPECT_TRUE(same(x, input(dtype(), {n}, rank(), pattern_for(op))));  // the input is not modified
+      Array buf = x.clone();
+      comm().allreduce_inplace(buf, op).wait();
+      EXPECT_TRUE(same(buf, want));
+    }
+  }
+  EXPECT_EQ(comm().backend_for(OpKind::kAllreduce, Device::cpu()), BackendKind::kShm);
+}
+
+TEST_P(Shm, Reduce) {
+  for (int root : {0, size() - 1}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kBitXor}) {
+      if (!reduce_op_supports(op, dtype())) continue;
+      for (std::int64_t n : shm_counts(dtype(), op == ReduceOp::kSum)) {
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " root=" << root << " op=" << reduce_op_name(op));
+        const Array x = input(dtype(), {n}, rank(), pattern_for(op));
+        const Array want = rank() == root ? reference(dtype(), {n}, op, 0, size() - 1) : x;
+        EXPECT_TRUE(same(comm().reduce(x, op, root).value, want));
+        Array buf = x.clone();
+        comm().reduce(buf, buf, op, root).wait();
+        EXPECT_TRUE(same(buf, want));
+      }
+    }
+  }
+}
+
+TEST_P(Shm, Bcast) {
+  for (int root : {0, size() - 1}) {
+    for (std::int64_t n : shm_counts(dtype(), true)) expect_bcast(comm(), dtype(), n, root);
+  }
+}
+
+TEST_P(Shm, Allgather) {
+  for (std::int64_t n : shm_counts(dtype(), true)) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const Array x = input(dtype(), {n}, rank(), Pattern::kData);
+    Array want = Array::empty({size(), n}, dtype());
+    for (int r = 0; r < size(); ++r) want.slice(0, r, r + 1).copy_from(input(dtype(), {1, n}, r, Pattern::kData));
+    auto [y, token] = comm().allgather(x);
+    EXPECT_EQ(y.shape(), (Shape{size(), n}));
+    EXPECT_TRUE(same(y, want));
+  }
+}
+
+TEST_P(Shm, ReduceScatter) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kLogicalOr}) {
+    if (!reduce_op_supports(op, dtype())) continue;
+    for (std::int64_t n : shm_counts(dtype(), op == ReduceOp::kSum)) {
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " op=" << reduce_op_name(op));
+      // Block b of the input is elements [b*n, (b+1)*n) of the pattern; this rank gets its own block reduced.
+      const Array x = input(dtype(), {size() * n}, rank(), pattern_for(op));
+      const Array want = reference(dtype(), {n}, op, 0, size() - 1, rank() * n);
+      Array y = Array::empty({n}, dtype());
+      comm().reduce_scatter(x, y, op).wait();
+      EXPECT_TRUE(same(y, want));
+    }
+  }
+}
+
+TEST_P(Shm, BarrierAndPointToPointBesideIt) {
+  comm().barrier().wait();
+  // Point-to-point operations are not shm's: they go to MPI on the same communicator, in call order.
+  EXPECT_EQ(comm().backend_for(OpKind::kSendrecv, Device::cpu()), BackendKind::kMpi);
+  const int right = (rank() + 1) % size(), left = (rank() + size() - 1) % size();
+  const Array x = input(dtype(), {5}, rank(), Pattern::kData);
+  Array y = Array::empty({5}, dtype());
+  comm().sendrecv_into(x, right, y, left).wait();
+  EXPECT_TRUE(same(y, input(dtype(), {5}, left, Pattern::kData)));
+  comm().barrier().wait();
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypes, Shm, ::testing::ValuesIn(kAllDTypes), dtype_param_name);
+
+TEST(ShmFiles, NothingLeftInDevShmOnceMadeAndAfterAnError) {
+  if (on_gpu()) GTEST_SKIP() << "host buffers only";
+  CommOptions o;
+  o.name = "shm files";
+  o.backend = BackendKind::kShm;
+  auto c = Communicator::world(o);
+  c->barrier().wait();  // makes the segment
+  EXPECT_EQ(c->backend_for(OpKind::kBarrier, Device::cpu()), BackendKind::kShm);
+  EXPECT_EQ(own_shm_segments(), 0);
+  // An operation that throws (a reduction the dtype does not define) leaves nothing either.
+  EXPECT_THROW(c->allreduce(Array::zeros({3}, DType::kFloat32), ReduceOp::kBitXor), InvalidArgument);
+  c->barrier().wait();
+  EXPECT_EQ(own_shm_segments(), 0);
+  c.reset();
+  EXPECT_EQ(own_shm_segments(), 0);
+}
+
+TEST(ShmRoute, MpiSettingNeverUsesShm) {
+  CommOptions o;
+  o.name = "mpi only";
+  o.backend = BackendKind::kMpi;
+  auto c = Communicator::world(o);
+  EXPECT_EQ(c->backend_for(OpKind::kAllreduce, Device::cpu()), BackendKind::kMpi);
+  Array x = Array::from_values<float>({1, 1, 1});
+  EXPECT_EQ(c->allreduce(x, ReduceOp::kSum).value.to_vector<float>(),
+            std::vector<float>(3, static_cast<float>(c->size())));
+}
+
+}  // namespace
+}  // namespace shardkit::testing
