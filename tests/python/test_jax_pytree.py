@@ -1,0 +1,248 @@
+"""Sharded state through jax.jit: ShardedArray is a JAX pytree (its leaf this rank's block, the global shape and the
+sharding static), a jitted sk.shard_map takes ShardedArrays and returns each output's block only, and in_specs /
+out_specs are pytree prefixes, eagerly and traced. Sizes that divide, that do not (uneven opt-in) and zero, at every
+world size; a 2-d mesh where the world size allows one."""
+
+import numpy as np
+import pytest
+
+from conftest import mpirun, python, require_jax
+
+jax = require_jax()
+import jax.numpy as jnp  # noqa: E402
+
+
+def meshes(sk):
+    n = sk.size()
+    out = [(sk.Mesh(np.arange(n), ("x",)), "x")]
+    if n % 2 == 0:
+        out.append((sk.Mesh(np.arange(n).reshape(n // 2, 2), ("x", "y")), ("x", "y")))
+    return out
+
+
+def lengths(n):
+    """(global length, uneven): divisible, not divisible (uneven opt-in; at 3 and 4 ranks a trailing block is smaller
+    or empty), and zero."""
+    return [(3 * n, False), (2 * n + 1, True), (0, False)]
+
+
+def sharded(sk, mesh, axes, length, uneven, dtype=np.float32):
+    g = np.arange(length * 2, dtype=dtype).reshape(length, 2) + 1
+    return g, sk.distribute(g, sk.NamedSharding(mesh, sk.P(axes), uneven))
+
+
+def block_of(sk, g, sharding):
+    index = sharding.index(list(g.shape), sharding.mesh.rank)
+    return g[tuple(slice(a, b) for a, b in index)]
+
+
+def test_the_leaf_is_the_block_and_the_metadata_is_static(sk):
+    for mesh, axes in meshes(sk):
+        for length, uneven in lengths(sk.size()):
+            g, x = sharded(sk, mesh, axes, length, uneven)
+            (leaf,) = jax.tree.leaves(x)
+            np.testing.assert_array_equal(leaf, block_of(sk, g, x.sharding))
+            leaves, treedef = jax.tree.flatten(x)
+            assert treedef == jax.tree.structure(jax.tree.map(lambda b: b * 2, x))  # same shape and sharding
+            y = jax.tree.map(lambda b: b * 2, x)  # a NumPy leaf stays NumPy, and eager operations take it
+            assert isinstance(y, sk.ShardedArray) and y.shape == x.shape and y.sharding == x.sharding
+            np.testing.assert_array_equal(sk.process_allgather(y), 2 * g)
+            # JAX rebuilds pytrees from placeholders too: nothing is checked or sent
+            z = jax.tree.unflatten(treedef, [object()])
+            assert z.shape == g.shape and z.sharding == x.sharding
+
+
+def test_jit_grad_and_loop_carries_keep_the_sharding(sk):
+    for mesh, axes in meshes(sk):
+        for length, uneven in lengths(sk.size()):
+            g, x = sharded(sk, mesh, axes, length, uneven)
+            block = block_of(sk, g, x.sharding)
+            y = jax.jit(lambda a: jax.tree.map(lambda b: b * 2, a))(x)
+            assert isinstance(y, sk.ShardedArray) and y.sharding == x.sharding and y.shape == g.shape
+            assert isinstance(y.local, jax.Array) and y.framework == "jax"
+            np.testing.assert_array_equal(y.local, 2 * block)  # this rank's block only
+            np.testing.assert_array_equal(sk.process_allgather(y), 2 * g)  # eager operations take a JAX leaf
+            c = jax.lax.fori_loop(0, 3, lambda i, a: jax.tree.map(lambda b: b + 1, a), x)
+            assert c.sharding == x.sharding
+            np.testing.assert_array_equal(c.local, block + 3)
+            s, ys = jax.lax.scan(lambda a, _: (jax.tree.map(lambda b: b * 2, a), a.local.sum()), x, None, length=2)
+            assert s.sharding == x.sharding
+            np.testing.assert_array_equal(s.local, 4 * block)
+            np.testing.assert_array_equal(ys, [block.sum(), 2 * block.sum()])
+            v, dx = jax.value_and_grad(lambda a: (a.local ** 2).sum() / 2)(x)
+            assert isinstance(dx, sk.ShardedArray) and dx.sharding == x.sharding
+            np.testing.assert_allclose(dx.local, block)
+            np.testing.assert_allclose(v, (block ** 2).sum() / 2)
+
+
+def test_optax_updates_keep_the_sharding(sk):
+    optax = pytest.importorskip("optax")
+    mesh, axes = meshes(sk)[-1]
+    g, x = sharded(sk, mesh, axes, 2 * sk.size(), False)
+    opt = optax.adam(0.1)
+    state = opt.init(x)
+    updates, state = jax.jit(opt.update)(jax.tree.map(jnp.ones_like, x), state, x)
+    new = optax.apply_updates(x, updates)
+    assert isinstance(new, sk.ShardedArray) and new.sharding == x.sharding
+    assert new.local.shape == block_of(sk, g, x.sharding).shape
+
+
+def collectives_in(lowered):
+    return lowered.as_text().count("shardkit_collective")
+
+
+@pytest.mark.parametrize("out_axes", ["same", "none"])
+def test_jitted_shard_map_hands_blocks_over_and_keeps_outputs_sharded(sk, out_axes):
+    """The block of a ShardedArray held as its in_spec goes to the body as it is, and each output comes back as a
+    ShardedArray holding this rank's block: the lowered program has no collective at all (none to cut the inputs, none
+    to gather the outputs); where the out_spec names no axis, the block is the whole value, as eagerly."""
+    n = sk.size()
+    for mesh, axes in meshes(sk):
+        for length, uneven in lengths(n):
+            g, x = sharded(sk, mesh, axes, length, uneven)
+            block = block_of(sk, g, x.sharding)
+            if out_axes == "same":
+                f = sk.shard_map(lambda b: b * 3, mesh=mesh, in_specs=sk.P(axes), out_specs=sk.P(axes))
+            else:  # every rank returns the same value: a replicated ShardedArray whose block is the whole value
+                f = sk.shard_map(lambda b: b.sum(keepdims=True) * 0 + 7, mesh=mesh, in_specs=sk.P(axes),
+                                 out_specs=sk.P())
+            y = jax.jit(f)(x)
+            eager = f(x)
+            assert isinstance(y, sk.ShardedArray) and isinstance(eager, sk.ShardedArray)
+            assert y.sharding == eager.sharding and y.shape == eager.shape, (y, eager)
+            np.testing.assert_array_equal(y.local, eager.local)
+            if out_axes == "same":
+                assert y.shape == g.shape and y.sharding == sk.NamedSharding(mesh, sk.P(axes), uneven)
+                np.testing.assert_array_equal(y.local, 3 * block)  # the block, not the gathered value
+            else:
+                assert y.shape == (1, 1) and y.spec == sk.P()
+                np.testing.assert_array_equal(y.local, [[7]])
+            assert collectives_in(jax.jit(f).lower(x)) == 0
+    # What gathering looks like in the program, so that the count above can see one.
+    mesh, axes = meshes(sk)[0]
+    _, x = sharded(sk, mesh, axes, 2 * n, False)
+    gathered = jax.jit(lambda a: sk.process_allgather(sk.shard_map(lambda b: b, mesh=mesh, in_specs=sk.P(axes),
+                                                                   out_specs=sk.P(axes))(a)))
+    assert collectives_in(gathered.lower(x)) == 1
+    np.testing.assert_array_equal(gathered(x), sk.process_allgather(x))
+
+
+def test_replicated_arguments_are_sliced_other_layouts_refused(sk):
+    n = sk.size()
+    mesh, axes = meshes(sk)[0]
+    g = np.arange(4 * n * 2, dtype=np.float32).reshape(4 * n, 2)
+    rep = sk.distribute(g, sk.NamedSharding(mesh, sk.P()))
+    f = sk.shard_map(lambda b: b + 1, mesh=mesh, in_specs=sk.P(axes), out_specs=sk.P(axes))
+    y = jax.jit(f)(rep)
+    np.testing.assert_array_equal(y.local, block_of(sk, g, sk.NamedSharding(mesh, sk.P(axes))) + 1)
+    assert collectives_in(jax.jit(f).lower(rep)) == 0  # a local slice
+    rows = sk.distribute(g, sk.NamedSharding(mesh, sk.P(axes)))
+    cols = sk.shard_map(lambda b: b, mesh=mesh, in_specs=sk.P(None, axes), out_specs=sk.P(None, axes))
+    if n > 1:
+        with pytest.raises(sk.InvalidArgument, match=r"held as P\('x'\) but its in_spec is P\(None, 'x'\).*"
+                                                     r"sk.reshard"):
+            jax.jit(cols)(sk.distribute(np.zeros((2 * n, 2 * n)), sk.NamedSharding(mesh, sk.P(axes))))
+    other = sk.Mesh(np.arange(n)[::-1].copy(), ("x",))
+    if n > 1:
+        with pytest.raises(sk.InvalidArgument, match="lives on"):
+            jax.jit(sk.shard_map(lambda b: b, mesh=other, in_specs=sk.P("x"), out_specs=sk.P("x")))(rows)
+    # A plain argument stays a global value every rank holds
+    z = jax.jit(f)(jnp.asarray(g))
+    np.testing.assert_array_equal(sk.process_allgather(z), g + 1)
+
+
+def test_grad_of_a_replicated_loss_through_a_jitted_shard_map(sk):
+    """loss = sum over the global w of w**2 * c: each rank's gradient is its own block's 2 w c (one rule for the P()
+    output eagerly and traced: a ShardedArray whose .local is the loss)."""
+    n = sk.size()
+    for mesh, axes in meshes(sk):
+        for length, uneven in lengths(n):
+            g, w = sharded(sk, mesh, axes, length, uneven, np.float64)
+            c = 3.0
+            loss = sk.shard_map(lambda b: sk.psum((b * b * c).sum(), axes), mesh=mesh, in_specs=sk.P(axes),
+                                out_specs=sk.P())
+            value, grad = jax.jit(jax.value_and_grad(lambda p: loss(p).local))(w)
+            np.testing.assert_allclose(value, (g * g * c).sum())
+            np.testing.assert_allclose(loss(w).local, value)  # the eager shard_map's P() output: the same value
+            assert grad.sharding == w.sharding
+            np.testing.assert_allclose(grad.local, 2 * c * block_of(sk, g, w.sharding))
+
+
+def test_pytree_specs_eager_and_traced(sk):
+    n = sk.size()
+    mesh, axes = meshes(sk)[0]
+    g, x = sharded(sk, mesh, axes, 2 * n, False)
+    P = sk.P
+
+    def body(params, scale):
+        return {"sum": sk.psum(params["w"].sum() * scale, axes), "w": (params["w"] * scale, params["v"])}
+
+    in_specs = ({"w": P(axes), "v": P()}, P())
+    out_specs = {"sum": P(), "w": P(axes)}  # one P for the tuple under "w"
+    v = np.arange(3.0)
+    f = sk.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+    for run in (lambda: f({"w": x, "v": v}, 2.0),  # eager: NumPy blocks
+                lambda: jax.jit(f)({"w": x, "v": jnp.asarray(v)}, 2.0)):  # traced
+        out = run()
+        assert set(out) == {"sum", "w"} and isinstance(out["w"], tuple)
+        np.testing.assert_allclose(out["sum"].local, 2 * g.sum())
+        np.testing.assert_allclose(sk.process_allgather(out["w"][0]), 2 * g)
+        assert out["w"][1].spec == P(axes) and out["w"][1].shape == (3 * n,)  # v's replicated block, cut as P(axes)
+    for bad_in, bad_out in (((P(axes), P(), P()), out_specs), (in_specs, {"sum": P()}), (in_specs, [P(), P(), P()])):
+        for traced in (False, True):
+            g_ = sk.shard_map(body, mesh=mesh, in_specs=bad_in, out_specs=bad_out, check_vma=False)
+            with pytest.raises(sk.InvalidArgument, match="is not a prefix of the structure"):
+                (jax.jit(g_) if traced else g_)({"w": x, "v": v}, 2.0)
+
+
+def test_traced_process_allgather_refuses_uneven_blocks(sk):
+    mesh, axes = meshes(sk)[0]
+    g, x = sharded(sk, mesh, axes, 2 * sk.size() + 1, True)
+    if sk.size() == 1:  # one block: the whole array
+        np.testing.assert_array_equal(jax.jit(sk.process_allgather)(x), g)
+        return
+    with pytest.raises(sk.InvalidArgument, match="unevenly sharded"):
+        jax.jit(sk.process_allgather)(x)
+    with pytest.raises(sk.InvalidArgument, match="holds a JAX tracer"):
+        jax.jit(lambda a: sk.reshard(a, sk.NamedSharding(mesh, sk.P())))(x)
+
+
+@pytest.mark.processes
+def test_registered_once_jax_is_imported_after_shardkit():
+    r = python("import sys, numpy as np, shardkit as sk\n"
+               "assert 'jax' not in sys.modules\n"
+               "x = sk.distribute(np.ones(3), sk.NamedSharding(sk.Mesh((1,), ('x',)), sk.P('x')))\n"
+               "import jax\n"
+               "print(type(jax.jit(lambda a: a)(x)).__name__, len(jax.tree.leaves(x)))\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["ShardedArray", "1"]
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("np_", [2, 3])
+def test_a_training_loop_keeps_its_state_sharded(np_, tmp_path):
+    """A jitted step over 20 iterations: parameters stay ShardedArrays with one block per rank; the loss falls."""
+    prog = tmp_path / "loop.py"
+    prog.write_text(
+        "import jax, numpy as np, shardkit as sk\n"
+        "P = sk.P\n"
+        "n = sk.size()\n"
+        "mesh = sk.Mesh(np.arange(n), ('x',))\n"
+        "w = sk.distribute(np.linspace(1, 2, 4 * n), sk.NamedSharding(mesh, P('x')))\n"
+        "loss = sk.shard_map(lambda b: sk.psum((b * b).sum(), 'x'), mesh=mesh, in_specs=P('x'), out_specs=P())\n"
+        "@jax.jit\n"
+        "def step(p):\n"
+        "    l, g = jax.value_and_grad(lambda q: loss(q).local)(p)\n"
+        "    return l, jax.tree.map(lambda a, d: a - 0.1 * d, p, g)\n"
+        "ls = []\n"
+        "for _ in range(20):\n"
+        "    l, w = step(w)\n"
+        "    ls.append(float(l))\n"
+        "assert isinstance(w, sk.ShardedArray) and w.local.shape == (4,), w\n"
+        "assert ls[-1] < ls[0] * 1e-3, ls\n"
+        "g = np.linspace(1, 2, 4 * n) * 0.8 ** 20\n"
+        "assert np.allclose(sk.process_allgather(w), g), (sk.process_allgather(w), g)\n"
+        "if sk.rank() == 0: print('ok', w.local.shape)\n")
+    r = mpirun(np_, [__import__("sys").executable, str(prog)], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == "ok (4,)"
