@@ -127,26 +127,41 @@ def test_jitted_shard_map_hands_blocks_over_and_keeps_outputs_sharded(sk, out_ax
     np.testing.assert_array_equal(gathered(x), sk.process_allgather(x))
 
 
-def test_replicated_arguments_are_sliced_other_layouts_refused(sk):
+def test_arguments_held_otherwise_are_resharded_as_reshard_plans(sk):
+    """reshard's plan, compiled: a replicated argument is sliced (no collective), a sharded one gathered by one
+    all_gather where its in_spec replicates more; the all_to_all between two sharded layouts, and an all_gather of
+    uneven blocks, are refused with what to do instead. The same values as the eager shard_map."""
     n = sk.size()
     mesh, axes = meshes(sk)[0]
-    g = np.arange(4 * n * 2, dtype=np.float32).reshape(4 * n, 2)
-    rep = sk.distribute(g, sk.NamedSharding(mesh, sk.P()))
-    f = sk.shard_map(lambda b: b + 1, mesh=mesh, in_specs=sk.P(axes), out_specs=sk.P(axes))
-    y = jax.jit(f)(rep)
-    np.testing.assert_array_equal(y.local, block_of(sk, g, sk.NamedSharding(mesh, sk.P(axes))) + 1)
-    assert collectives_in(jax.jit(f).lower(rep)) == 0  # a local slice
-    rows = sk.distribute(g, sk.NamedSharding(mesh, sk.P(axes)))
-    cols = sk.shard_map(lambda b: b, mesh=mesh, in_specs=sk.P(None, axes), out_specs=sk.P(None, axes))
+    g = np.arange(4 * n * 2 * n, dtype=np.float32).reshape(4 * n, 2 * n)
+    cases = [(sk.P(), sk.P(axes), 0), (sk.P(axes), sk.P(), 1)]
+    if n % 2 == 0:
+        grid = sk.Mesh(np.arange(n).reshape(n // 2, 2), ("x", "y"))
+        cases += [(sk.P("x", "y"), sk.P("x"), 1), (sk.P("x", "y"), sk.P(None, "y"), 1)]
+    for held, spec, collectives in cases:
+        m = grid if "y" in str(held) + str(spec) else mesh
+        x = sk.distribute(g, sk.NamedSharding(m, held))
+        f = sk.shard_map(lambda b: b + 1, mesh=m, in_specs=spec, out_specs=spec)
+        y = jax.jit(f)(x)
+        np.testing.assert_array_equal(y.local, block_of(sk, g, sk.NamedSharding(m, spec)) + 1)
+        np.testing.assert_array_equal(y.local, f(x).local)
+        kept = all(sk.NamedSharding(m, held).index(list(g.shape), r) == sk.NamedSharding(m, spec).index(
+            list(g.shape), r) for r in range(n))  # every rank holds its block already (axes of size 1): nothing to do
+        assert collectives_in(jax.jit(f).lower(x)) == (0 if kept else collectives), (held, spec)
     if n > 1:
-        with pytest.raises(sk.InvalidArgument, match=r"held as P\('x'\) but its in_spec is P\(None, 'x'\).*"
-                                                     r"sk.reshard"):
-            jax.jit(cols)(sk.distribute(np.zeros((2 * n, 2 * n)), sk.NamedSharding(mesh, sk.P(axes))))
-    other = sk.Mesh(np.arange(n)[::-1].copy(), ("x",))
-    if n > 1:
+        cols = sk.shard_map(lambda b: b, mesh=mesh, in_specs=sk.P(None, axes), out_specs=sk.P(None, axes))
+        with pytest.raises(sk.InvalidArgument, match=r"held as P\('x'\) but its in_spec is P\(None, 'x'\), which takes "
+                                                     r"an all_to_all.*sk.reshard"):
+            jax.jit(cols)(sk.distribute(g, sk.NamedSharding(mesh, sk.P(axes))))
+        _, u = sharded(sk, mesh, axes, 2 * n + 1, True)
+        with pytest.raises(sk.InvalidArgument, match="uneven all_gather"):
+            jax.jit(sk.shard_map(lambda b: b, mesh=mesh, in_specs=sk.P(), out_specs=sk.P()))(u)
+        other = sk.Mesh(np.arange(n)[::-1].copy(), ("x",))
         with pytest.raises(sk.InvalidArgument, match="lives on"):
-            jax.jit(sk.shard_map(lambda b: b, mesh=other, in_specs=sk.P("x"), out_specs=sk.P("x")))(rows)
+            jax.jit(sk.shard_map(lambda b: b, mesh=other, in_specs=sk.P("x"), out_specs=sk.P("x")))(
+                sk.distribute(g, sk.NamedSharding(mesh, sk.P(axes))))
     # A plain argument stays a global value every rank holds
+    f = sk.shard_map(lambda b: b + 1, mesh=mesh, in_specs=sk.P(axes), out_specs=sk.P(axes))
     z = jax.jit(f)(jnp.asarray(g))
     np.testing.assert_array_equal(sk.process_allgather(z), g + 1)
 

@@ -1,7 +1,7 @@
 """sk.shard_map under JAX tracing: ``jax.jit(sk.shard_map(f, ...))`` and jit-compiled bodies.
 
 A traced shard_map takes ShardedArrays (the block of one whose sharding is the in_spec goes to the body as it is, with
-no communication; a replicated one is sliced) and global JAX values that every rank holds (cut by the in_spec: static
+no communication; one held otherwise is resharded as reshard's plan says, compiled) and global JAX values that every rank holds (cut by the in_spec: static
 slices, the rank is known when tracing), traces ``f`` on the blocks, and returns for every output a ShardedArray that
 holds this rank's block, as the eager shard_map does. Nothing is gathered unless the program asks:
 ``sk.process_allgather`` of a traced ShardedArray assembles the global value by tiled all-gathers. Inside the body the
@@ -149,15 +149,33 @@ def _argument_block(i, a, spec, mesh):
                                     f"{mesh!r}")
     want = NamedSharding(mesh, spec, a.sharding.uneven)
     want.validate(list(a.shape))
-    block = jnp.asarray(a._leaf)
-    if a.sharding == want:
-        return block, a.sharding.uneven
-    if a.sharding.is_fully_replicated:  # the block is the global value: a local slice
-        return _block(block, want), a.sharding.uneven
+    return _reshard(i, jnp.asarray(a._leaf), a, want), a.sharding.uneven
+
+
+def _reshard(i, block, a, want):
+    """This rank's block of ShardedArray `a` as `want` holds it, compiled as reshard's plan says (shardkit::
+    plan_reshard): kept, sliced, or one all_gather over the plan's axes (its members' blocks tile the target block).
+    The all_to_all of two sharded layouts is not compiled: refused."""
+    plan = _core._plan_reshard(list(a.shape), a.sharding, want, int(want.mesh.rank))
+    kind, source, target = plan["kind"], plan["source"], plan["target"]
+    if kind == "keep":
+        return block
+    if kind == "local":
+        return block[tuple(slice(t0 - s0, t1 - s0) for (s0, _), (t0, t1) in zip(source, target))]
+    if kind == "all_gather" and not a.sharding.uneven:  # (an all_gather of unequal blocks is not traced)
+        ctx = TracedContext(want.mesh)
+        # Stacked in member order (the axis communicator's, as reshard's): each member's block goes to its place.
+        stacked = ctx.all_gather(block, plan["gather_axes"], axis=0, tiled=False)
+        out = jnp.zeros(tuple(t1 - t0 for t0, t1 in target), block.dtype)
+        for k, member in enumerate(plan["members"]):
+            box = a.sharding.index(list(a.shape), member)
+            out = out.at[tuple(slice(b0 - t0, b1 - t0) for (b0, b1), (t0, _) in zip(box, target))].set(stacked[k])
+        return out
     raise _core.InvalidArgument(
-        f"shard_map under jax.jit: argument {i} is held as {a.sharding.spec!r} but its in_spec is {spec!r}; a "
-        "compiled reshard between two sharded layouts is not supported yet: reshard it before the compiled step "
-        f"(sk.reshard(x, sk.NamedSharding(mesh, {spec!r}))), or use its own spec as the in_spec")
+        f"shard_map under jax.jit: argument {i} is held as {a.sharding.spec!r} but its in_spec is {want.spec!r}, "
+        f"which takes an {'uneven all_gather' if kind == 'all_gather' else 'all_to_all'}; that reshard is not "
+        f"compiled yet: reshard it before the compiled step (sk.reshard(x, sk.NamedSharding(mesh, {want.spec!r}))), "
+        "or use its own spec as the in_spec")
 
 
 def _global_shape(block, sharding, uneven):
