@@ -133,12 +133,13 @@ def test_jitted_shard_map_hands_blocks_over_and_keeps_outputs_sharded(sk, out_ax
 
 def test_arguments_held_otherwise_are_resharded_as_reshard_plans(sk):
     """reshard's plan, compiled: a replicated argument is sliced (no collective), a sharded one gathered by one
-    all_gather where its in_spec replicates more; the all_to_all between two sharded layouts, and an all_gather of
-    uneven blocks, are refused with what to do instead. The same values as the eager shard_map."""
+    all_gather where its in_spec replicates more, and moved by one all_to_all where its axes move to another
+    dimension; a collective of uneven blocks is refused with what to do instead. The same values as the eager
+    shard_map."""
     n = sk.size()
     mesh, axes = meshes(sk)[0]
     g = np.arange(4 * n * 2 * n, dtype=np.float32).reshape(4 * n, 2 * n)
-    cases = [(sk.P(), sk.P(axes), 0), (sk.P(axes), sk.P(), 1)]
+    cases = [(sk.P(), sk.P(axes), 0), (sk.P(axes), sk.P(), 1), (sk.P(axes), sk.P(None, axes), 1)]
     if n % 2 == 0:
         grid = sk.Mesh(np.arange(n).reshape(n // 2, 2), ("x", "y"))
         cases += [(sk.P("x", "y"), sk.P("x"), 1), (sk.P("x", "y"), sk.P(None, "y"), 1)]
@@ -153,11 +154,11 @@ def test_arguments_held_otherwise_are_resharded_as_reshard_plans(sk):
             list(g.shape), r) for r in range(n))  # every rank holds its block already (axes of size 1): nothing to do
         assert collectives_in(jax.jit(f).lower(x)) == (0 if kept else collectives), (held, spec)
     if n > 1:
+        _, u = sharded(sk, mesh, axes, 2 * n + 1, True)
         cols = sk.shard_map(lambda b: b, mesh=mesh, in_specs=sk.P(None, axes), out_specs=sk.P(None, axes))
         with pytest.raises(sk.InvalidArgument, match=r"held as P\('x'\) but its in_spec is P\(None, 'x'\), which takes "
                                                      r"an all_to_all.*sk.reshard"):
-            jax.jit(cols)(sk.distribute(g, sk.NamedSharding(mesh, sk.P(axes))))
-        _, u = sharded(sk, mesh, axes, 2 * n + 1, True)
+            jax.jit(cols)(u)  # uneven blocks
         with pytest.raises(sk.InvalidArgument, match="uneven all_gather"):
             jax.jit(sk.shard_map(lambda b: b, mesh=mesh, in_specs=sk.P(), out_specs=sk.P()))(u)
         other = sk.Mesh(np.arange(n)[::-1].copy(), ("x",))

@@ -154,8 +154,9 @@ def _argument_block(i, a, spec, mesh):
 
 def _reshard(i, block, a, want):
     """This rank's block of ShardedArray `a` as `want` holds it, compiled as reshard's plan says (shardkit::
-    plan_reshard): kept, sliced, or one all_gather over the plan's axes (its members' blocks tile the target block).
-    The all_to_all of two sharded layouts is not compiled: refused."""
+    plan_reshard): kept, sliced, one all_gather over the plan's axes (its members' blocks tile the target block), or
+    one all_to_all where mesh axes move from one dimension to another. Other all_to_alls (and uneven blocks in a
+    collective) are not compiled: refused."""
     plan = _core._plan_reshard(list(a.shape), a.sharding, want, int(want.mesh.rank))
     kind, source, target = plan["kind"], plan["source"], plan["target"]
     if kind == "keep":
@@ -171,11 +172,33 @@ def _reshard(i, block, a, want):
             box = a.sharding.index(list(a.shape), member)
             out = out.at[tuple(slice(b0 - t0, b1 - t0) for (b0, b1), (t0, _) in zip(box, target))].set(stacked[k])
         return out
+    moved = _moved_axes(a.sharding.spec, want.spec, block.ndim) if kind == "all_to_all" else None
+    if moved is not None and not a.sharding.uneven:
+        # The mesh axes move from one dimension to another: the axis all_to_all, split along the new dimension and
+        # concatenated along the old one (its members in axis-index order, the blocks' order along both).
+        old, new, axes = moved
+        return TracedContext(want.mesh).all_to_all(block, axes, new, old, tiled=True)
     raise _core.InvalidArgument(
         f"shard_map under jax.jit: argument {i} is held as {a.sharding.spec!r} but its in_spec is {want.spec!r}, "
         f"which takes an {'uneven all_gather' if kind == 'all_gather' else 'all_to_all'}; that reshard is not "
         f"compiled yet: reshard it before the compiled step (sk.reshard(x, sk.NamedSharding(mesh, {want.spec!r}))), "
         "or use its own spec as the in_spec")
+
+
+def _moved_axes(source, target, ndim):
+    """(old dimension, new dimension, axes) where `target` is `source` with one dimension's mesh axes moved to a
+    dimension that had none; else None."""
+    def dims(spec):
+        out = [tuple(_axes(e)) if e is not None else () for e in spec]
+        return out + [()] * (ndim - len(out))
+    s, t = dims(source), dims(target)
+    changed = [d for d in range(ndim) if s[d] != t[d]]
+    if len(changed) != 2:
+        return None
+    for old, new in (changed, changed[::-1]):
+        if s[old] and not s[new] and not t[old] and t[new] == s[old]:
+            return old, new, list(s[old])
+    return None
 
 
 def _global_shape(block, sharding, uneven):
