@@ -3,9 +3,9 @@
 A traced shard_map takes ShardedArrays (the block of one whose sharding is the in_spec goes to the body as it is, with
 no communication; one held otherwise is resharded as reshard's plan says, compiled) and global JAX values that every
 rank holds (cut by the in_spec: static slices, the rank is known when tracing), traces ``f`` on the blocks, and returns
-for every output a ShardedArray that holds this rank's block, as the eager shard_map does. Nothing is gathered unless the program asks:
-``sk.process_allgather`` of a traced ShardedArray assembles the global value by tiled all-gathers. Inside the body the
-axis collectives (psum, all_gather, psum_scatter, ppermute, all_to_all, pbroadcast, ...) act on tracers through
+for every output a ShardedArray that holds this rank's block, as the eager shard_map does. Nothing is gathered unless
+the program asks: ``sk.process_allgather`` of a traced ShardedArray assembles the global value by tiled all-gathers.
+Inside the body the axis collectives (psum, all_gather, psum_scatter, ppermute, all_to_all, pbroadcast, ...) act on tracers through
 shardkit's primitive (shardkit._jax) over the mesh-axis communicators: the same XLA FFI handler, the same operation
 table as every other path.
 
