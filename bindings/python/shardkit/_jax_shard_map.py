@@ -5,9 +5,9 @@ no communication; one held otherwise is resharded as reshard's plan says, compil
 rank holds (cut by the in_spec: static slices, the rank is known when tracing), traces ``f`` on the blocks, and returns
 for every output a ShardedArray that holds this rank's block, as the eager shard_map does. Nothing is gathered unless
 the program asks: ``sk.process_allgather`` of a traced ShardedArray assembles the global value by tiled all-gathers.
-Inside the body the axis collectives (psum, all_gather, psum_scatter, ppermute, all_to_all, pbroadcast, ...) act on tracers through
-shardkit's primitive (shardkit._jax) over the mesh-axis communicators: the same XLA FFI handler, the same operation
-table as every other path.
+Inside the body the axis collectives (psum, all_gather, psum_scatter, ppermute, all_to_all, pbroadcast, ...) act on
+tracers through shardkit's primitive (shardkit._jax) over the mesh-axis communicators: the same XLA FFI handler, the
+same operation table as every other path.
 
 Derivatives follow the share convention of shardkit._jax: each rank's cotangent of a value is its share, their sum over
 ranks the cotangent of the global function. Where plain JAX code reads a block that k ranks hold alike (``.local`` of a
