@@ -50,7 +50,8 @@ def main():
         mesh = sk.Mesh(np.arange(n), "x")
         x = jax.device_put(jnp.arange(n * 7, dtype=jnp.float32), gpus[0])
         body = lambda b: b * 2 + sk.psum(b.sum(), "x")  # noqa: E731
-        f = jax.jit(sk.shard_map(body, mesh=mesh, in_specs=(P("x"),), out_specs=P("x")))
+        f = jax.jit(lambda v: sk.process_allgather(sk.shard_map(body, mesh=mesh, in_specs=(P("x"),),
+                                                                out_specs=P("x"))(v)))
         got = np.asarray(f(x))
         want = np.arange(n * 7, dtype=np.float32) * 2 + np.arange(n * 7).sum()
         np.testing.assert_allclose(got, want)

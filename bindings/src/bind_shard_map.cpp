@@ -276,6 +276,12 @@ void register_shard_map(nb::module_& m) {
           nb::list in;
           for (const Array& b : blocks) in.append(array_to_py(b, fw, /*read_only=*/true));
           nb::object result = f(nb::cast(&ctx, nb::rv_policy::reference), in);
+          if (out_specs.empty() && nb::len(result) == 2) {
+            // A body given no out_specs returns (blocks, their specs): the Python layer matches a pytree of out_specs
+            // to the outputs' structure, known only now. shard_map reads out_specs once the body has returned.
+            out_specs = nb::cast<std::vector<PartitionSpec>>(result[1]);
+            result = result[0];
+          }
           std::vector<Array> outs;
           for (nb::handle h : result) outs.push_back(array_from_py(h));
           return outs;

@@ -330,6 +330,24 @@ void bind_sharded_arrays(nb::module_& m) {
     return array_to_py(g, framework_from(framework));
   }, nb::arg("x"), nb::arg("framework") = "numpy");
   m.def("reshard", &reshard, nb::arg("x"), nb::arg("sharding"), nb::call_guard<nb::gil_scoped_release>());
+  m.def("_plan_reshard", [](const Shape& shape, const NamedSharding& from, const NamedSharding& to, int rank) {
+    // What the traced shard_map needs of reshard's plan (shardkit._jax_shard_map compiles it): the kind, the
+    // all_gather's axes and members, and this rank's blocks before and after.
+    const ReshardPlan p = plan_reshard(shape, from, to, rank);
+    auto box = [](const Box& b) {
+      std::vector<std::pair<std::int64_t, std::int64_t>> out;
+      for (const IndexRange& r : b) out.emplace_back(r.start, r.stop);
+      return out;
+    };
+    nb::dict d;
+    d["kind"] = to_string(p.kind);
+    d["gather_axes"] = p.gather_axes;
+    d["members"] = p.members;
+    d["source"] = box(p.source);
+    d["target"] = box(p.target);
+    return d;
+  }, nb::arg("global_shape"), nb::arg("source"), nb::arg("target"), nb::arg("rank"),
+     "reshard's plan for `rank` (shardkit::plan_reshard): kind, gather_axes, members, source and target boxes.");
   m.def("matmul", [](const ShardedArray& a, const ShardedArray& b, const std::string& algorithm,
                      std::optional<bool> overlap) {
     const MatmulOptions o{parse_matmul_algorithm(algorithm), overlap};

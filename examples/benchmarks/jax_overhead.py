@@ -140,8 +140,10 @@ def main():
     # keeps v == x on every rank, so the check holds for the loop as for one call.
     loop = lambda red: jax.jit(lambda x: jax.lax.fori_loop(0, it, lambda i, v: red(v) / size, x))  # noqa: E731
     sk_loop = loop(lambda v: sk.mpi.allreduce(v, op=MPI.SUM)[0])
-    psum_loop = jax.jit(sk.shard_map(lambda b: jax.lax.fori_loop(0, it, lambda i, v: sk.psum(v, "x") / size, b),
-                                     mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    # (The result is gathered into the global array in the same program, as JAX's global output is addressable.)
+    psum_loop = jax.jit(lambda g: sk.process_allgather(sk.shard_map(
+        lambda b: jax.lax.fori_loop(0, it, lambda i, v: sk.psum(v, "x") / size, b), mesh=mesh, in_specs=P("x"),
+        out_specs=P("x"))(g)))
     # name: (call, allreduces per call, expected result)
     cases = {
         "sk jit": (lambda x, g, xn: sk_loop(x), it, lambda xn: xn),

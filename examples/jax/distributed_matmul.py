@@ -54,8 +54,11 @@ def main():
 
     @jax.jit
     def distributed_matmul(a, b):
-        return sk.shard_map(local_matmul, mesh=mesh, in_specs=(P("x", None), P(None, None)), out_specs=P("x", None),
-                            check_rep=False)(a, b)
+        # The shard_map gives each process its block of C (a ShardedArray); process_allgather, compiled into the same
+        # program, assembles the global C on every process for the check below.
+        c = sk.shard_map(local_matmul, mesh=mesh, in_specs=(P("x", None), P(None, None)), out_specs=P("x", None),
+                         check_rep=False)(a, b)
+        return sk.process_allgather(c)
 
     print_on_process_0("Test distributed matrix multiplication using JAX + Warp (shardkit, jax.jit)")
     a = jnp.arange(M * K, dtype=jnp.float32).reshape(M, K)

@@ -2,8 +2,9 @@
 jax.distributed.
 
 The Warp kernel becomes a JAX primitive through warp.jax_kernel (Warp runs it on XLA:CPU, or the
-rank's GPU); sk.shard_map cuts the global array P('x') across the MPI processes inside the jitted function, and the
-result comes back as the global array on every process (assembled by shardkit's all-gather on XLA's stream).
+rank's GPU); sk.shard_map cuts the global array P('x') across the MPI processes inside the jitted function, and
+sk.process_allgather brings the result back as the global array on every process (shardkit's all-gather, compiled
+into the same program).
 
     mpirun -np 4 python examples/jax/multiply_by_two.py
 """
@@ -49,8 +50,9 @@ def main():
             # a_in is this process's shard, shape (M / num_procs,)
             return warp_multiply(a_in)[0]
 
-        return sk.shard_map(_sharded_operator, mesh=mesh, in_specs=(P("x"),), out_specs=P("x"),
-                            check_rep=False)(a_in)
+        # Each process's block of the result (a ShardedArray), assembled into the global array in the same program.
+        return sk.process_allgather(sk.shard_map(_sharded_operator, mesh=mesh, in_specs=(P("x"),), out_specs=P("x"),
+                                                 check_rep=False)(a_in))
 
     print_on_process_0("Test distributed multiplication using JAX + Warp (shardkit, jax.jit)")
     input_size = num_procs * 5  # 5 elements per process

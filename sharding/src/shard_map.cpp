@@ -245,6 +245,7 @@ std::vector<ShardedArray> shard_map(const ShardFn& f, const Mesh& mesh, const st
     blocks.push_back(args[i].sharding() == want ? args[i].local() : reshard(args[i], want).local());
   }
   ShardContext ctx(mesh);
+  // out_specs is read only once f has returned: the Python binding fills it from what the body returns.
   std::vector<Array> outs = f(ctx, std::span<const Array>(blocks));
   ctx.token().wait();
   SHARDKIT_CHECK_EQ(outs.size(), out_specs.size(), "shard_map: the function returned ", outs.size(),

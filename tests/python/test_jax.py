@@ -280,7 +280,7 @@ def test_a_jitted_function_reused_under_another_mesh_is_traced_again(sk, rank, s
     def run(mesh, spec, fn, outer_jit):
         sm = sk.shard_map(fn, mesh=mesh, in_specs=(spec,), out_specs=spec, check_vma=False)
         out = jax.jit(sm)(jnp.asarray(xs)) if outer_jit else sm(xs)
-        return np.asarray(sk.process_allgather(out) if not outer_jit else out).ravel()
+        return np.asarray(sk.process_allgather(out)).ravel()
 
     for outer_jit in (False, True):  # an eager shard_map's body, and a body inlined into a jitted shard_map
         np.testing.assert_array_equal(run(wide, sk.P("x"), body, outer_jit), np.full(size, size * (size + 1) / 2))

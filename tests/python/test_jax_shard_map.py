@@ -53,8 +53,9 @@ def test_jit_shard_map_matches_eager(sk, name, cols):
         out_spec = sk.P(ax)
         eager = sk.process_allgather(sk.shard_map(body, mesh=mesh, in_specs=(spec,), out_specs=out_spec,
                                                   check_rep=False)(x))
-        got = jax.jit(lambda a: sk.shard_map(body, mesh=mesh, in_specs=(spec,), out_specs=out_spec,
-                                             check_rep=False)(a))(jnp.asarray(x))
+        got = jax.jit(lambda a: sk.process_allgather(sk.shard_map(body, mesh=mesh, in_specs=(spec,),
+                                                                  out_specs=out_spec, check_rep=False)(a)))(
+            jnp.asarray(x))
         assert isinstance(got, jax.Array)
         np.testing.assert_allclose(np.asarray(got), np.asarray(eager), rtol=1e-6)
 
@@ -78,7 +79,7 @@ def test_bool_reductions_follow_jax(sk, traced):
     body = lambda b: (sk.psum(b > 0, "x"), sk.pmax(b > 0, "x"), sk.pmin(b > 0, "x"))  # noqa: E731
     f = sk.shard_map(body, mesh=mesh, in_specs=(sk.P("x"),), out_specs=(sk.P(), sk.P(), sk.P()))
     if traced:
-        got = [np.asarray(v) for v in jax.jit(f)(jnp.asarray(x))]
+        got = [np.asarray(v.local) for v in jax.jit(f)(jnp.asarray(x))]
     else:
         got = [np.asarray(v.local) for v in f(x)]
     assert got[0].dtype == np.int32 and got[0].tolist() == [n - 1, n]
@@ -96,7 +97,7 @@ def test_traced_reduction_refuses_an_undefined_dtype_while_tracing(sk):
 def test_traced_psum_of_a_python_scalar_stays_weakly_typed(sk):
     mesh = sk.Mesh(np.arange(sk.size()), ("x",))
     f = jax.jit(sk.shard_map(lambda b: b * sk.psum(1.0, "x"), mesh=mesh, in_specs=(sk.P("x"),), out_specs=sk.P("x")))
-    y = f(jnp.arange(2.0 * sk.size(), dtype=jnp.bfloat16))
+    y = sk.process_allgather(f(jnp.arange(2.0 * sk.size(), dtype=jnp.bfloat16)))
     assert y.dtype == jnp.bfloat16  # as jax.lax.psum(1.0) in JAX's shard_map: 1.0 is weak
     np.testing.assert_array_equal(np.asarray(y, np.float32), np.arange(2.0 * sk.size()) * sk.size())
 
@@ -106,7 +107,8 @@ def test_traced_psum_of_a_python_scalar_stays_weakly_typed(sk):
 def test_pmax_pmin_have_no_derivative_and_say_so(sk, name, transform):
     """The error names what the body called (as JAX's primitives do), not the allreduce it is made of."""
     mesh = sk.Mesh(np.arange(sk.size()), ("x",))
-    f = sk.shard_map(lambda b: getattr(sk, name)(b, "x"), mesh=mesh, in_specs=(sk.P("x"),), out_specs=sk.P("x"))
+    sm = sk.shard_map(lambda b: getattr(sk, name)(b, "x"), mesh=mesh, in_specs=(sk.P("x"),), out_specs=sk.P("x"))
+    f = lambda a: sk.process_allgather(sm(a))  # noqa: E731
     x = jnp.arange(2.0 * sk.size())
     g = {"grad": jax.grad(lambda a: f(a).sum()), "jvp": lambda a: jax.jvp(f, (a,), (a,))[1],
          "linear_transpose": lambda a: jax.linear_transpose(f, a)(a)[0]}[transform]
@@ -119,7 +121,7 @@ def test_traced_shard_map_under_grad(sk):
     mesh = sk.Mesh(np.arange(sk.size()), ("x",))
     f = sk.shard_map(lambda b: sk.psum((b * b).sum(), "x"), mesh=mesh, in_specs=(sk.P("x"),), out_specs=sk.P())
     x = jnp.arange(2.0 * sk.size())
-    g = np.asarray(jax.jit(jax.grad(lambda a: f(a)))(x))
+    g = np.asarray(jax.jit(jax.grad(lambda a: f(a).local))(x))  # a P() output: its block is the whole value
     # mpi4jax's convention (the transpose of psum is the identity on each rank): each rank's gradient covers its own
     # block; their sum over ranks is the gradient of the global function.
     own = np.zeros(2 * sk.size())
@@ -175,7 +177,8 @@ def test_traced_shard_map_derivatives_of_every_linear_collective(sk, case, mode)
     k = 2 * n
     body, in_spec, out_spec, ref = linear_cases(sk, n, k)[case]
     mesh = sk.Mesh(np.arange(n), ("x",))
-    f = sk.shard_map(body, mesh=mesh, in_specs=(in_spec,), out_specs=out_spec, check_vma=False)
+    sm = sk.shard_map(body, mesh=mesh, in_specs=(in_spec,), out_specs=out_spec, check_vma=False)
+    f = lambda a: sk.process_allgather(sm(a))  # noqa: E731
     f = jax.jit(f) if mode == "jit" else f
     x = jnp.arange(n * k, dtype=jnp.float64) + 1
     t = jnp.cos(x)  # a tangent

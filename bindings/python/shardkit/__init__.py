@@ -37,6 +37,9 @@ from ._sharding import (  # noqa: E402
     process_allgather, psum, psum_scatter, reshard, shard_map, visualize_sharding,
 )
 from . import mpi  # noqa: E402
+from . import _after_jax  # noqa: E402
+
+_after_jax.install()  # ShardedArray becomes a JAX pytree once JAX is imported
 
 
 def rank() -> int:

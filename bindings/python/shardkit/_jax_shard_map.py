@@ -1,16 +1,24 @@
 """sk.shard_map under JAX tracing: ``jax.jit(sk.shard_map(f, ...))`` and jit-compiled bodies.
 
-A traced shard_map takes global JAX values that every rank holds (as a plain-array argument of the eager shard_map),
-cuts this rank's block by each in_spec (static slices: the rank is known when tracing), traces ``f`` on the blocks, and
-assembles every output into the global value on each rank by tiled all-gathers along the out_spec's axes. Inside the
-body the axis collectives (psum, all_gather, psum_scatter, ppermute, all_to_all, pbroadcast, ...) act on tracers
-through shardkit's primitive (shardkit._jax) over the mesh-axis communicators: the same XLA FFI handler, the same
-operation table as every other path.
+A traced shard_map takes ShardedArrays (the block of one whose sharding is the in_spec goes to the body as it is, with
+no communication; one held otherwise is resharded as reshard's plan says, compiled) and global JAX values that every
+rank holds (cut by the in_spec: static slices, the rank is known when tracing), traces ``f`` on the blocks, and returns
+for every output a ShardedArray that holds this rank's block, as the eager shard_map does. Nothing is gathered unless
+the program asks: ``sk.process_allgather`` of a traced ShardedArray assembles the global value by tiled all-gathers.
+Inside the body the axis collectives (psum, all_gather, psum_scatter, ppermute, all_to_all, pbroadcast, ...) act on
+tracers through shardkit's primitive (shardkit._jax) over the mesh-axis communicators: the same XLA FFI handler, the
+same operation table as every other path.
+
+Derivatives follow the share convention of shardkit._jax: each rank's cotangent of a value is its share, their sum over
+ranks the cotangent of the global function. Where plain JAX code reads a block that k ranks hold alike (``.local`` of a
+traced ShardedArray, the value process_allgather returns), the value is marked "replicated": each rank takes 1/k of the
+cotangent given to it.
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 from . import _core
 from . import _jax
@@ -94,38 +102,148 @@ def _block(x, sharding):
     return x[tuple(slice(a, b) for a, b in index)]
 
 
-def _assemble(block, ctx, spec):
-    """The global value from this rank's block: tiled all-gathers along the out_spec's named dimensions, marked as held
-    by every rank of the mesh (each rank's share of its cotangent is 1/n of it: see shardkit._jax)."""
-    for dim, axes in enumerate(spec):
-        if axes is None:
-            continue
-        block = ctx.all_gather(block, axes, axis=dim, tiled=True)
-    (out,) = _jax.bind(block, op="replicated", comm=-1, root=int(ctx.mesh.size), sm=True)
+def holders(sharding):
+    """How many ranks hold each block alike: the mesh's size over the number of distinct blocks."""
+    blocks = 1
+    for d in range(len(sharding.spec)):
+        blocks *= sharding.num_shards(d)
+    return int(sharding.mesh.size) // blocks
+
+
+def replicated(x, holders):
+    """x, marked as a value `holders` ranks hold alike: each rank's share of its cotangent is 1/holders of it."""
+    if holders == 1:
+        return x
+    (out,) = _jax.bind(jnp.asarray(x), op="replicated", comm=-1, root=int(holders), sm=True)
     return out
 
 
-def run(f, mesh, in_specs, out_specs, single_out, args, stack):
-    """The traced shard_map: blocks in, f traced with a TracedContext on `stack`, global values out."""
-    from ._sharding import NamedSharding  # noqa: PLC0415  (a cycle at import time)
+def process_allgather(x):
+    """The global value of a ShardedArray whose block is traced: tiled all-gathers along its spec's named dimensions
+    (the v-variants where the sharding is uneven are not traced: refused), marked as held by every rank of the mesh."""
+    sharding = x.sharding
+    if sharding.uneven and not sharding.is_fully_replicated:
+        raise _core.InvalidArgument(
+            f"process_allgather of an unevenly sharded {x.shape} array under jax.jit is not supported: gather it "
+            "outside the traced function, or use an even sharding")
+    ctx = TracedContext(sharding.mesh)
+    block = jnp.asarray(x._leaf)
+    for dim, axes in enumerate(sharding.spec):
+        if axes is not None:
+            block = ctx.all_gather(block, axes, axis=dim, tiled=True)
+    return replicated(block, int(sharding.mesh.size))
 
-    if len(in_specs) != len(args):
-        raise _core.InvalidArgument(f"in_specs has {len(in_specs)} entries for {len(args)} arguments")
-    blocks = []
-    for a, spec in zip(args, in_specs):
+
+def _argument_block(i, a, spec, mesh):
+    """This rank's block of argument value `a` (a ShardedArray or a global array) for `spec`; with a ShardedArray
+    held as `spec` says, its block as it is (no communication)."""
+    from ._sharding import NamedSharding, ShardedArray  # noqa: PLC0415  (a cycle at import time)
+
+    if not isinstance(a, ShardedArray):
         a = jnp.asarray(a)
-        sharding = NamedSharding(mesh, spec)
-        sharding.validate(list(a.shape))
-        blocks.append(_block(a, sharding))
+        want = NamedSharding(mesh, spec)
+        want.validate(list(a.shape))
+        return _block(a, want), False
+    if a.sharding.mesh != mesh:
+        raise _core.InvalidArgument(f"shard_map: argument {i} lives on {a.sharding.mesh!r}, not on the shard_map's "
+                                    f"{mesh!r}")
+    want = NamedSharding(mesh, spec, a.sharding.uneven)
+    want.validate(list(a.shape))
+    return _reshard(i, jnp.asarray(a._leaf), a, want), a.sharding.uneven
+
+
+def _reshard(i, block, a, want):
+    """This rank's block of ShardedArray `a` as `want` holds it, compiled as reshard's plan says (shardkit::
+    plan_reshard): kept, sliced, one all_gather over the plan's axes (its members' blocks tile the target block), or
+    one all_to_all where mesh axes move from one dimension to another. Other all_to_alls (and uneven blocks in a
+    collective) are not compiled: refused."""
+    plan = _core._plan_reshard(list(a.shape), a.sharding, want, int(want.mesh.rank))
+    kind, source, target = plan["kind"], plan["source"], plan["target"]
+    if kind == "keep":
+        return block
+    if kind == "local":
+        return block[tuple(slice(t0 - s0, t1 - s0) for (s0, _), (t0, t1) in zip(source, target))]
+    if kind == "all_gather" and not a.sharding.uneven:  # (an all_gather of unequal blocks is not traced)
+        ctx = TracedContext(want.mesh)
+        # Stacked in member order (the axis communicator's, as reshard's): each member's block goes to its place.
+        stacked = ctx.all_gather(block, plan["gather_axes"], axis=0, tiled=False)
+        out = jnp.zeros(tuple(t1 - t0 for t0, t1 in target), block.dtype)
+        for k, member in enumerate(plan["members"]):
+            box = a.sharding.index(list(a.shape), member)
+            out = out.at[tuple(slice(b0 - t0, b1 - t0) for (b0, b1), (t0, _) in zip(box, target))].set(stacked[k])
+        return out
+    moved = _moved_axes(a.sharding.spec, want.spec, block.ndim) if kind == "all_to_all" else None
+    if moved is not None and not a.sharding.uneven:
+        # The mesh axes move from one dimension to another: the axis all_to_all, split along the new dimension and
+        # concatenated along the old one (its members in axis-index order, the blocks' order along both).
+        old, new, axes = moved
+        return TracedContext(want.mesh).all_to_all(block, axes, new, old, tiled=True)
+    raise _core.InvalidArgument(
+        f"shard_map under jax.jit: argument {i} is held as {a.sharding.spec!r} but its in_spec is {want.spec!r}, "
+        f"which takes an {'uneven all_gather' if kind == 'all_gather' else 'all_to_all'}; that reshard is not "
+        f"compiled yet: reshard it before the compiled step (sk.reshard(x, sk.NamedSharding(mesh, {want.spec!r}))), "
+        "or use its own spec as the in_spec")
+
+
+def _moved_axes(source, target, ndim):
+    """(old dimension, new dimension, axes) where `target` is `source` with one dimension's mesh axes moved to a
+    dimension that had none; else None."""
+    def dims(spec):
+        out = [tuple(_axes(e)) if e is not None else () for e in spec]
+        return out + [()] * (ndim - len(out))
+    s, t = dims(source), dims(target)
+    changed = [d for d in range(ndim) if s[d] != t[d]]
+    if len(changed) != 2:
+        return None
+    for old, new in (changed, changed[::-1]):
+        if s[old] and not s[new] and not t[old] and t[new] == s[old]:
+            return old, new, list(s[old])
+    return None
+
+
+def _global_shape(block, sharding, uneven):
+    """The global shape of an output from this rank's block. Uneven blocks: the sum of the blocks along each sharded
+    dimension, added up now, while tracing (every rank traces the same calls, as the eager shard_map adds them up when
+    it runs)."""
+    shape = list(block.shape)
+    for d in range(len(sharding.spec)):
+        n = sharding.num_shards(d)
+        if n == 1:
+            continue
+        if not uneven:
+            shape[d] *= n
+        else:
+            comm = sharding.mesh.axis_comm(list(_axes(sharding.spec[d])))
+            total, _ = comm.allreduce(np.array([shape[d]], np.int64), _core.ReduceOp.SUM)
+            shape[d] = int(np.asarray(total)[0])
+    return tuple(shape)
+
+
+def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack):
+    """The traced shard_map: blocks in (a ShardedArray's own block where its sharding is the in_spec), f traced with a
+    TracedContext on `stack`, a ShardedArray holding this rank's block out for every output."""
+    from . import _spec_tree  # noqa: PLC0415
+    from ._sharding import NamedSharding, ShardedArray  # noqa: PLC0415  (a cycle at import time)
+
+    blocks, uneven = [], False
+    for i, (a, spec) in enumerate(zip(leaves, in_specs)):
+        block, u = _argument_block(i, a, spec, mesh)
+        blocks.append(block)
+        uneven = uneven or u
     ctx = TracedContext(mesh)
     stack.append(ctx)
     try:
         with _jax.mesh_key(mesh):  # jit-compiled functions in the body are traced for this mesh
-            result = f(*blocks)
+            result = f(*rebuild_args(blocks))
     finally:
         stack.pop()
-    results = [result] if single_out else list(result)
-    if len(results) != len(out_specs):
-        raise _core.InvalidArgument(f"out_specs has {len(out_specs)} entries but the function returned {len(results)}")
-    outs = [_assemble(jnp.asarray(r), ctx, spec) for r, spec in zip(results, out_specs)]
-    return outs[0] if single_out else tuple(outs)
+    outs, specs, rebuild = _spec_tree.flatten(out_specs, result, "out_specs")
+    wrapped = []
+    for j, (r, spec) in enumerate(zip(outs, specs)):
+        r = jnp.asarray(r)
+        if len(spec) > r.ndim:
+            raise _core.InvalidArgument(f"shard_map: out_specs[{j}] = {spec!r} is longer than the rank {r.ndim} of "
+                                        f"output {j}")
+        sharding = NamedSharding(mesh, spec, uneven)
+        wrapped.append(ShardedArray._of_leaf(r, _global_shape(r, sharding, uneven), sharding))
+    return rebuild(wrapped)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union, cast, overload
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Union, cast, overload
 
-from . import _core
+from . import _core, _spec_tree
 from ._core import Mesh, NamedSharding, PartitionSpec
 
 if TYPE_CHECKING:
@@ -25,8 +25,8 @@ P = PartitionSpec
 ArrayLike = Any
 # A mesh axis name, or several (the collective then runs over all of them, row-major).
 AxisName = Union[str, Sequence[str]]
-# One P for a single value, or one per value (a tuple or list).
-Specs = Union[PartitionSpec, Sequence[PartitionSpec]]
+# One P for every value, or a pytree of them (tuples, lists, dicts): a prefix of the values' structure, as in JAX.
+Specs = Union[PartitionSpec, Sequence[Any], Mapping[Any, Any]]
 
 __all__ = [
     "Mesh", "P", "PartitionSpec", "NamedSharding", "ShardedArray", "distribute", "from_local", "gather",
@@ -36,58 +36,94 @@ __all__ = [
 
 
 class ShardedArray:
-    """A global array cut across a mesh. ``local`` is this rank's block, in the framework the data came from."""
+    """A global array cut across a mesh. ``local`` is this rank's block, in the framework the data came from.
 
-    __slots__ = ("_x", "_framework")
+    With JAX imported it is a JAX pytree (shardkit._jax_pytree): its one leaf is the block, the global shape and the
+    sharding are static, so jax.jit, grad, the lax loops and jax.tree.map take and return ShardedArrays. What JAX
+    rebuilds holds the leaf it was given (a jax.Array, a tracer, ...) and reaches the C++ array (without a copy) only
+    when an eager operation needs it."""
 
-    def __init__(self, x: _core.ShardedArray, framework: str = "numpy") -> None:
+    __slots__ = ("_x", "_framework", "_leaf", "_shape", "_sharding")
+
+    def __init__(self, x: _core.ShardedArray | None, framework: str = "numpy", *, leaf: Any = None,
+                 shape: Sequence[int] = (), sharding: NamedSharding | None = None) -> None:
         self._x = x
         self._framework = framework
+        self._leaf = leaf
+        self._shape = tuple(x.shape) if x is not None else tuple(shape)
+        self._sharding = x.sharding if x is not None else sharding
+
+    @classmethod
+    def _of_leaf(cls, leaf: Any, shape: Sequence[int], sharding: NamedSharding) -> ShardedArray:
+        """This rank's block `leaf` (any object: JAX rebuilds pytrees from tracers and placeholders too) with the
+        static metadata; nothing is checked or copied."""
+        return cls(None, "", leaf=leaf, shape=shape, sharding=sharding)
+
+    def _core(self) -> _core.ShardedArray:
+        """The C++ array (made from the leaf, without communication or a copy, the first time it is needed)."""
+        if self._x is None:
+            if _jax_tracer(self._leaf):
+                raise _core.InvalidArgument(
+                    f"this ShardedArray{self._shape} holds a JAX tracer (it is being traced by jax.jit, grad, ...): "
+                    "inside a traced function use sk.shard_map and sk.process_allgather on it, or call this outside")
+            self._x = _core.from_local(self._leaf, list(self._shape), self._sharding)
+        return self._x
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self._x.shape)
+        return self._shape
 
     @property
     def ndim(self) -> int:
-        return len(self._x.shape)
+        return len(self._shape)
 
     @property
     def dtype(self) -> str:
-        return self._x.dtype
+        if self._leaf is not None:
+            return str(self._leaf.dtype)
+        return self._x.dtype if self._x is not None else "None"
 
     @property
     def sharding(self) -> NamedSharding:
-        return self._x.sharding
+        return cast(NamedSharding, self._sharding)
 
     @property
     def mesh(self) -> Mesh:
-        return self._x.sharding.mesh
+        return self.sharding.mesh
 
     @property
     def spec(self) -> PartitionSpec:
-        return self._x.sharding.spec
+        return self.sharding.spec
 
     @property
     def device(self) -> str:
-        return self._x.device
+        return self._core().device
 
     @property
     def framework(self) -> str:
+        if not self._framework:
+            self._framework = "jax" if _jax_tracer(self._leaf) else _framework(self._leaf)
         return self._framework
 
     @property
     def local(self) -> Any:
-        """This rank's block (read-only), in the array's framework."""
+        """This rank's block (read-only), in the array's framework. Traced (inside jax.jit, grad, ...), a block that
+        several ranks hold alike takes each rank's share of its cotangent (see shardkit._jax_shard_map)."""
+        if self._x is None or self._leaf is not None:
+            if _jax_tracer(self._leaf):
+                from . import _jax_shard_map  # noqa: PLC0415  (JAX is loaded: the leaf is its tracer)
+
+                return _jax_shard_map.replicated(self._leaf, _jax_shard_map.holders(self.sharding))
+            return self._leaf
         return self._x.local(self._framework)
 
     def __repr__(self) -> str:
-        return f"ShardedArray(shape={self.shape}, dtype={self.dtype}, {self.sharding!r}, framework={self._framework})"
+        return f"ShardedArray(shape={self.shape}, dtype={self.dtype}, {self.sharding!r}, framework={self.framework})"
 
 
 def _unwrap(x: object) -> _core.ShardedArray:
     if isinstance(x, ShardedArray):
-        return x._x
+        return x._core()
     if isinstance(x, _core.ShardedArray):
         return x
     raise _core.InvalidArgument(f"expected a ShardedArray, got {type(x).__name__}")
@@ -121,9 +157,13 @@ def gather(x: ShardedArray, root: int = 0) -> Any:
 
 def process_allgather(x: Any) -> Any:
     """The global array on every rank, as jax.experimental.multihost_utils.process_allgather. Collective.
-    Non-sharded arrays are returned as they are."""
+    Non-sharded arrays are returned as they are. Inside jax.jit (a traced block) it is part of the compiled program."""
     if not isinstance(x, (ShardedArray, _core.ShardedArray)):
         return x
+    if isinstance(x, ShardedArray) and x._x is None and _jax_tracer(x._leaf):
+        from . import _jax_shard_map  # noqa: PLC0415  (JAX is loaded: the leaf is its tracer)
+
+        return _jax_shard_map.process_allgather(x)
     return _core.process_allgather(_unwrap(x), _framework(x))
 
 
@@ -195,15 +235,6 @@ def _context(x: object = None) -> Any:
     return _core.current_context()
 
 
-def _specs(specs: object, n: int | None, what: str) -> tuple[list[PartitionSpec], bool]:
-    """A list of specs and whether a single spec was given (a single P applies to one value)."""
-    if isinstance(specs, PartitionSpec):
-        return [specs], True
-    if isinstance(specs, (tuple, list)) and all(isinstance(s, PartitionSpec) for s in specs):
-        return list(specs), False
-    raise _core.InvalidArgument(f"{what} must be a P(...) or a tuple of P(...), got {specs!r}")
-
-
 class _InferType:
     """The default of shard_map's ``in_specs``: each argument keeps the sharding it has (JAX's ``Infer``)."""
 
@@ -243,7 +274,7 @@ def _mesh_of(mesh: Mesh | None, args: Sequence[object]) -> Mesh:
         return mesh
     for a in args:
         if isinstance(a, (ShardedArray, _core.ShardedArray)):
-            return _unwrap(a).sharding.mesh
+            return a.sharding.mesh
     raise _core.InvalidArgument(
         "shard_map: no mesh given and no ShardedArray argument to take one from; pass mesh=sk.Mesh(...)")
 
@@ -283,15 +314,19 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Specs, in_sp
               check_rep: bool | _UnsetType = _UNSET) -> Callable[..., Any]:
     """As jax.shard_map: ``f`` runs once per rank on its blocks of the arguments.
 
-    ``in_specs`` gives one P per argument (a single P for a single argument): argument i is cut by
-    NamedSharding(mesh, in_specs[i]), resharded first if it is held otherwise; plain arrays (NumPy, JAX, ...) are
-    global arrays every rank holds. Left out (JAX's ``Infer``), each ShardedArray keeps its own spec and plain arrays
-    are replicated (P()). ``mesh`` left out is the mesh of the ShardedArray arguments. ``out_specs`` says how the
-    blocks f returns make up the results; a mesh axis an out_spec does not name is a promise that the blocks are equal
-    along it, checked when ``check_vma`` is on (``check_rep`` is its old name, still accepted). ``axis_names``, the
-    axes f is manual over, may only be empty or every mesh axis: shardkit has no automatic axes.
-    Use as ``shard_map(f, mesh=..., in_specs=..., out_specs=...)(*args)`` or as a decorator. The call returns a
-    ShardedArray for a single P out_specs, else a tuple of them (JAX arrays under jax.jit).
+    ``in_specs`` is a P, or a pytree of them that is a prefix of the arguments' structure (a tuple with one entry per
+    argument, a dict for a dict argument, ...; one P stands for every array of the subtree it matches), as in JAX.
+    An array with spec s is cut by NamedSharding(mesh, s): a ShardedArray held that way hands its block over as it is,
+    one held otherwise is resharded first; plain arrays (NumPy, JAX, ...) are global arrays every rank holds. Left out
+    (JAX's ``Infer``), each ShardedArray keeps its own spec and plain arrays are replicated (P()). ``mesh`` left out is
+    the mesh of the ShardedArray arguments. ``out_specs``, a prefix of the outputs' structure in the same way, says how
+    the blocks f returns make up the results; a mesh axis an out_spec does not name is a promise that the blocks are
+    equal along it, checked when ``check_vma`` is on (``check_rep`` is its old name, still accepted). ``axis_names``,
+    the axes f is manual over, may only be empty or every mesh axis: shardkit has no automatic axes.
+    Use as ``shard_map(f, mesh=..., in_specs=..., out_specs=...)(*args)`` or as a decorator. The call returns f's
+    output structure with a ShardedArray for every array, holding this rank's block only (where the out_spec names no
+    mesh axis, that block is the whole value), eagerly and under jax.jit alike; sk.process_allgather gives the global
+    value (inside jax.jit too).
     """
     check = _check_flag(check_vma, check_rep)
     if in_specs is None:
@@ -304,42 +339,37 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Specs, in_sp
 
     @functools.wraps(f)
     def wrapped(*args: Any) -> Any:
-        m = _mesh_of(mesh, args)
+        # in_specs is a prefix of the arguments' structure, out_specs of the outputs' (shardkit._spec_tree).
+        leaves, ins, rebuild_args = _spec_tree.flatten(P() if in_specs is Infer else in_specs, args, "in_specs")
+        if in_specs is Infer:  # each ShardedArray keeps its own spec; plain arrays are replicated
+            ins = [a.sharding.spec if isinstance(a, (ShardedArray, _core.ShardedArray)) else P() for a in leaves]
+        m = _mesh_of(mesh, leaves)
         _check_axis_names(m, axis_names)
-        outs, single_out = _specs(out_specs, None, "out_specs")
-        if any(_jax_tracer(a) for a in args):  # under jax.jit: the traced shard_map
+        if any(_jax_tracer(a._leaf if isinstance(a, ShardedArray) else a) for a in leaves):  # the traced shard_map
             from . import _jax_shard_map  # noqa: PLC0415
 
-            # Traced arguments are global arrays every rank holds: replicated unless in_specs says otherwise.
-            ins = [P()] * len(args) if in_specs is Infer else _specs(in_specs, len(args), "in_specs")[0]
-            return _jax_shard_map.run(f, m, ins, outs, single_out, args, _traced)
+            return _jax_shard_map.run(f, m, leaves, ins, rebuild_args, out_specs, _traced)
         # Blocks and results go back in the framework of the first argument.
-        framework = _framework(args[0]) if args else "numpy"
+        framework = _framework(leaves[0]) if leaves else "numpy"
         sharded = []
-        for a in args:
+        for a in leaves:
             if isinstance(a, (ShardedArray, _core.ShardedArray)):
                 sharded.append(_unwrap(a))
             else:
                 # A global array every rank holds: replicated, cut by its in_spec without communication.
                 arr = _core.asarray(a)
                 sharded.append(_core.from_local(arr, list(arr.shape), NamedSharding(m, P())))
-        if in_specs is Infer:
-            ins = [a.sharding.spec for a in sharded]
-        else:
-            ins, _ = _specs(in_specs, len(args), "in_specs")
+        rebuild_out: list[Callable[[list[Any]], Any]] = []
 
-        def body(ctx: _core.ShardContext, blocks: Sequence[Any]) -> list[Any]:
+        def body(ctx: _core.ShardContext, blocks: Sequence[Any]) -> tuple[list[Any], list[PartitionSpec]]:
             with _jit_key(m):
-                result = f(*blocks)
-            if single_out:
-                return [result]
-            if not isinstance(result, (tuple, list)):
-                raise _core.InvalidArgument(f"out_specs has {len(outs)} entries but the function returned one value")
-            return list(result)
+                result = f(*rebuild_args(list(blocks)))
+            outs, specs, rebuild = _spec_tree.flatten(out_specs, result, "out_specs")
+            rebuild_out.append(rebuild)
+            return outs, specs  # the core takes the out_specs from here (the outputs' structure is known now)
 
-        results = _core.shard_map(body, m, ins, outs, sharded, check, framework)
-        wrapped_results = [ShardedArray(r, framework) for r in results]
-        return wrapped_results[0] if single_out else tuple(wrapped_results)
+        results = _core.shard_map(body, m, ins, [], sharded, check, framework)
+        return rebuild_out[0]([ShardedArray(r, framework) for r in results])
 
     return wrapped
 
