@@ -252,7 +252,7 @@ FlightRecorder::Activity FlightRecorder::activity(bool waiting) {
 
 std::string FlightRecorder::json(bool ask_pending) {
   std::string out = "{\"name\": ";
-  json_string(out, name_);
+  append_json_string(out, name_);
   out += concat(", \"rank\": ", rank_, ", \"size\": ", size_, ", \"world_ranks\": [");
   for (std::size_t i = 0; i < world_.size(); ++i) out += concat(i ? ", " : "", world_[i]);
   out += "], \"capacity\": " + std::to_string(ring_.size()) + ", \"ops\": [";
@@ -277,10 +277,10 @@ std::string FlightRecorder::json(bool ask_pending) {
                   ", \"count\": ", e.count, ", \"peer\": ", e.peer,
                   ", \"backend\": \"", backend_name(e.backend), "\", \"state\": \"", state_name(e.state),
                   "\", \"start_us\": ", e.start_us, ", \"end_us\": ", e.end_us, ", \"what\": ");
-    json_string(out, what(e));
+    append_json_string(out, what(e));
     out += ", \"site\": ";
     if (e.site.file) {
-      json_string(out, concat(e.site.file, ":", e.site.line));
+      append_json_string(out, concat(e.site.file, ":", e.site.line));
     } else {
       out += "null";
     }
@@ -378,13 +378,13 @@ std::string dump_flight_records(const std::string& reason, bool local) noexcept 
     const std::string path = concat(dir, "/rank", rank, ".json");
     std::string head = concat("{\"rank\": ", rank, ", \"pid\": ", ::getpid(), ", \"time_us\": ", wall_clock_us(),
                               ", \"reason\": ");
-    json_string(head, why);
+    append_json_string(head, why);
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     head += ", \"host\": ";
-    json_string(head, host);
+    append_json_string(head, host);
     head += ", \"activity\": ";
-    json_string(head, activity);
+    append_json_string(head, activity);
     head += ", \"communicators\": [" + body + "]}\n";
     if (!write_whole(dir, path, head)) return "";
     std::fprintf(stderr, "shardkit: rank %d: flight recorder written to %s (shardkit-trace analyze %s)\n", rank,

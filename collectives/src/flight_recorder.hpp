@@ -105,8 +105,6 @@ class FlightRecorder {
   std::atomic_flag busy_ = ATOMIC_FLAG_INIT;  // the owner's writes against a dump from another thread
 };
 
-/// Appends `s` to `out` as a JSON string (core's escaper).
-inline void json_string(std::string& out, std::string_view s) { append_json_string(out, s); }
 
 /// Writes every live recorder of this process to <dump dir>/rank<world rank>.json with `reason` (at most once per
 /// reason; never throws). Returns the file written ("" when none). A dump this process decided on (`local`) asks

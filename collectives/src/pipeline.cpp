@@ -131,8 +131,9 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
                                      "on that device)"));
   Backend& b = *chosen;
   // Operations on one communicator run in call order, also across backends (shm operations complete before returning).
+  const Token* own = b.kind() == BackendKind::kMpi ? &last_mpi : b.kind() == BackendKind::kNccl ? &last_nccl : nullptr;
   for (Token* other : {&last_mpi, &last_nccl}) {
-    if (other == (b.kind() == BackendKind::kNccl ? &last_nccl : &last_mpi) && b.kind() != BackendKind::kShm) continue;
+    if (other == own) continue;
     if (other->waitable()) {
       other->wait();
       *other = Token();

@@ -64,12 +64,12 @@ class TraceFile {
     const ClockOffset clock = rt ? rt->clock_offset() : ClockOffset{};
     std::string head =
         concat("{\"otherData\": {\"shardkit_trace\": 1, \"rank\": ", rank, ", \"size\": ", size, ", \"host\": ");
-    json_string(head, host);
+    append_json_string(head, host);
     head += concat(", \"pid\": ", ::getpid(), ", \"clock_origin_us\": ", origin_us_,
                    ", \"clock_offset_us\": ", clock.offset_us, ", \"clock_rtt_us\": ", clock.rtt_us,
                    ", \"clock_rounds\": ", clock.rounds, "},\n\"traceEvents\": [\n");
     std::string name;
-    json_string(name, concat("rank ", rank, " (", host, ")"));
+    append_json_string(name, concat("rank ", rank, " (", host, ")"));
     head += concat("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": ", rank,
                    ", \"tid\": 0, \"args\": {\"name\": ", name,
                    "}},\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": ", rank,
@@ -98,7 +98,7 @@ class TraceFile {
       const std::size_t tid = named_ + 1;
       out += concat(",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": ", rank_, ", \"tid\": ", tid,
                     ", \"args\": {\"name\": ");
-      json_string(out, tracks_[named_]);
+      append_json_string(out, tracks_[named_]);
       out += concat("}},\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": ", rank_, ", \"tid\": ", tid,
                     ", \"args\": {\"sort_index\": ", tid, "}}");
     }
@@ -128,12 +128,13 @@ class TraceFile {
                   ", \"count\": ", e.count);
     if (e.peer >= 0) out += concat(op_spec(e.op).rooted ? ", \"root\": " : ", \"peer\": ", e.peer);
     out += concat(", \"backend\": \"", backend_name(e.backend), "\", \"communicator\": ");
-    json_string(out, s.track > 0 && static_cast<std::size_t>(s.track) <= tracks_.size() ? tracks_[s.track - 1] : "");
+    append_json_string(out,
+                       s.track > 0 && static_cast<std::size_t>(s.track) <= tracks_.size() ? tracks_[s.track - 1] : "");
     out += concat(", \"seq\": ", e.seq, ", \"id\": ", e.id, ", \"state\": \"", failed ? "failed" : "completed", "\"");
     if (s.completed_ns) out += seen ? ", \"end\": \"completed\"" : ", \"end\": \"returned\"";
     if (e.site.file) {
       out += ", \"site\": ";
-      json_string(out, concat(e.site.file, ":", e.site.line));
+      append_json_string(out, concat(e.site.file, ":", e.site.line));
     }
     out += "}}";
   }
