@@ -1,6 +1,7 @@
-"""JAX's own answers for test_jax_vma.py: the loss and gradients of vma_cases' bodies under jax.shard_map (check_vma on
-and off) on n of 4 virtual CPU devices, in one process without MPI. Where JAX raises (its transpose of pbroadcast, seen on jax
-0.8.3 and 0.10.2: "full must be called with scalar fill_value"), the case's error is recorded instead.
+"""JAX's own answers for test_jax_vma.py: the loss and gradients of vma_cases' bodies under jax.shard_map (check_vma on,
+and off for vma_cases.CHECK_VMA_OFF) on n of 4 virtual CPU devices, in one process without MPI. Where JAX raises (its
+transpose of pbroadcast, seen on jax 0.8.3 and 0.10.2: "full must be called with scalar fill_value"), the case's error
+is recorded instead.
 
     python jax_shard_map_reference.py N OUT.npz
 """

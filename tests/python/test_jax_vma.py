@@ -1,9 +1,9 @@
 """Derivatives of a traced sk.shard_map are those of the global function, as jax.shard_map's: ``jax.grad`` of a jitted
 shard_map with respect to ShardedArrays gives, on every rank, its block of the gradient (with respect to a global array,
-the whole gradient), with check_vma on (and off: vma_cases.CHECK_VMA_OFF), for psum, pmean, all_gather, psum_scatter, ppermute, all_to_all and
-pbroadcast, replicated arguments and a 2-d mesh. Compared with JAX's own jax.shard_map on n of 4 virtual CPU devices
-(jax_shard_map_reference.py, run once per job by rank 0 in a process without MPI) and with the plain global function
-(vma_cases' ``ref``, differentiated by JAX)."""
+the whole gradient), with check_vma on (and off: vma_cases.CHECK_VMA_OFF), for psum, pmean, all_gather, psum_scatter,
+ppermute, all_to_all and pbroadcast, replicated arguments and a 2-d mesh. Compared with JAX's own jax.shard_map on n of
+4 virtual CPU devices (jax_shard_map_reference.py, run once per job by rank 0 in a process without MPI) and with the
+plain global function (vma_cases' ``ref``, differentiated by JAX)."""
 
 import io
 import os
