@@ -42,6 +42,14 @@ def main():
             results[f"{name}/{check}/value"] = np.asarray(value)
             for j, g in enumerate(grads):
                 results[f"{name}/{check}/{j}"] = np.asarray(g)
+    # jax.grad inside the body: the forward value of the shard_map, under each check_vma.
+    mesh = Mesh(np.array(jax.devices()[:n]), ("x",))
+    x = jnp.cos(jnp.arange(2.0 * n * n))
+    body = vma_cases.inside(n, jax, jnp)
+    for check in (True, False):
+        f = jax.shard_map(lambda b: body(jax.lax, b), mesh=mesh, in_specs=PartitionSpec("x"),  # noqa: B023
+                          out_specs=PartitionSpec("x"), check_vma=check)
+        results[f"inside/{check}"] = np.asarray(jax.jit(f)(x))
     np.savez(out, **results)
 
 

@@ -58,6 +58,12 @@ def cases(n, jnp):
     }
 
 
+def inside(n, jax, jnp):
+    """A body that calls jax.grad itself, of a psum'ed loss, on a (n * 2n,) array cut as P("x"), out_spec P("x"): JAX's
+    answer depends on check_vma (on: the gradient of the global loss; off: pmap's rules, n times it)."""
+    return lambda c, b: jax.grad(lambda v: c.psum(jnp.sum(jnp.sin(v) * v), "x"))(b)
+
+
 def arguments(shapes, np_):
     """Deterministic float64 arguments of these global shapes."""
     out = []
