@@ -41,52 +41,64 @@ def jax_answers(sk, tmp_path_factory):
         return {k: z[k] for k in z.files}
 
 
-def setup(sk, name):
-    two_d, shapes, out_spec, body, ref = vma_cases.cases(sk.size(), jnp)[name]
-    names, shape = vma_cases.mesh_of(sk.size(), two_d)
-    mesh = sk.Mesh(np.arange(sk.size()).reshape(shape), names)
-    args = vma_cases.arguments(shapes, np)
-    w = vma_cases.weights(ref(*args).shape, jnp)
-    specs = tuple(sk.P(*s) for _, s in shapes)
-    return mesh, specs, sk.P(*out_spec), body, ref, args, w
-
-
 def block_of(g, sharding):
     index = sharding.index(list(g.shape), sharding.mesh.rank)
     return np.asarray(g)[tuple(slice(a, b) for a, b in index)]
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_grad_of_a_jitted_shard_map_is_the_global_gradient(sk, jax_answers, name):
-    mesh, specs, out_spec, body, ref, args, w = setup(sk, name)
-    argnums = tuple(range(len(args)))
-    expected = jax.value_and_grad(lambda *a: jnp.sum(jnp.sin(ref(*a)) * w), argnums=argnums)(*args)
-    xs = [sk.distribute(a, sk.NamedSharding(mesh, s)) for a, s in zip(args, specs)]
-    for check in (True, False) if name in vma_cases.CHECK_VMA_OFF else (True,):
-        f = sk.shard_map(lambda *b: body(sk, *b), mesh=mesh, in_specs=specs, out_specs=out_spec, check_vma=check)
-        loss = lambda *a: jnp.sum(jnp.sin(sk.process_allgather(f(*a))) * w)  # noqa: E731, B023
-        value, grads = jax.jit(jax.value_and_grad(loss, argnums=argnums))(*xs)
-        np.testing.assert_allclose(value, expected[0], rtol=1e-12)
+# Which cases each mode runs; every mode's cases are differentiated in one compiled program (one compilation per mode
+# keeps the suite's time down at 3 and 4 ranks on two cores).
+MODES = {"check_vma": (NAMES, True, True), "no_check_vma": (vma_cases.CHECK_VMA_OFF, False, True),
+         "global_arguments": (vma_cases.GLOBAL_ARGUMENTS, True, False)}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_grad_of_a_jitted_shard_map_is_the_global_gradient(sk, jax_answers, mode):
+    """For every case of the mode: the loss sum(sin(out) * w) of the shard_map's global output, and its gradient with
+    respect to each argument (a ShardedArray: this rank's block of the gradient, with the argument's sharding; a global
+    array: the whole gradient), against the plain global function and JAX's jax.shard_map."""
+    names, check, sharded = MODES[mode]
+    n = sk.size()
+    cases = vma_cases.cases(n, jnp)
+    fs, ws, args, xs = {}, {}, {}, {}
+    for name in names:
+        two_d, shapes, out_spec, body, ref = cases[name]
+        axis_names, shape = vma_cases.mesh_of(n, two_d)
+        mesh = sk.Mesh(np.arange(n).reshape(shape), axis_names)
+        specs = tuple(sk.P(*s) for _, s in shapes)
+        args[name] = vma_cases.arguments(shapes, np)
+        ws[name] = vma_cases.weights(ref(*args[name]).shape, np)
+        fs[name] = sk.shard_map(lambda *b, body=body: body(sk, *b), mesh=mesh, in_specs=specs,
+                                out_specs=sk.P(*out_spec), check_vma=check)
+        xs[name] = [sk.distribute(a, sk.NamedSharding(mesh, s)) if sharded else jnp.asarray(a)
+                    for a, s in zip(args[name], specs)]
+
+    def losses(f_of, values):
+        out = {name: jnp.sum(jnp.sin(f_of(name, *values[name])) * ws[name]) for name in names}
+        return sum(out.values()), out
+
+    sk_value = lambda name, *a: sk.process_allgather(fs[name](*a))  # noqa: E731
+    ref_value = lambda name, *a: cases[name][4](*a)  # noqa: E731
+    (_, values), grads = jax.jit(jax.value_and_grad(lambda v: losses(sk_value, v), has_aux=True))(xs)
+    (_, ref_values), ref_grads = jax.jit(jax.value_and_grad(lambda v: losses(ref_value, v), has_aux=True))(args)
+    for name in names:
         key = f"{name}/{check}"
-        if f"{key}/error" not in jax_answers:  # (JAX's transpose of pbroadcast raises: the global function only)
-            np.testing.assert_allclose(value, jax_answers[f"{key}/value"], rtol=1e-12)
-        for j, (g, x) in enumerate(zip(grads, xs)):
-            assert isinstance(g, sk.ShardedArray) and g.sharding == x.sharding
-            np.testing.assert_allclose(g.local, block_of(expected[1][j], x.sharding), rtol=1e-12, atol=1e-12,
-                                       err_msg=f"argument {j}, check_vma={check}, against the global function")
-            if f"{key}/error" not in jax_answers:
-                np.testing.assert_allclose(g.local, block_of(jax_answers[f"{key}/{j}"], x.sharding), rtol=1e-12,
-                                           atol=1e-12, err_msg=f"argument {j}, check_vma={check}, against JAX")
-    if name == "pbroadcast":
-        assert "full must be called with scalar fill_value" in str(jax_answers[f"{name}/True/error"])
-    if name not in vma_cases.GLOBAL_ARGUMENTS:
-        return
-    # Global arrays every rank holds: the whole gradient on every rank.
-    f = sk.shard_map(lambda *b: body(sk, *b), mesh=mesh, in_specs=specs, out_specs=out_spec)
-    loss = lambda *a: jnp.sum(jnp.sin(sk.process_allgather(f(*a))) * w)  # noqa: E731
-    grads = jax.jit(jax.grad(loss, argnums=argnums))(*[jnp.asarray(a) for a in args])
-    for j, g in enumerate(grads):
-        np.testing.assert_allclose(g, expected[1][j], rtol=1e-12, atol=1e-12, err_msg=f"global argument {j}")
+        jax_ok = f"{key}/error" not in jax_answers  # (JAX's transpose of pbroadcast raises: the global function only)
+        np.testing.assert_allclose(values[name], ref_values[name], rtol=1e-12, err_msg=name)
+        if jax_ok:
+            np.testing.assert_allclose(values[name], jax_answers[f"{key}/value"], rtol=1e-12, err_msg=name)
+        for j, (g, x) in enumerate(zip(grads[name], xs[name])):
+            where = f"{name}, argument {j}, check_vma={check}"
+            if sharded:
+                assert isinstance(g, sk.ShardedArray) and g.sharding == x.sharding, where
+                g, cut = g.local, lambda v, x=x: block_of(v, x.sharding)
+            else:
+                cut = np.asarray
+            np.testing.assert_allclose(g, cut(ref_grads[name][j]), rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{where}: against the global function")
+            if jax_ok:
+                np.testing.assert_allclose(g, cut(jax_answers[f"{key}/{j}"]), rtol=1e-12, atol=1e-12,
+                                           err_msg=f"{where}: against JAX")
 
 
 def test_a_replicated_output_fed_to_another_shard_map(sk):
