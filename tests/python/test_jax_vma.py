@@ -123,8 +123,8 @@ def test_a_replicated_output_fed_to_another_shard_map(sk):
     reason="check_vma's rules inside a body are not implemented: jax.grad there follows pmap's rules"))])
 def test_grad_inside_a_body_follows_jax(sk, jax_answers, check):
     """jax.grad called in the body, of a psum'ed loss: with check_vma=False pmap's rules (psum's transpose a psum: n
-    times the gradient), as JAX's; with check_vma=True JAX gives the gradient of the global loss, which shardkit does not yet
-    (strict xfail: it fails when that lands, to be turned into a plain test)."""
+    times the gradient), as JAX's; with check_vma=True JAX gives the gradient of the global loss, which shardkit does
+    not yet (strict xfail: it fails when that lands, to be turned into a plain test)."""
     n = sk.size()
     mesh = sk.Mesh(np.arange(n), ("x",))
     body = vma_cases.inside(n, jax, jnp)
