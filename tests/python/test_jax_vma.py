@@ -132,3 +132,22 @@ def test_grad_inside_a_body_follows_jax(sk, jax_answers, check):
     x = np.cos(np.arange(2.0 * n * n))
     y = sk.process_allgather(jax.jit(f)(sk.distribute(x, sk.NamedSharding(mesh, sk.P("x")))))
     np.testing.assert_allclose(y, jax_answers[f"inside/{check}"], rtol=1e-12)
+
+
+def test_resharded_arguments(sk):
+    """ShardedArrays held otherwise than their in_spec (replicated -> sliced, sharded -> all-gathered, compiled): the
+    gradient is still each rank's block of the global one."""
+    n = sk.size()
+    P = sk.P
+    mesh = sk.Mesh(np.arange(n), ("x",))
+    x = np.cos(np.arange(4.0 * n))
+    c = jnp.arange(4.0 * n)
+    f = {want: sk.shard_map(lambda b, c: jnp.sin(b * c), mesh=mesh, in_specs=(want, want), out_specs=want)
+         for want in (P("x"), P())}
+    xs = (sk.distribute(x, sk.NamedSharding(mesh, P())), sk.distribute(x, sk.NamedSharding(mesh, P("x"))))
+    loss = lambda a, b: jnp.sum(sk.process_allgather(f[P("x")](a, c))) + 2 * jnp.sum(f[P()](b, c).local)  # noqa: E731
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(*xs)
+    expected = jax.grad(lambda a: jnp.sum(jnp.sin(a * c)))(x)
+    for scale, g, held in zip((1, 2), grads, xs):
+        assert g.sharding == held.sharding
+        np.testing.assert_allclose(g.local, scale * block_of(expected, held.sharding), rtol=1e-12)
