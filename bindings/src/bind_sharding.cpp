@@ -258,6 +258,8 @@ void bind_named_sharding(nb::module_& m) {
          nb::sig("def shard_shape(self, global_shape: collections.abc.Sequence[int]) -> tuple[int, ...]"),
          "The block shape (a tuple, as JAX's).")
       .def_prop_ro("is_fully_replicated", &NamedSharding::fully_replicated)
+      .def_prop_ro("replicated_axes", &NamedSharding::replicated_axes,
+                   "The mesh axes the spec does not name: the array is replicated over them (mesh order).")
       .def_prop_ro("num_devices", [](const NamedSharding& s) { return s.mesh().size(); })
       .def("devices_indices_map", [](const NamedSharding& s, const Shape& shape) {
         return indices_map(s, shape, s.mesh().devices());

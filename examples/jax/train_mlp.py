@@ -5,8 +5,9 @@ b2 replicated; the batch is cut over "data". Each jitted step takes and returns 
 optax installed, Adam's state; plain SGD otherwise), so every rank keeps only its blocks between steps; donated, the
 step reuses their buffers. The loss trajectory is compared with the same training in one process with plain JAX.
 
-Gradients: each rank's gradient of a parameter is its share (shardkit's derivative rules, as jax.pmap's), so the
-shares are summed over the mesh axes the parameter is replicated over (one psum per parameter) to give its gradient.
+Gradients: jax.grad of the jitted shard_map gives each rank its block of the gradient of the global loss, as
+jax.shard_map does (a parameter replicated over a mesh axis gets its gradient summed over that axis by the shard_map's
+derivative), so the step hands them to the optimiser as they come.
 
     mpirun -np 4 python examples/jax/train_mlp.py                 # every mesh of 4 ranks: (1, 4), (2, 2), (4, 1)
     mpirun -np 2 python examples/jax/train_mlp.py --meshes 2x1,1x2
@@ -97,20 +98,12 @@ def train(data, model, steps):
 
     loss = sk.shard_map(body, mesh=mesh, in_specs=(SPECS, P("data"), P("data")), out_specs=P())
 
-    def replicated_axes(spec):
-        named = {a for entry in spec if entry is not None for a in ((entry,) if isinstance(entry, str) else entry)}
-        return tuple(a for a in mesh.axis_names if a not in named)
-
-    # Each parameter's gradient: its shares summed over the axes it is replicated over.
-    sum_shares = {k: sk.shard_map(lambda g, axes=replicated_axes(s): sk.psum(g, axes), mesh=mesh, in_specs=s,
-                                  out_specs=s) for k, s in SPECS.items()}
     opt = optimizer()
     state = opt.init(jax.tree.map(jnp.asarray, params)) if opt is not None else None
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))
     def step(p, s, xb, tb):
-        value, shares = jax.value_and_grad(lambda q: loss(q, xb, tb).local)(p)
-        grads = {k: sum_shares[k](g) for k, g in shares.items()}
+        value, grads = jax.value_and_grad(lambda q: loss(q, xb, tb).local)(p)
         p, s = sgd_or_optax(opt, grads, s, p)
         return value, p, s
 

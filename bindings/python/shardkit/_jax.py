@@ -52,10 +52,13 @@ _SUM = int(_core.ReduceOp.SUM)
 # axes, transposes. The rules below look them up.
 _FACTS = _core._op_facts()
 _NO_VALUE = frozenset(op for op, f in _FACTS.items() if f["value"] == "none")  # the only result is the token
-# Operations of shard_map bodies only (not in the operation table): a permutation along a mesh axis, and the identity
-# that marks a value every rank of the mesh holds (its cotangent is shared among them; comm -1: it communicates
-# nothing).
-_SAME_SHAPE = ("ppermute", "replicated")
+# Operations of shard_map bodies only (not in the operation table), all but the first the identity on values: a
+# permutation along a mesh axis; "pvary", which marks a value that the ranks of `comm` hold alike where code that
+# varies over them reads it (its cotangent is their sum: a psum over `comm`, as JAX's pvary transposes); and
+# "replicated", which marks a value `root` ranks hold alike where the share rules take over (each rank's share of its
+# cotangent is 1/root of it; comm -1: it communicates nothing).
+_SAME_SHAPE = ("ppermute", "pvary", "replicated")
+_IDENTITY = ("pvary", "replicated")
 
 collective_p = jc.Primitive("shardkit_collective")
 collective_p.multiple_results = True
@@ -112,7 +115,7 @@ def _lowering(target):
         return list(call.results[1:])
 
     def rule(ctx, *args, op, comm, transpose, sm, **p):
-        if transpose or op == "replicated":  # allreduce's transpose in mpi4jax's convention; the replicated mark
+        if transpose or op in _IDENTITY:  # allreduce's transpose in mpi4jax's convention; the marks
             ctx.set_tokens_out(ctx.tokens_in)
             return [args[0]]
         if op == "ppermute":  # this rank's exchange (shardkit::exchange_op): sendrecv, send, recv, or nothing
@@ -171,11 +174,13 @@ batching.primitive_batchers[collective_p] = _batch_rule
 # defines it) and sendrecv (the reverse exchange); the rest raise as mpi4jax does.
 # A shard_map body's collectives (sm=True) take their exact transposes, as jax.pmap's do: psum's is psum, all_gather's
 # psum_scatter and back, pbroadcast's a psum kept at the source, all_to_all's all_to_all, ppermute's the inverse
-# permutation; each rank's cotangents are its share, and their sum over ranks the cotangent of the global function. A
-# traced shard_map's outputs, which every rank of the mesh holds, are marked "replicated": each rank's share of their
-# cotangent is 1/n of it (the global function computed on every rank counts once). So the gradient on each rank covers
-# its own block of a sharded input, and summed over ranks it is the gradient of the global function, whatever the body
-# does with the values it gathers or broadcasts.
+# permutation: inside a body each rank's cotangent of a value is its share, and their sum over the ranks that hold the
+# value alike is its cotangent. The traced shard_map (shardkit._jax_shard_map) turns shares into cotangents at its
+# boundary, as jax.shard_map's transpose does: an output block that k ranks hold alike (its out_spec names no axis
+# among theirs) is marked "replicated" (each rank's share of its cotangent is 1/k of it), and an argument block that
+# ranks hold alike is marked "pvary" over them (its cotangent is the psum of their shares). Outside bodies every rank
+# holding a block holds its whole cotangent, so the gradient with respect to a ShardedArray is, on each rank, its block
+# of the gradient of the global function.
 
 def _partner(op, sm):
     """The operation op's cotangent runs through (the table's transposes; the shard_map-only operations are their own
@@ -221,6 +226,9 @@ def _transpose_rule(cts, *args, op, reduce, transpose, **params):
     _check_linear(op, reduce, sm, "Transpose")
     if op == "replicated":  # this rank's share of the cotangent of a value `root` ranks hold
         return [ct / params["root"]]
+    if op == "pvary":  # the cotangent of a value the ranks of comm hold alike: the sum of their shares
+        (res,) = bind(ct, op="allreduce", reduce=_SUM, transpose=transpose, **params)
+        return [res]
     if op == "ppermute":  # the inverse permutation: receive from where this rank sent, send to where it received from
         p = dict(params, dest=params["source"], source=params["dest"])
         (res,) = bind(ct, op=op, reduce=reduce, transpose=transpose, **p)

@@ -9,10 +9,14 @@ Inside the body the axis collectives (psum, all_gather, psum_scatter, ppermute, 
 tracers through shardkit's primitive (shardkit._jax) over the mesh-axis communicators: the same XLA FFI handler, the
 same operation table as every other path.
 
-Derivatives follow the share convention of shardkit._jax: each rank's cotangent of a value is its share, their sum over
-ranks the cotangent of the global function. Where plain JAX code reads a block that k ranks hold alike (``.local`` of a
-traced ShardedArray, the value process_allgather returns), the value is marked "replicated": each rank takes 1/k of the
-cotangent given to it.
+Derivatives are those of the global function, as jax.shard_map's: the gradient with respect to a ShardedArray is, on
+every rank, its block of the gradient of the global function (and with respect to a global array, the whole gradient on
+every rank), whether check_vma is on or off. Inside the body the collectives take pmap's exact transposes (each rank's
+cotangent of a value is its share; shardkit._jax); the boundary turns shares into cotangents as jax.shard_map's
+transpose does with check_vma=False: an argument block is marked "pvary" over the mesh axes it does not vary over (its
+cotangent is the psum of the shares over them), an output block "replicated" over the axes its out_spec does not name
+(each rank's share of its cotangent is 1/k of it, k ranks holding it alike). ``jax.grad`` called inside a body still
+follows pmap's rules (the value's varying axes are not tracked through the body's JAX code).
 """
 
 from __future__ import annotations
@@ -118,9 +122,20 @@ def replicated(x, holders):
     return out
 
 
+def vary(x, mesh, axes):
+    """x, a value the ranks along mesh `axes` hold alike, marked where code that varies over them reads it: its
+    cotangent is the psum over `axes` of their shares (JAX's pvary)."""
+    x = jnp.asarray(x)
+    if not axes or mesh.axis_size(list(axes)) == 1:
+        return x
+    (out,) = _jax.bind(x, op="pvary", comm=_jax.comm_handle(mesh.axis_comm(list(axes))), sm=True)
+    return out
+
+
 def process_allgather(x):
     """The global value of a ShardedArray whose block is traced: tiled all-gathers along its spec's named dimensions
-    (the v-variants where the sharding is uneven are not traced: refused), marked as held by every rank of the mesh."""
+    (the v-variants where the sharding is uneven are not traced: refused). Each rank's share of its cotangent is 1/m of
+    it, m ranks gathering: the all-gathers' transposes (psum_scatters) add the shares up to each block's cotangent."""
     sharding = x.sharding
     if sharding.uneven and not sharding.is_fully_replicated:
         raise _core.InvalidArgument(
@@ -131,7 +146,7 @@ def process_allgather(x):
     for dim, axes in enumerate(sharding.spec):
         if axes is not None:
             block = ctx.all_gather(block, axes, axis=dim, tiled=True)
-    return replicated(block, int(sharding.mesh.size))
+    return replicated(block, int(sharding.mesh.size) // holders(sharding))
 
 
 def _argument_block(i, a, spec, mesh):
@@ -143,13 +158,14 @@ def _argument_block(i, a, spec, mesh):
         a = jnp.asarray(a)
         want = NamedSharding(mesh, spec)
         want.validate(list(a.shape))
-        return _block(a, want), False
+        return _block(vary(a, mesh, mesh.axis_names), want), False  # every rank holds it
     if a.sharding.mesh != mesh:
         raise _core.InvalidArgument(f"shard_map: argument {i} lives on {a.sharding.mesh!r}, not on the shard_map's "
                                     f"{mesh!r}")
     want = NamedSharding(mesh, spec, a.sharding.uneven)
     want.validate(list(a.shape))
-    return _reshard(i, jnp.asarray(a._leaf), a, want), a.sharding.uneven
+    block = vary(a._leaf, mesh, a.sharding.replicated_axes)  # the ranks that hold its block alike
+    return _reshard(i, block, a, want), a.sharding.uneven
 
 
 def _reshard(i, block, a, want):
@@ -245,5 +261,6 @@ def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack):
             raise _core.InvalidArgument(f"shard_map: out_specs[{j}] = {spec!r} is longer than the rank {r.ndim} of "
                                         f"output {j}")
         sharding = NamedSharding(mesh, spec, uneven)
-        wrapped.append(ShardedArray._of_leaf(r, _global_shape(r, sharding, uneven), sharding))
+        shape = _global_shape(r, sharding, uneven)
+        wrapped.append(ShardedArray._of_leaf(replicated(r, holders(sharding)), shape, sharding))
     return rebuild(wrapped)

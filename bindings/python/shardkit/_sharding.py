@@ -107,13 +107,9 @@ class ShardedArray:
 
     @property
     def local(self) -> Any:
-        """This rank's block (read-only), in the array's framework. Traced (inside jax.jit, grad, ...), a block that
-        several ranks hold alike takes each rank's share of its cotangent (see shardkit._jax_shard_map)."""
+        """This rank's block (read-only), in the array's framework. Traced (inside jax.jit, grad, ...), its cotangent is
+        this rank's block of the global value's cotangent (see shardkit._jax_shard_map)."""
         if self._x is None or self._leaf is not None:
-            if _jax_tracer(self._leaf):
-                from . import _jax_shard_map  # noqa: PLC0415  (JAX is loaded: the leaf is its tracer)
-
-                return _jax_shard_map.replicated(self._leaf, _jax_shard_map.holders(self.sharding))
             return self._leaf
         return self._x.local(self._framework)
 

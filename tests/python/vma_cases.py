@@ -1,0 +1,84 @@
+"""Bodies of shard_maps whose gradients test_jax_vma.py compares, written once for shardkit and for JAX: each body
+takes the module of axis collectives (``shardkit``, or ``jax.lax`` in jax_shard_map_reference.py, which runs JAX's own
+jax.shard_map on virtual CPU devices), so the same code runs under both. Imports neither.
+
+A case: mesh axis names and shape (from the number of ranks n), the arguments' global shapes and specs, the out_spec,
+the body, and the same function of the global arrays written without a shard_map (``ref``, on jax.numpy as ``np_``).
+"""
+
+
+# The cases also run with check_vma=False (the same derivatives: JAX's transpose of a shard_map sums and shares at its
+# boundary in both modes), and with global arrays for arguments (the whole gradient on every rank).
+# (A few, for time: test_jax_shard_map's linear cases run every collective with check_vma=False on global arrays.)
+CHECK_VMA_OFF = ("ppermute", "replicated_argument", "two_d")
+GLOBAL_ARGUMENTS = ("replicated_argument", "two_d_psum")
+
+
+def mesh_of(n, two_d):
+    """(axis names, shape): one axis "x" of n, or a 2-D mesh ("a", "b") (2 x n/2 where n is even, else n x 1)."""
+    if not two_d:
+        return ("x",), (n,)
+    return ("a", "b"), ((2, n // 2) if n % 2 == 0 else (n, 1))
+
+
+def cases(n, jnp):
+    """name -> (two_d, [(global shape, spec entries)], out_spec entries, body(c, *blocks), ref(*global arrays))."""
+    k = 2 * n  # the block length along "x"
+    r = lambda c: c.axis_index("x") + 1  # noqa: E731  (a per-rank weight: cotangents differ from rank to rank)
+    blocks = lambda x: x.reshape(n, k)  # noqa: E731
+    idx = jnp.arange(1, n + 1)[:, None]
+    ring = [(i, (i + 1) % n) for i in range(n)]
+    sharded = [((n * k,), ("x",))]
+    (_, (a, b)) = mesh_of(n, True)
+    return {
+        "psum": (False, sharded, (), lambda c, x: c.psum(jnp.sin(x) * x, "x"),
+                 lambda x: blocks(jnp.sin(x) * x).sum(0)),
+        "pmean": (False, sharded, (), lambda c, x: c.pmean(x * x, "x"), lambda x: blocks(x * x).mean(0)),
+        "all_gather": (False, sharded, ("x",), lambda c, x: c.all_gather(jnp.sin(x), "x", axis=0, tiled=True) * r(c),
+                       lambda x: jnp.concatenate([jnp.sin(x) * (i + 1) for i in range(n)])),
+        "psum_scatter": (False, sharded, ("x",),
+                         lambda c, x: c.psum_scatter(x * x, "x", scatter_dimension=0, tiled=True),
+                         lambda x: blocks(x * x).sum(0)),
+        "ppermute": (False, sharded, ("x",), lambda c, x: c.ppermute(x * x, "x", ring) * r(c),
+                     lambda x: (jnp.roll(blocks(x * x), 1, axis=0) * idx).reshape(-1)),
+        "all_to_all": (False, sharded, ("x",), lambda c, x: c.all_to_all(jnp.sin(x), "x", 0, 0, tiled=True),
+                       lambda x: jnp.sin(x).reshape(n, n, 2).transpose(1, 0, 2).reshape(-1)),
+        "pbroadcast": (False, sharded, ("x",), lambda c, x: c.pbroadcast(x * x, "x", n - 1) * r(c),
+                       lambda x: (blocks(x * x)[n - 1][None, :] * idx).reshape(-1)),
+        # A replicated argument read by code that varies over "x": its gradient is the sum over the ranks.
+        "replicated_argument": (False, [((k,), ())], ("x",), lambda c, x: jnp.sin(x) * r(c),
+                                lambda x: jnp.concatenate([jnp.sin(x) * (i + 1) for i in range(n)])),
+        "psum_of_replicated": (False, [((k,), ())], (), lambda c, x: c.psum(x * x, "x"), lambda x: n * x * x),
+        # Megatron's layer on a 2-D mesh: x replicated over "b", w over "a", b1 over both.
+        "two_d": (True, [((2 * a, 3), ("a",)), ((3, 2 * b), (None, "b")), ((2 * b,), ("b",)), ((), ())],
+                  ("a", "b"), lambda c, x, w, b1, s: jnp.sin(x @ w + b1) * s,
+                  lambda x, w, b1, s: jnp.sin(x @ w + b1) * s),
+        "two_d_psum": (True, [((2 * a, 3), ("a",)), ((3, 2 * b), (None, "b")), ((2 * b, 2), ("b",))], ("a",),
+                       lambda c, x, w, v: c.psum(jnp.tanh(x @ w) @ v, "b"),
+                       lambda x, w, v: jnp.tanh(x @ w) @ v),
+    }
+
+
+def inside(n, jax, jnp):
+    """A body that calls jax.grad itself, of a psum'ed loss, on a (n * 2n,) array cut as P("x"), out_spec P("x"): JAX's
+    answer depends on check_vma (on: the gradient of the global loss; off: pmap's rules, n times it)."""
+    return lambda c, b: jax.grad(lambda v: c.psum(jnp.sum(jnp.sin(v) * v), "x"))(b)
+
+
+def arguments(shapes, np_):
+    """Deterministic float64 arguments of these global shapes."""
+    out = []
+    for j, (shape, _) in enumerate(shapes):
+        size = 1
+        for d in shape:
+            size *= d
+        out.append((np_.cos(np_.arange(size, dtype=np_.float64) * 0.7 + j) * 1.5).reshape(shape))
+    return out
+
+
+def weights(shape, np_):
+    """The loss's weights of an output of this global shape: sum(sin(out) * weights)."""
+    size = 1
+    for d in shape:
+        size *= d
+    return (np_.arange(size, dtype=np_.float64) % 5 + 1).reshape(shape) / 3
