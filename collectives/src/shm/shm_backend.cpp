@@ -11,10 +11,12 @@
 //
 // Reductions are MPI_Reduce_local on the MPI backend's datatypes and operations (mpi_types.hpp): the same arithmetic
 // as on MPI (float16/bfloat16 in float32, wrapping 8/16-bit integer sums, NaN-propagating min/max, bool logic), folded
-// in rank order so that every rank gets the same bits.
+// in rank order so that every rank gets the same bits. Parts up to kOwnFoldBytes fold through the backend's own
+// loops where it has one (shm_fold.hpp: the same arithmetic, without MPI_Reduce_local's dispatch).
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "mpi/mpi_request.hpp"
 #include "mpi/mpi_types.hpp"
 #include "shardkit/core/error.hpp"
+#include "shm/shm_fold.hpp"
 #include "shm/shm_segment.hpp"
 
 namespace shardkit::detail {
@@ -30,6 +33,31 @@ namespace {
 
 // Above this many bytes per chunk, an allreduce's reduction is split across the ranks (a second handshake pays off).
 constexpr std::size_t kSplitBytes = std::size_t{16} << 10;
+
+// Parts up to this many bytes fold through shm_fold() where it covers the reduction.
+constexpr std::size_t kOwnFoldBytes = kSplitBytes;
+
+// How one part folds into another: the backend's own loop (small parts), or MPI_Reduce_local (handles looked up only
+// when some part may need them).
+struct Reducer {
+  ShmFold own = nullptr;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op op = MPI_OP_NULL;
+
+  Reducer(DType dtype, ReduceOp reduce, std::size_t largest_part) : own(shm_fold(dtype, reduce)) {
+    if (!own || largest_part > kOwnFoldBytes) {
+      type = mpi_datatype(dtype);
+      op = mpi_op(reduce, dtype);
+    }
+  }
+  // inout = in op inout.
+  void operator()(const unsigned char* in, unsigned char* inout, std::int64_t count, std::size_t item) const {
+    if (own && count * item <= kOwnFoldBytes)
+      own(in, inout, count);
+    else
+      SHARDKIT_MPI_CHECK(MPI_Reduce_local(in, inout, static_cast<int>(count), type, op));
+  }
+};
 
 unsigned char* bytes_of(const Array& a) { return static_cast<unsigned char*>(const_cast<void*>(a.data())); }
 
@@ -64,9 +92,8 @@ class ShmBackend final : public Backend {
  private:
   // `out` (null off a reduce's root) = the element-wise reduction of every rank's `send`.
   void reduce(const Array& send, Array* out, ReduceOp op, const OpContext& ctx) {
-    const MPI_Datatype t = mpi_datatype(send.dtype());
-    const MPI_Op o = mpi_op(op, send.dtype());
     const std::size_t item = send.itemsize();
+    const Reducer fold_in(send.dtype(), op, std::min(send.nbytes(), ShmSegment::kSlotBytes));
     const unsigned char* in = bytes_of(send);
     unsigned char* res = out ? bytes_of(*out) : nullptr;
     chunks(send.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
@@ -75,13 +102,14 @@ class ShmBackend final : public Backend {
       std::memcpy(part(set, me_, bytes), in + at, bytes);
       step(set, ctx);
       if (bytes <= kSplitBytes || n_ == 1) {
-        if (res) fold(res + at, m, item, t, o, [&](int p) { return part(set, p, bytes); });
+        if (res) fold(res + at, m, item, fold_in, [&](int p) { return part(set, p, bytes); });
         return;
       }
       // This rank's share of the elements, folded into the set's result slot; then every rank copies the result.
       const std::int64_t lo = m * me_ / n_, hi = m * (me_ + 1) / n_;
       unsigned char* result = seg_.slot(set, n_);
-      if (hi > lo) fold(result + lo * item, hi - lo, item, t, o, [&](int p) { return seg_.slot(set, p) + lo * item; });
+      if (hi > lo)
+        fold(result + lo * item, hi - lo, item, fold_in, [&](int p) { return seg_.slot(set, p) + lo * item; });
       step(set, ctx);
       if (res) std::memcpy(res + at, result, bytes);
     });
@@ -115,10 +143,9 @@ class ShmBackend final : public Backend {
 
   // Chunk by chunk, each rank puts its pieces of every block in its slot; rank r folds everyone's block r.
   void reduce_scatter(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) {
-    const MPI_Datatype t = mpi_datatype(send.dtype());
-    const MPI_Op o = mpi_op(op, send.dtype());
     const std::size_t item = send.itemsize();
     const std::int64_t n = recv.numel();
+    const Reducer fold_in(send.dtype(), op, std::min(recv.nbytes(), ShmSegment::kSlotBytes / n_));
     const unsigned char* s = bytes_of(send);
     unsigned char* r = bytes_of(recv);
     chunks(n, ShmSegment::kSlotBytes / (item * n_), [&](std::int64_t off, std::int64_t m) {
@@ -127,7 +154,7 @@ class ShmBackend final : public Backend {
       unsigned char* mine = part(set, me_, whole);
       for (int b = 0; b < n_; ++b) std::memcpy(mine + b * bytes, s + (b * n + off) * item, bytes);
       step(set, ctx);
-      fold(r + off * item, m, item, t, o, [&](int p) { return part(set, p, whole) + me_ * bytes; });
+      fold(r + off * item, m, item, fold_in, [&](int p) { return part(set, p, whole) + me_ * bytes; });
     });
   }
 
@@ -140,10 +167,9 @@ class ShmBackend final : public Backend {
 
   // out = src(0) op src(1) op ... op src(n-1), in the same order on every rank.
   template <typename Src>
-  void fold(unsigned char* out, std::int64_t count, std::size_t item, MPI_Datatype t, MPI_Op o, Src&& src) const {
+  void fold(unsigned char* out, std::int64_t count, std::size_t item, const Reducer& r, Src&& src) const {
     std::memcpy(out, src(0), count * item);
-    for (int p = 1; p < n_; ++p)
-      SHARDKIT_MPI_CHECK(MPI_Reduce_local(src(p), out, static_cast<int>(count), t, o));
+    for (int p = 1; p < n_; ++p) r(src(p), out, count, item);
   }
 
   // Where rank p's part of `bytes` lives in `set`: inline in its flag line when it fits.
