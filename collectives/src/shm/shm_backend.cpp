@@ -4,10 +4,12 @@
 // Every step of every operation is the same handshake: a rank writes its part into its slot (or, when small, into its
 // own flag line), posts the step on its flag and waits until every rank has posted it. Operations alternate between
 // the segment's two buffer sets, so a set is written again only after every rank has passed a step of the other set,
-// which it posts only once done reading this one: no other synchronisation is needed. Messages larger than a slot are
-// cut into slot-sized chunks. An allreduce (or reduce) chunk above kSplitBytes is reduced by all ranks in parallel:
-// each folds its share of the elements into the result slot, posts a second step, and then every rank copies the
-// result out. Smaller chunks are folded whole by every rank after the one step.
+// which it posts only once done reading this one. A bcast is one-way instead: the root posts its part and returns; the
+// others wait for it, read, and post that they have read; nobody waits for those readers then, but every rank's next
+// operation first waits until all have posted that step (settle()), which keeps the rule above. Messages larger than
+// a slot are cut into slot-sized chunks. An allreduce (or reduce) chunk above kSplitBytes is reduced by all ranks in
+// parallel: each folds its share of the elements into the result slot, posts a second step, and then every rank copies
+// the result out. Smaller chunks are folded whole by every rank after the one step.
 //
 // Reductions are MPI_Reduce_local on the MPI backend's datatypes and operations (mpi_types.hpp): the same arithmetic
 // as on MPI (float16/bfloat16 in float32, wrapping 8/16-bit integer sums, NaN-propagating min/max, bool logic), folded
@@ -77,6 +79,7 @@ class ShmBackend final : public Backend {
     const OpArgs& a = *c.args;
     for (const Array* x : {c.send, static_cast<const Array*>(c.recv)})
       if (x) x->wait_ready();
+    if (owed_ != 0) settle(ctx);
     switch (c.op) {
       case OpKind::kAllreduce:
       case OpKind::kReduce: reduce(*c.send, c.recv, a.reduce, ctx); break;  // reduce: recv set on the root only
@@ -120,10 +123,20 @@ class ShmBackend final : public Backend {
     unsigned char* p = bytes_of(buf);
     chunks(buf.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
       const std::size_t bytes = m * item;
+      if (owed_ != 0) settle(ctx);
       const int set = next_set();
-      if (me_ == root) std::memcpy(part(set, root, bytes), p + off * item, bytes);
-      step(set, ctx);
-      if (me_ != root) std::memcpy(p + off * item, part(set, root, bytes), bytes);
+      const std::uint32_t s = ++step_;
+      if (me_ == root) {
+        std::memcpy(part(set, root, bytes), p + off * item, bytes);
+      } else {
+        ShmLine& l = seg_.line(set, root);
+        if (!reached(l.flag.load(std::memory_order_acquire), s) && !shm_wait(l, s, policy_, ctx.deadline))
+          fail(set, s, ctx);
+        std::memcpy(p + off * item, part(set, root, bytes), bytes);
+      }
+      shm_post(seg_.line(set, me_), s);
+      owed_ = s;
+      owed_set_ = set;
     });
   }
 
@@ -183,6 +196,16 @@ class ShmBackend final : public Backend {
   void step(int set, const OpContext& ctx) {
     const std::uint32_t s = ++step_;
     shm_post(seg_.line(set, me_), s);
+    wait_all(set, s, ctx);
+  }
+
+  // Waits until every rank has posted the last one-way step (bcast).
+  void settle(const OpContext& ctx) {
+    wait_all(owed_set_, owed_, ctx);
+    owed_ = 0;
+  }
+
+  void wait_all(int set, std::uint32_t s, const OpContext& ctx) {
     for (int p = 0; p < n_; ++p) {
       if (p == me_) continue;
       ShmLine& l = seg_.line(set, p);
@@ -205,6 +228,8 @@ class ShmBackend final : public Backend {
   WaitPolicy policy_;
   std::uint32_t step_ = 0;  // the last step posted (the same sequence on every rank)
   std::uint32_t uses_ = 0;  // buffer-set uses so far
+  std::uint32_t owed_ = 0;  // a one-way step not yet known to be posted by every rank (0: none), in set owed_set_
+  int owed_set_ = 0;
 };
 
 }  // namespace
