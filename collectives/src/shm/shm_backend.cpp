@@ -11,6 +11,10 @@
 // parallel: each folds its share of the elements into the result slot, posts a second step, and then every rank copies
 // the result out. Smaller chunks are folded whole by every rank after the one step.
 //
+// From kCmaBytes up, bcast and allgather copy once instead of twice where the ranks may read each other's memory
+// (shm_cma.hpp): each rank posts its buffer's address in its flag line, the others read it with process_vm_readv, and a
+// second handshake (the bcast root's wait for every reader) keeps each buffer in place until all have read it.
+//
 // Reductions are MPI_Reduce_local on the MPI backend's datatypes and operations (mpi_types.hpp): the same arithmetic
 // as on MPI (float16/bfloat16 in float32, wrapping 8/16-bit integer sums, NaN-propagating min/max, bool logic), folded
 // in rank order so that every rank gets the same bits. Parts up to kOwnFoldBytes fold through the backend's own
@@ -19,6 +23,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -27,6 +33,7 @@
 #include "mpi/mpi_request.hpp"
 #include "mpi/mpi_types.hpp"
 #include "shardkit/core/error.hpp"
+#include "shm/shm_cma.hpp"
 #include "shm/shm_fold.hpp"
 #include "shm/shm_segment.hpp"
 
@@ -35,6 +42,9 @@ namespace {
 
 // Above this many bytes per chunk, an allreduce's reduction is split across the ranks (a second handshake pays off).
 constexpr std::size_t kSplitBytes = std::size_t{16} << 10;
+
+// From this many bytes per rank's part, bcast and allgather read peers' buffers directly where they may.
+constexpr std::size_t kCmaBytes = std::size_t{64} << 10;
 
 // Parts up to this many bytes fold through shm_fold() where it covers the reduction.
 constexpr std::size_t kOwnFoldBytes = kSplitBytes;
@@ -65,8 +75,9 @@ unsigned char* bytes_of(const Array& a) { return static_cast<unsigned char*>(con
 
 class ShmBackend final : public Backend {
  public:
-  ShmBackend(ShmSegment seg, int rank, std::shared_ptr<AbortState> abort)
+  ShmBackend(ShmSegment seg, CmaPeers cma, int rank, std::shared_ptr<AbortState> abort)
       : seg_(std::move(seg)),
+        cma_(std::move(cma)),
         me_(rank),
         n_(seg_.ranks()),
         abort_(std::move(abort)),
@@ -83,8 +94,20 @@ class ShmBackend final : public Backend {
     switch (c.op) {
       case OpKind::kAllreduce:
       case OpKind::kReduce: reduce(*c.send, c.recv, a.reduce, ctx); break;  // reduce: recv set on the root only
-      case OpKind::kBcast: bcast(c.send ? *c.send : *c.recv, a.root, ctx); break;
-      case OpKind::kAllgather: allgather(*c.send, *c.recv, ctx); break;
+      case OpKind::kBcast: {
+        const Array& buf = c.send ? *c.send : *c.recv;
+        if (cma_.usable && buf.nbytes() >= kCmaBytes)
+          bcast_cma(bytes_of(buf), buf.nbytes(), a.root, ctx);
+        else
+          bcast(buf, a.root, ctx);
+        break;
+      }
+      case OpKind::kAllgather:
+        if (cma_.usable && c.send->nbytes() >= kCmaBytes)
+          allgather_cma(bytes_of(*c.send), bytes_of(*c.recv), c.send->nbytes(), ctx);
+        else
+          allgather(*c.send, *c.recv, ctx);
+        break;
       case OpKind::kReduceScatter: reduce_scatter(*c.send, *c.recv, a.reduce, ctx); break;
       case OpKind::kBarrier: step(next_set(), ctx); break;
       default: SHARDKIT_ASSERT(false, "the shm backend does not implement ", op_name(c.op));
@@ -129,15 +152,61 @@ class ShmBackend final : public Backend {
       if (me_ == root) {
         std::memcpy(part(set, root, bytes), p + off * item, bytes);
       } else {
-        ShmLine& l = seg_.line(set, root);
-        if (!reached(l.flag.load(std::memory_order_acquire), s) && !shm_wait(l, s, policy_, ctx.deadline))
-          fail(set, s, ctx);
+        wait_for(set, root, s, ctx);
         std::memcpy(p + off * item, part(set, root, bytes), bytes);
       }
       shm_post(seg_.line(set, me_), s);
       owed_ = s;
       owed_set_ = set;
     });
+  }
+
+  // Single copy: the root posts its buffer's address; the others read it from the root's memory and post; the root
+  // returns once all have read (its buffer is theirs until then).
+  void bcast_cma(unsigned char* buf, std::size_t bytes, int root, const OpContext& ctx) {
+    const int set = next_set();
+    const std::uint32_t s = ++step_;
+    if (me_ == root) {
+      post_address(set, s, buf);
+      wait_all(set, s, ctx);
+      return;
+    }
+    read_peer(buf, set, root, bytes, s, ctx);
+    shm_post(seg_.line(set, me_), s);
+    owed_ = s;
+    owed_set_ = set;
+  }
+
+  // Single copy: every rank posts its send buffer's address, reads every other rank's block straight into its receive
+  // buffer, and waits until all have read before returning (its send buffer is theirs until then).
+  void allgather_cma(const unsigned char* send, unsigned char* recv, std::size_t bytes, const OpContext& ctx) {
+    const int set = next_set();
+    const std::uint32_t s = ++step_;
+    post_address(set, s, send);
+    wait_all(set, s, ctx);
+    std::memmove(recv + me_ * bytes, send, bytes);  // in place, the two may be one
+    for (int k = 1; k < n_; ++k) {  // each rank starts with its right neighbour: not all at rank 0 at once
+      const int p = (me_ + k) % n_;
+      read_peer(recv + p * bytes, set, p, bytes, s, ctx);
+    }
+    step(set, ctx);
+  }
+
+  void post_address(int set, std::uint32_t s, const void* buf) {
+    const auto at = reinterpret_cast<std::uintptr_t>(buf);
+    ShmLine& l = seg_.line(set, me_);
+    std::memcpy(l.data, &at, sizeof at);
+    shm_post(l, s);
+  }
+
+  // Copies `bytes` from the buffer rank p posted at step s of `set` (waiting for it).
+  void read_peer(unsigned char* to, int set, int p, std::size_t bytes, std::uint32_t s, const OpContext& ctx) {
+    wait_for(set, p, s, ctx);
+    const ShmLine& l = seg_.line(set, p);
+    std::uintptr_t at = 0;
+    std::memcpy(&at, l.data, sizeof at);
+    if (!cma_read(cma_.pids[p], to, reinterpret_cast<const void*>(at), bytes))
+      raise_unfinished(ctx, *abort_, concat("process_vm_readv from rank ", p, " failed (", std::strerror(errno), ")"));
   }
 
   void allgather(const Array& send, Array& recv, const OpContext& ctx) {
@@ -206,12 +275,14 @@ class ShmBackend final : public Backend {
   }
 
   void wait_all(int set, std::uint32_t s, const OpContext& ctx) {
-    for (int p = 0; p < n_; ++p) {
-      if (p == me_) continue;
-      ShmLine& l = seg_.line(set, p);
-      if (reached(l.flag.load(std::memory_order_acquire), s)) continue;
-      if (!shm_wait(l, s, policy_, ctx.deadline)) fail(set, s, ctx);
-    }
+    for (int p = 0; p < n_; ++p)
+      if (p != me_) wait_for(set, p, s, ctx);
+  }
+
+  void wait_for(int set, int p, std::uint32_t s, const OpContext& ctx) {
+    ShmLine& l = seg_.line(set, p);
+    if (!reached(l.flag.load(std::memory_order_acquire), s) && !shm_wait(l, s, policy_, ctx.deadline))
+      fail(set, s, ctx);
   }
 
   [[noreturn]] void fail(int set, std::uint32_t s, const OpContext& ctx) {
@@ -223,6 +294,7 @@ class ShmBackend final : public Backend {
   }
 
   ShmSegment seg_;
+  CmaPeers cma_;
   int me_, n_;
   std::shared_ptr<AbortState> abort_;
   WaitPolicy policy_;
@@ -264,7 +336,7 @@ std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<Ab
   }
   ShmSegment seg = ShmSegment::create(comm, why);
   if (!seg.valid()) return nullptr;
-  return std::make_unique<ShmBackend>(std::move(seg), rank, std::move(abort_state));
+  return std::make_unique<ShmBackend>(std::move(seg), probe_cma(comm), rank, std::move(abort_state));
 }
 
 }  // namespace shardkit::detail
