@@ -101,6 +101,16 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   const Array* send = active(spec.send, rank, a.root) ? a.send : nullptr;
   Array* recv = active(spec.recv, rank, a.root) ? a.recv : nullptr;
 
+  // The operation's context (its deadline also bounds a set-up it asks for on the way).
+  OpContext ctx;
+  ctx.op = op;
+  ctx.seq = seq;  // taken (seq advanced) once routed
+  ctx.comm_name = &options.name;
+  ctx.after = &after;
+  ctx.timeout = options.timeout;
+  ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
+  ctx.async = options.async;
+
   // Route: from the backends' declarations, the setting and where this rank's buffers live. Collectives on host buffers
   // go to shm when route() would take it and the communicator has it (decided by the first such collective); other
   // host buffers on a setting that is not forced to NCCL go to MPI (route()'s answer, taken without asking).
@@ -114,7 +124,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   req.reduce = a.reduce;
   // Asynchronous communicators stay on MPI: shm operations complete before returning, and async asks for overlap.
   if (spec.collective && !options.async && needs_shm(req)) {
-    if (!shm_decided) decide_shm();  // collective: every rank routes this operation alike
+    if (!shm_decided) decide_shm(ctx);  // collective: every rank routes this operation alike
     req.shm_available = shm != nullptr;
   }
   if (req.shm_available) {
@@ -146,14 +156,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
     }
   }
 
-  OpContext ctx;
-  ctx.op = op;
-  ctx.seq = spec.collective ? seq++ : seq;
-  ctx.comm_name = &options.name;
-  ctx.after = &after;
-  ctx.timeout = options.timeout;
-  ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
-  ctx.async = options.async;
+  if (spec.collective) ++seq;
 
   // The flight recorder's slot: failed unless the operation returns.
   const Array* first = send ? send : recv;
