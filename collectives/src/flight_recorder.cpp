@@ -4,11 +4,13 @@
 
 #include "trace_writer.hpp"
 
+#include <fcntl.h>
 #include <mpi.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -310,6 +312,41 @@ std::string flight_dump_dir() {
   return "shardkit-dump";
 }
 
+namespace {
+bool write_all(int fd, const std::string& data) {
+  for (std::size_t done = 0; done < data.size();) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// Writes `data` to `path` (in `dir`) whole or not at all. The job may end while a rank writes a second dump: an
+// unnamed file (O_TMPFILE) is named only once complete, so a killed writer leaves nothing behind; where the file system
+// has none, a named temporary file is renamed (and may be left over from a kill).
+bool write_whole(const std::string& dir, const std::string& path, const std::string& data) {
+  const std::string tmp = concat(path, ".", ::getpid(), ".tmp");
+  bool ok = false;
+#ifdef O_TMPFILE
+  if (const int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644); fd >= 0) {
+    ::unlink(tmp.c_str());
+    ok = write_all(fd, data) && ::linkat(AT_FDCWD, concat("/proc/self/fd/", fd).c_str(), AT_FDCWD, tmp.c_str(),
+                                         AT_SYMLINK_FOLLOW) == 0;
+    ::close(fd);
+  } else
+#endif
+  if (const int named = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644); named >= 0) {
+    ok = write_all(named, data);
+    ::close(named);
+  }
+  if (ok && ::rename(tmp.c_str(), path.c_str()) == 0) return true;
+  ::unlink(tmp.c_str());
+  return false;
+}
+}  // namespace
+
 std::string dump_flight_records(const std::string& reason, bool local) noexcept {
   flush_trace();  // the trace too: the job may end before exit
   thread_local bool dumping = false;  // a token asked while dumping may time out and ask for a dump itself
@@ -339,9 +376,6 @@ std::string dump_flight_records(const std::string& reason, bool local) noexcept 
     const std::string dir = flight_dump_dir();
     ::mkdir(dir.c_str(), 0777);  // exists already on the other ranks' hosts: fine
     const std::string path = concat(dir, "/rank", rank, ".json");
-    const std::string tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (!f) return "";
     std::string head = concat("{\"rank\": ", rank, ", \"pid\": ", ::getpid(), ", \"time_us\": ", wall_clock_us(),
                               ", \"reason\": ");
     json_string(head, why);
@@ -352,9 +386,7 @@ std::string dump_flight_records(const std::string& reason, bool local) noexcept 
     head += ", \"activity\": ";
     json_string(head, activity);
     head += ", \"communicators\": [" + body + "]}\n";
-    std::fwrite(head.data(), 1, head.size(), f);
-    std::fclose(f);
-    std::rename(tmp.c_str(), path.c_str());
+    if (!write_whole(dir, path, head)) return "";
     std::fprintf(stderr, "shardkit: rank %d: flight recorder written to %s (shardkit-trace analyze %s)\n", rank,
                  path.c_str(), dir.c_str());
     return path;

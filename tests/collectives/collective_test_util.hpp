@@ -67,6 +67,26 @@ inline std::shared_ptr<Communicator>& world() {
 /// The operation a reduction input is generated for decides its range, so every result is exact in every dtype.
 enum class Pattern { kData, kArithmetic, kLogical, kBitwise };
 
+/// Whether every rank of the world is on this rank's node: where the shared-memory backend can serve the world's
+/// communicators (across hosts, the multihost tests, they stay on MPI).
+inline bool world_on_one_node() {
+  static const bool one = [] {
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int node_size = 0, size = 0, mine = 0, all = 0;
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_free(&node);
+    mine = node_size == size ? 1 : 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all == 1;
+  }();
+  return one;
+}
+
+/// The backend a communicator forced to shm routes host collectives of shm's set to: shm on one node, else MPI.
+inline BackendKind shm_route() { return world_on_one_node() ? BackendKind::kShm : BackendKind::kMpi; }
+
 inline Pattern pattern_for(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:

@@ -179,7 +179,7 @@ TEST(Routing, EveryOperationOnEverySetting) {
       if (op == OpKind::kSendrecv) a.recv = &two, a.send = &one;
       EXPECT_NO_THROW(c.run(op, a).wait());
       if (setting == BackendKind::kShm) {
-        EXPECT_EQ(c.backend_for(op, Device::cpu()), kInShm.count(op) ? BackendKind::kShm : BackendKind::kMpi);
+        EXPECT_EQ(c.backend_for(op, Device::cpu()), kInShm.count(op) ? shm_route() : BackendKind::kMpi);
       }
     }
   }
