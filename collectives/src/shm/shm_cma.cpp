@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "shardkit/core/error.hpp"
+#include "shardkit/launch/config.hpp"
 
 namespace shardkit::detail {
 
@@ -56,15 +57,23 @@ CmaPeers probe_cma(MpiCommHandle handle) {
     return out;
   }
   const Offer& right = all[(rank + 1) % size];
-  std::uint64_t read = 0;
-  int err = cma_read(static_cast<pid_t>(right.pid), &read, reinterpret_cast<const void*>(right.address), sizeof read)
-                ? 0
-                : errno;
-  if (err == 0 && read != kWord) err = EIO;
-  int worst = 0;
+  // -1: turned off here (SHARDKIT_SHM_SINGLE_COPY=0); else 0 or the errno of the refused read.
+  int err = -1;
+  if (Config::get().shm_single_copy) {
+    std::uint64_t read = 0;
+    err = cma_read(static_cast<pid_t>(right.pid), &read, reinterpret_cast<const void*>(right.address), sizeof read)
+              ? 0
+              : errno;
+    if (err == 0 && read != kWord) err = EIO;
+  }
+  int worst = 0, least = 0;
   SHARDKIT_MPI_CHECK(MPI_Allreduce(&err, &worst, 1, MPI_INT, MPI_MAX, comm));
-  out.usable = worst == 0;
-  if (!out.usable) out.why = concat("process_vm_readv refused (", std::strerror(worst), ")");
+  SHARDKIT_MPI_CHECK(MPI_Allreduce(&err, &least, 1, MPI_INT, MPI_MIN, comm));
+  out.usable = worst == 0 && least == 0;
+  if (least < 0)
+    out.why = "SHARDKIT_SHM_SINGLE_COPY=0";
+  else if (!out.usable)
+    out.why = concat("process_vm_readv refused (", std::strerror(worst), ")");
   return out;
 }
 

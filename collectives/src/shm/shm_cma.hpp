@@ -16,7 +16,7 @@
 namespace shardkit::detail {
 
 /// Every rank's process id, and whether every rank could read another's memory (collective, blocking MPI calls over
-/// `comm`; false at 1 rank). `why` says why not, on every rank.
+/// `comm`; false at 1 rank, or where SHARDKIT_SHM_SINGLE_COPY=0 on any rank). `why` says why not, on every rank.
 struct CmaPeers {
   std::vector<pid_t> pids;
   bool usable = false;
