@@ -12,24 +12,27 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 
 // The default route's table: per operation, the message sizes (bytes of the first array on each rank) where shm was
 // measured faster than MPI, each against MPI in the same run (bench_collectives, 2 ranks; README, "Shared memory").
-// Operations and sizes not listed stay on MPI: reduce was not measured, and the larger bcast and allgather sizes and
-// allreduce past 4 MiB went either way.
+// Operations and sizes not listed stay on MPI: reduce was not measured; bcast below 512 B (MPI's root returns as soon
+// as its message is in the receiver's fast box, shm's waits for the previous bcast's readers) and above 8 KiB, the
+// larger allgathers and allreduce past 4 MiB went either way or to MPI.
 struct ShmWins {
   OpKind op;
-  std::int64_t upto;  // bytes, inclusive
+  std::int64_t from, upto;  // bytes, inclusive
 };
 constexpr std::int64_t kAnySize = std::numeric_limits<std::int64_t>::max();
 constexpr ShmWins kShmWins[] = {
-    {OpKind::kAllreduce, std::int64_t{4} << 20}, {OpKind::kReduceScatter, kAnySize},
-    {OpKind::kBcast, std::int64_t{16} << 10},    {OpKind::kAllgather, std::int64_t{4} << 10},
-    {OpKind::kBarrier, kAnySize},
+    {OpKind::kAllreduce, 0, std::int64_t{4} << 20},
+    {OpKind::kReduceScatter, 0, kAnySize},
+    {OpKind::kBcast, 512, std::int64_t{8} << 10},
+    {OpKind::kAllgather, 0, std::int64_t{4} << 10},
+    {OpKind::kBarrier, 0, kAnySize},
 };
 
 }  // namespace
 
 bool shm_by_default(OpKind op, std::int64_t bytes) noexcept {
   for (const ShmWins& w : kShmWins)
-    if (w.op == op) return bytes <= w.upto;
+    if (w.op == op) return bytes >= w.from && bytes <= w.upto;
   return false;
 }
 
