@@ -84,12 +84,12 @@ void CommunicatorImpl::decide_nccl() {
   }
 }
 
-void CommunicatorImpl::decide_shm() {
+void CommunicatorImpl::decide_shm(const OpContext& op) {
   if (shm_decided) return;
   shm_decided = true;
-  // The set-up makes blocking MPI calls: agree first, under the timeout, that every rank has come. It is part of the
-  // operation that asked for it and takes no sequence number of its own.
-  agree_to_create(control(), "the shared-memory set-up", options.name, seq, options, *abort);
+  // The set-up makes blocking MPI calls: agree first, under the operation's deadline, that every rank has come. It is
+  // part of the operation that asked for it (a timeout names that operation) and takes no sequence number of its own.
+  agree_within_operation(control(), op, "the shared-memory set-up", options.check, *abort);
   shm = make_shm_backend(control(), abort, &shm_refusal);
   if (Config::get().verbose && rank == 0)
     std::fprintf(stderr, "shardkit: communicator '%s': shm %s%s\n", options.name.c_str(), shm ? "in use" : "refused: ",

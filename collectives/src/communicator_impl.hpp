@@ -48,8 +48,9 @@ struct CommunicatorImpl {
   /// Agrees with the other ranks on NCCL (collective): used only when every rank has a GPU, NCCL is built and the
   /// backend is not forced to MPI (else nccl_refusal says why).
   void decide_nccl();
-  /// Makes the shm backend when every rank is on one node (collective, under the timeout; else shm_refusal says why).
-  void decide_shm();
+  /// Makes the shm backend when every rank is on one node (collective, a step of the operation `op` that asked for it,
+  /// under its deadline; else shm_refusal says why).
+  void decide_shm(const OpContext& op);
   /// @throws BackendError when the backend is forced to NCCL and `op` cannot use it here.
   void require_nccl(OpKind op) const;
   /// Whether `op` may run on NCCL here (NCCL agreed on; for point-to-point, agreed on at creation).

@@ -26,18 +26,23 @@ OpContext step_context(const char* what, const std::string& name, std::uint64_t 
 
 void agree_to_create(MpiCommHandle over, const char* what, const std::string& name, std::uint64_t seq,
                      const CommOptions& o, AbortState& abort) {
-  const OpContext ctx = step_context(what, name, seq, o);
-  if (o.check) {
+  agree_within_operation(over, step_context(what, name, seq, o), nullptr, o.check, abort);
+}
+
+void agree_within_operation(MpiCommHandle over, const OpContext& ctx, const char* what, bool check,
+                            AbortState& abort) {
+  if (check) {
     Signature s;
-    s.seq = seq;
+    s.seq = ctx.seq;
     s.op = kCreationOp;
     check_signatures(over, s, ctx, abort);
     return;
   }
-  if (o.timeout.count() == 0) return;  // no deadline: MPI_Comm_split itself waits as long as it takes
+  if (!ctx.has_deadline()) return;  // no deadline: the blocking calls that follow wait as long as it takes
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
   SHARDKIT_MPI_CHECK(MPI_Ibarrier(to_mpi<MPI_Comm>(over), req.data()));
-  if (!wait_all(req, nullptr, ctx.deadline)) raise_unfinished(ctx, abort, "not every rank arrived");
+  if (!wait_all(req, nullptr, ctx.deadline))
+    raise_unfinished(ctx, abort, what ? concat("not every rank arrived at ", what) : std::string("not every rank arrived"));
 }
 
 MpiComm dup_within_timeout(MpiCommHandle parent, const char* what, const std::string& name, const CommOptions& o,

@@ -22,6 +22,10 @@ namespace shardkit::detail {
 void agree_to_create(MpiCommHandle over, const char* what, const std::string& name, std::uint64_t seq,
                      const CommOptions& options, AbortState& abort);
 
+/// The same agreement as a step (`what`) of the operation `op` describes: its messages name that operation, its
+/// deadline is the operation's. For set-ups an operation asks for on first use. `check`: a signature exchange.
+void agree_within_operation(MpiCommHandle over, const OpContext& op, const char* what, bool check, AbortState& abort);
+
 /// MPI_Comm_idup of `parent`, polled until `options.timeout` passes. Collective over `parent`.
 /// @throws TimeoutError naming the step and communicator (the job ends at exit), or Interrupted.
 MpiComm dup_within_timeout(MpiCommHandle parent, const char* what, const std::string& name, const CommOptions& options,

@@ -200,10 +200,10 @@ void FlightRecorder::finish(Recording& r, const Token& t) {
   }
   FlightEntry* e = std::exchange(r.slot, nullptr);
   if (!e) return;
-  std::shared_ptr<Waitable> w = t.waitable();
+  const std::shared_ptr<Waitable>& w = t.waitable();
   lock();
   if (w)
-    e->pending = std::move(w);
+    e->pending = w;
   else
     e->state = OpState::kCompleted;  // no second clock read: its cost would double the recorder's
   unlock();

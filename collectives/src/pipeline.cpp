@@ -5,9 +5,9 @@
 
 #include <mpi.h>
 
+#include <memory>
 #include <numeric>
 #include <utility>
-#include <optional>
 
 #include "checked.hpp"
 #include "communicator_impl.hpp"
@@ -21,43 +21,49 @@ namespace detail {
 namespace {
 
 // A receive buffer as the backend wants it: the caller's array if contiguous, else a contiguous temporary copied
-// back once the operation completes. Holds a reference on the fast path (copying an Array allocates).
+// back once the operation completes; none when the operation writes nothing on this rank. Holds a pointer on the fast
+// path (copying an Array allocates), and the rare temporary on the heap: an std::optional would be cleared per call.
 class Out {
  public:
-  explicit Out(Array& user) : user_(user) {
-    if (!user.is_contiguous()) temp_.emplace(Array::empty(user.shape(), user.dtype(), user.device()));
+  explicit Out(Array* user) : user_(user) {
+    if (user && !user->is_contiguous())
+      temp_ = std::make_unique<Array>(Array::empty(user->shape(), user->dtype(), user->device()));
   }
   // For operations in place: the temporary starts with the caller's data.
   void with_contents() {
-    if (temp_) temp_->copy_from(user_);
+    if (temp_) temp_->copy_from(*user_);
   }
-  Array& buf() { return temp_ ? *temp_ : user_; }
+  Array* buf() { return temp_ ? temp_.get() : user_; }
   Token finish(Token t) {
+    if (!user_) return t;
     if (temp_) {
-      Array src = *temp_, dst = user_;
+      Array src = *temp_, dst = *user_;
       t = then(std::move(t), [src, dst]() mutable { dst.copy_from(src); });
     }
-    if (t.waitable()) user_.set_ready(t.waitable());
+    if (t.waitable()) user_->set_ready(t.waitable());
     return t;
   }
 
  private:
-  Array& user_;
-  std::optional<Array> temp_;
+  Array* user_;
+  std::unique_ptr<Array> temp_;
 };
 
-// The contiguous form a backend needs of an input: the input itself, or a packed copy that lives as long as this.
+// The contiguous form a backend needs of an input (nullptr: none): the input itself, or a packed copy that lives as
+// long as this.
 class In {
  public:
-  explicit In(const Array& a) {
-    if (!a.is_contiguous()) temp_.emplace(a.contiguous());
-    ref_ = temp_ ? &*temp_ : &a;
+  explicit In(const Array* a) : ref_(a) {
+    if (a && !a->is_contiguous()) {
+      temp_ = std::make_unique<Array>(a->contiguous());
+      ref_ = temp_.get();
+    }
   }
-  const Array& get() const { return *ref_; }
+  const Array* get() const { return ref_; }
 
  private:
   const Array* ref_;
-  std::optional<Array> temp_;
+  std::unique_ptr<Array> temp_;
 };
 
 // One rule for "in place": the caller passed the same elements as input and output.
@@ -95,6 +101,16 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   const Array* send = active(spec.send, rank, a.root) ? a.send : nullptr;
   Array* recv = active(spec.recv, rank, a.root) ? a.recv : nullptr;
 
+  // The operation's context (its deadline also bounds a set-up it asks for on the way).
+  OpContext ctx;
+  ctx.op = op;
+  ctx.seq = seq;  // taken (seq advanced) once routed
+  ctx.comm_name = &options.name;
+  ctx.after = &after;
+  ctx.timeout = options.timeout;
+  ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
+  ctx.async = options.async;
+
   // Route: from the backends' declarations, the setting and where this rank's buffers live. Collectives on host buffers
   // go to shm when route() would take it and the communicator has it (decided by the first such collective); other
   // host buffers on a setting that is not forced to NCCL go to MPI (route()'s answer, taken without asking).
@@ -108,7 +124,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   req.reduce = a.reduce;
   // Asynchronous communicators stay on MPI: shm operations complete before returning, and async asks for overlap.
   if (spec.collective && !options.async && needs_shm(req)) {
-    if (!shm_decided) decide_shm();  // collective: every rank routes this operation alike
+    if (!shm_decided) decide_shm(ctx);  // collective: every rank routes this operation alike
     req.shm_available = shm != nullptr;
   }
   if (req.shm_available) {
@@ -130,8 +146,9 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
                                      "' runs NCCL on cuda:", device, " (copy it there with .to(), or run this rank "
                                      "on that device)"));
   Backend& b = *chosen;
+  const BackendKind kind = b.kind();
   // Operations on one communicator run in call order, also across backends (shm operations complete before returning).
-  const Token* own = b.kind() == BackendKind::kMpi ? &last_mpi : b.kind() == BackendKind::kNccl ? &last_nccl : nullptr;
+  const Token* own = kind == BackendKind::kMpi ? &last_mpi : kind == BackendKind::kNccl ? &last_nccl : nullptr;
   for (Token* other : {&last_mpi, &last_nccl}) {
     if (other == own) continue;
     if (other->waitable()) {
@@ -140,14 +157,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
     }
   }
 
-  OpContext ctx;
-  ctx.op = op;
-  ctx.seq = spec.collective ? seq++ : seq;
-  ctx.comm_name = &options.name;
-  ctx.after = &after;
-  ctx.timeout = options.timeout;
-  ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
-  ctx.async = options.async;
+  if (spec.collective) ++seq;
 
   // The flight recorder's slot: failed unless the operation returns.
   const Array* first = send ? send : recv;
@@ -161,14 +171,14 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
     ~Recorded() { r->fail(op); }
   } rec{recorder.get(), recorder->start(op, spec.collective ? static_cast<std::int64_t>(ctx.seq) : -1,
                                         first ? first->dtype() : DType::kUInt8, first ? first->numel() : -1, peer,
-                                        b.kind())};
+                                        kind)};
   if (spec.collective && options.check) {
     Signature s = spec.signature(a);
     s.seq = ctx.seq;
     s.op = static_cast<std::uint32_t>(op);
     s.root = spec.rooted ? a.root : -1;
     s.reduce = spec.reduces ? static_cast<std::int32_t>(a.reduce) : -1;
-    s.backend = static_cast<std::int32_t>(b.kind());
+    s.backend = static_cast<std::int32_t>(kind);
     check_signatures(control(), s, ctx, *abort);
     if (op == OpKind::kAlltoallv) check_alltoallv_counts(control(), a.send_counts, a.recv_counts, ctx, *abort);
   }
@@ -177,15 +187,11 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   // The caller's token: a host wait for MPI; NCCL orders its stream on it itself, but packing a strided input (or an
   // in-place buffer's contents) reads it now, so that must wait for the token too.
   const bool packs = in_place ? !recv->is_contiguous() : send && !send->is_contiguous();
-  if (b.kind() != BackendKind::kNccl || packs) after.wait();
-  std::optional<Out> out;
-  std::optional<In> in;
-  if (recv) {
-    out.emplace(*recv);
-    if (in_place) out->with_contents();
-  }
-  if (send && !in_place) in.emplace(*send);
-  BackendCall call{op, in_place ? &out->buf() : in ? &in->get() : nullptr, out ? &out->buf() : nullptr, &a};
+  if (kind != BackendKind::kNccl || packs) after.wait();
+  Out out(recv);
+  if (in_place) out.with_contents();
+  const In in(in_place ? nullptr : send);
+  BackendCall call{op, in_place ? out.buf() : in.get(), out.buf(), &a};
   std::vector<std::int64_t> sd, rd;  // stay empty (no allocation) but for the v-operations
   if (op == OpKind::kAllgatherv || op == OpKind::kAlltoallv) {
     // The caller's send displacements when given (alltoallv), else the counts packed in rank order.
@@ -196,8 +202,8 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   }
   Token t = b.run(call, ctx);
   if (rec.op.span) t = FlightRecorder::traced(rec.op, std::move(t));  // SHARDKIT_TRACE: a pending span ends with it
-  if (out) t = out->finish(std::move(t));
-  Token& last = b.kind() == BackendKind::kNccl ? last_nccl : last_mpi;
+  t = out.finish(std::move(t));
+  Token& last = kind == BackendKind::kNccl ? last_nccl : last_mpi;
   if (t.waitable() || last.waitable()) last = t;  // a complete token replacing a complete one: nothing to do
   recorder->finish(rec.op, t);
   return t;

@@ -1,5 +1,7 @@
 #include "routing.hpp"
 
+#include <limits>
+
 #include "backend.hpp"
 #include "shardkit/core/error.hpp"
 
@@ -8,9 +10,31 @@ namespace {
 
 bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, r.dtype, r.reduce); }
 
+// The default route's table: per operation, the message sizes (bytes of the first array on each rank) where shm was
+// measured faster than MPI, each against MPI in the same run (bench_collectives, 2 ranks; README, "Shared memory").
+// Operations and sizes not listed stay on MPI: reduce was not measured; bcast below 512 B (MPI's root returns as soon
+// as its message is in the receiver's fast box, shm's waits for the previous bcast's readers) and above 8 KiB, the
+// larger allgathers and allreduce past 4 MiB went either way or to MPI.
+struct ShmWins {
+  OpKind op;
+  std::int64_t from, upto;  // bytes, inclusive
+};
+constexpr std::int64_t kAnySize = std::numeric_limits<std::int64_t>::max();
+constexpr ShmWins kShmWins[] = {
+    {OpKind::kAllreduce, 0, std::int64_t{4} << 20},
+    {OpKind::kReduceScatter, 0, kAnySize},
+    {OpKind::kBcast, 512, std::int64_t{8} << 10},
+    {OpKind::kAllgather, 0, std::int64_t{4} << 10},
+    {OpKind::kBarrier, 0, kAnySize},
+};
+
 }  // namespace
 
-bool shm_by_default(OpKind, std::int64_t) noexcept { return false; }
+bool shm_by_default(OpKind op, std::int64_t bytes) noexcept {
+  for (const ShmWins& w : kShmWins)
+    if (w.op == op) return bytes >= w.from && bytes <= w.upto;
+  return false;
+}
 
 bool needs_shm(const RouteRequest& r) noexcept {
   if (r.placement != Placement::kHost && r.placement != Placement::kNone) return false;

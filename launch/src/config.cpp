@@ -64,6 +64,7 @@ Config Config::from_env() {
   }
   if (auto v = env("SHARDKIT_CHECK")) c.check = parse_bool("SHARDKIT_CHECK", *v);
   if (auto v = env("SHARDKIT_VERBOSE")) c.verbose = parse_bool("SHARDKIT_VERBOSE", *v);
+  if (auto v = env("SHARDKIT_SHM_SINGLE_COPY")) c.shm_single_copy = parse_bool("SHARDKIT_SHM_SINGLE_COPY", *v);
   if (auto v = env("SHARDKIT_TRACE_BUFFER")) {
     const std::string s(*v);
     char* end = nullptr;

@@ -13,7 +13,7 @@ namespace {
 class ConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : {"SHARDKIT_BACKEND", "SHARDKIT_CHECK", "SHARDKIT_TIMEOUT_S", "SHARDKIT_VERBOSE", "SHARDKIT_TRACE",
+    for (const char* v : {"SHARDKIT_BACKEND", "SHARDKIT_CHECK", "SHARDKIT_TIMEOUT_S", "SHARDKIT_VERBOSE", "SHARDKIT_SHM_SINGLE_COPY", "SHARDKIT_TRACE",
                           "SHARDKIT_HANG_WARN_S", "SHARDKIT_DUMP_DIR", "SHARDKIT_DUMP_WAIT_S"})
       unsetenv(v);
   }

@@ -33,14 +33,6 @@ void combine(void* in, void* inout, int* len, F f) {
   for (int i = 0; i < *len; ++i) b[i] = narrow<T>(f(widen(a[i]), widen(b[i])));
 }
 
-// NaN propagates through min and max whichever rank holds it, as in NumPy's minimum/maximum and JAX's pmin/pmax
-// (MPI_MIN/MPI_MAX keep or drop a NaN depending on its rank, and NCCL's fminf/fmaxf drop it): every floating dtype
-// reduces min and max through these.
-template <typename F>
-inline F nan_min(F a, F b) { return (a != a || b != b) ? a + b : std::min(a, b); }
-template <typename F>
-inline F nan_max(F a, F b) { return (a != a || b != b) ? a + b : std::max(a, b); }
-
 template <typename T>
 void sum_fn(void* in, void* inout, int* len, MPI_Datatype*) { combine<T>(in, inout, len, [](float a, float b) { return a + b; }); }
 template <typename T>

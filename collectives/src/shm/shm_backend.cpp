@@ -4,17 +4,27 @@
 // Every step of every operation is the same handshake: a rank writes its part into its slot (or, when small, into its
 // own flag line), posts the step on its flag and waits until every rank has posted it. Operations alternate between
 // the segment's two buffer sets, so a set is written again only after every rank has passed a step of the other set,
-// which it posts only once done reading this one: no other synchronisation is needed. Messages larger than a slot are
-// cut into slot-sized chunks. An allreduce (or reduce) chunk above kSplitBytes is reduced by all ranks in parallel:
-// each folds its share of the elements into the result slot, posts a second step, and then every rank copies the
-// result out. Smaller chunks are folded whole by every rank after the one step.
+// which it posts only once done reading this one. A bcast is one-way instead: the root posts its part and returns; the
+// others wait for it, read, and post that they have read; nobody waits for those readers then, but every rank's next
+// operation first waits until all have posted that step (settle()), which keeps the rule above. Messages larger than
+// a slot are cut into slot-sized chunks. An allreduce (or reduce) chunk above kSplitBytes is reduced by all ranks in
+// parallel: each folds its share of the elements into the result slot, posts a second step, and then every rank copies
+// the result out. Smaller chunks are folded whole by every rank after the one step.
+//
+// From kCmaBytes up, bcast and allgather copy once instead of twice where the ranks may read each other's memory
+// (shm_cma.hpp): each rank posts its buffer's address in its flag line, the others read it with process_vm_readv, and a
+// second handshake (the bcast root's wait for every reader) keeps each buffer in place until all have read it.
 //
 // Reductions are MPI_Reduce_local on the MPI backend's datatypes and operations (mpi_types.hpp): the same arithmetic
 // as on MPI (float16/bfloat16 in float32, wrapping 8/16-bit integer sums, NaN-propagating min/max, bool logic), folded
-// in rank order so that every rank gets the same bits.
+// in rank order so that every rank gets the same bits. Parts up to kOwnFoldBytes fold through the backend's own
+// loops where it has one (shm_fold.hpp: the same arithmetic, without MPI_Reduce_local's dispatch).
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -23,6 +33,8 @@
 #include "mpi/mpi_request.hpp"
 #include "mpi/mpi_types.hpp"
 #include "shardkit/core/error.hpp"
+#include "shm/shm_cma.hpp"
+#include "shm/shm_fold.hpp"
 #include "shm/shm_segment.hpp"
 
 namespace shardkit::detail {
@@ -31,12 +43,41 @@ namespace {
 // Above this many bytes per chunk, an allreduce's reduction is split across the ranks (a second handshake pays off).
 constexpr std::size_t kSplitBytes = std::size_t{16} << 10;
 
+// From this many bytes per rank's part, bcast and allgather read peers' buffers directly where they may.
+constexpr std::size_t kCmaBytes = std::size_t{64} << 10;
+
+// Parts up to this many bytes fold through shm_fold() where it covers the reduction.
+constexpr std::size_t kOwnFoldBytes = kSplitBytes;
+
+// How one part folds into another: the backend's own loop (small parts), or MPI_Reduce_local (handles looked up only
+// when some part may need them).
+struct Reducer {
+  ShmFold own = nullptr;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op op = MPI_OP_NULL;
+
+  Reducer(DType dtype, ReduceOp reduce, std::size_t largest_part) : own(shm_fold(dtype, reduce)) {
+    if (!own || largest_part > kOwnFoldBytes) {
+      type = mpi_datatype(dtype);
+      op = mpi_op(reduce, dtype);
+    }
+  }
+  // inout = in op inout.
+  void operator()(const unsigned char* in, unsigned char* inout, std::int64_t count, std::size_t item) const {
+    if (own && count * item <= kOwnFoldBytes)
+      own(in, inout, count);
+    else
+      SHARDKIT_MPI_CHECK(MPI_Reduce_local(in, inout, static_cast<int>(count), type, op));
+  }
+};
+
 unsigned char* bytes_of(const Array& a) { return static_cast<unsigned char*>(const_cast<void*>(a.data())); }
 
 class ShmBackend final : public Backend {
  public:
-  ShmBackend(ShmSegment seg, int rank, std::shared_ptr<AbortState> abort)
+  ShmBackend(ShmSegment seg, CmaPeers cma, int rank, std::shared_ptr<AbortState> abort)
       : seg_(std::move(seg)),
+        cma_(std::move(cma)),
         me_(rank),
         n_(seg_.ranks()),
         abort_(std::move(abort)),
@@ -49,11 +90,24 @@ class ShmBackend final : public Backend {
     const OpArgs& a = *c.args;
     for (const Array* x : {c.send, static_cast<const Array*>(c.recv)})
       if (x) x->wait_ready();
+    if (owed_ != 0) settle(ctx);
     switch (c.op) {
       case OpKind::kAllreduce:
       case OpKind::kReduce: reduce(*c.send, c.recv, a.reduce, ctx); break;  // reduce: recv set on the root only
-      case OpKind::kBcast: bcast(c.send ? *c.send : *c.recv, a.root, ctx); break;
-      case OpKind::kAllgather: allgather(*c.send, *c.recv, ctx); break;
+      case OpKind::kBcast: {
+        const Array& buf = c.send ? *c.send : *c.recv;
+        if (cma_.usable && buf.nbytes() >= kCmaBytes)
+          bcast_cma(bytes_of(buf), buf.nbytes(), a.root, ctx);
+        else
+          bcast(buf, a.root, ctx);
+        break;
+      }
+      case OpKind::kAllgather:
+        if (cma_.usable && c.send->nbytes() >= kCmaBytes)
+          allgather_cma(bytes_of(*c.send), bytes_of(*c.recv), c.send->nbytes(), ctx);
+        else
+          allgather(*c.send, *c.recv, ctx);
+        break;
       case OpKind::kReduceScatter: reduce_scatter(*c.send, *c.recv, a.reduce, ctx); break;
       case OpKind::kBarrier: step(next_set(), ctx); break;
       default: SHARDKIT_ASSERT(false, "the shm backend does not implement ", op_name(c.op));
@@ -64,9 +118,8 @@ class ShmBackend final : public Backend {
  private:
   // `out` (null off a reduce's root) = the element-wise reduction of every rank's `send`.
   void reduce(const Array& send, Array* out, ReduceOp op, const OpContext& ctx) {
-    const MPI_Datatype t = mpi_datatype(send.dtype());
-    const MPI_Op o = mpi_op(op, send.dtype());
     const std::size_t item = send.itemsize();
+    const Reducer fold_in(send.dtype(), op, std::min(send.nbytes(), ShmSegment::kSlotBytes));
     const unsigned char* in = bytes_of(send);
     unsigned char* res = out ? bytes_of(*out) : nullptr;
     chunks(send.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
@@ -75,13 +128,14 @@ class ShmBackend final : public Backend {
       std::memcpy(part(set, me_, bytes), in + at, bytes);
       step(set, ctx);
       if (bytes <= kSplitBytes || n_ == 1) {
-        if (res) fold(res + at, m, item, t, o, [&](int p) { return part(set, p, bytes); });
+        if (res) fold(res + at, m, item, fold_in, [&](int p) { return part(set, p, bytes); });
         return;
       }
       // This rank's share of the elements, folded into the set's result slot; then every rank copies the result.
       const std::int64_t lo = m * me_ / n_, hi = m * (me_ + 1) / n_;
       unsigned char* result = seg_.slot(set, n_);
-      if (hi > lo) fold(result + lo * item, hi - lo, item, t, o, [&](int p) { return seg_.slot(set, p) + lo * item; });
+      if (hi > lo)
+        fold(result + lo * item, hi - lo, item, fold_in, [&](int p) { return seg_.slot(set, p) + lo * item; });
       step(set, ctx);
       if (res) std::memcpy(res + at, result, bytes);
     });
@@ -92,11 +146,67 @@ class ShmBackend final : public Backend {
     unsigned char* p = bytes_of(buf);
     chunks(buf.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
       const std::size_t bytes = m * item;
+      if (owed_ != 0) settle(ctx);
       const int set = next_set();
-      if (me_ == root) std::memcpy(part(set, root, bytes), p + off * item, bytes);
-      step(set, ctx);
-      if (me_ != root) std::memcpy(p + off * item, part(set, root, bytes), bytes);
+      const std::uint32_t s = ++step_;
+      if (me_ == root) {
+        std::memcpy(part(set, root, bytes), p + off * item, bytes);
+      } else {
+        wait_for(set, root, s, ctx);
+        std::memcpy(p + off * item, part(set, root, bytes), bytes);
+      }
+      shm_post(seg_.line(set, me_), s);
+      owed_ = s;
+      owed_set_ = set;
     });
+  }
+
+  // Single copy: the root posts its buffer's address; the others read it from the root's memory and post; the root
+  // returns once all have read (its buffer is theirs until then).
+  void bcast_cma(unsigned char* buf, std::size_t bytes, int root, const OpContext& ctx) {
+    const int set = next_set();
+    const std::uint32_t s = ++step_;
+    if (me_ == root) {
+      post_address(set, s, buf);
+      wait_all(set, s, ctx);
+      return;
+    }
+    read_peer(buf, set, root, bytes, s, ctx);
+    shm_post(seg_.line(set, me_), s);
+    owed_ = s;
+    owed_set_ = set;
+  }
+
+  // Single copy: every rank posts its send buffer's address, reads every other rank's block straight into its receive
+  // buffer, and waits until all have read before returning (its send buffer is theirs until then).
+  void allgather_cma(const unsigned char* send, unsigned char* recv, std::size_t bytes, const OpContext& ctx) {
+    const int set = next_set();
+    const std::uint32_t s = ++step_;
+    post_address(set, s, send);
+    wait_all(set, s, ctx);
+    std::memmove(recv + me_ * bytes, send, bytes);  // in place, the two may be one
+    for (int k = 1; k < n_; ++k) {  // each rank starts with its right neighbour: not all at rank 0 at once
+      const int p = (me_ + k) % n_;
+      read_peer(recv + p * bytes, set, p, bytes, s, ctx);
+    }
+    step(set, ctx);
+  }
+
+  void post_address(int set, std::uint32_t s, const void* buf) {
+    const auto at = reinterpret_cast<std::uintptr_t>(buf);
+    ShmLine& l = seg_.line(set, me_);
+    std::memcpy(l.data, &at, sizeof at);
+    shm_post(l, s);
+  }
+
+  // Copies `bytes` from the buffer rank p posted at step s of `set` (waiting for it).
+  void read_peer(unsigned char* to, int set, int p, std::size_t bytes, std::uint32_t s, const OpContext& ctx) {
+    wait_for(set, p, s, ctx);
+    const ShmLine& l = seg_.line(set, p);
+    std::uintptr_t at = 0;
+    std::memcpy(&at, l.data, sizeof at);
+    if (!cma_read(cma_.pids[p], to, reinterpret_cast<const void*>(at), bytes))
+      raise_unfinished(ctx, *abort_, concat("process_vm_readv from rank ", p, " failed (", std::strerror(errno), ")"));
   }
 
   void allgather(const Array& send, Array& recv, const OpContext& ctx) {
@@ -115,10 +225,9 @@ class ShmBackend final : public Backend {
 
   // Chunk by chunk, each rank puts its pieces of every block in its slot; rank r folds everyone's block r.
   void reduce_scatter(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) {
-    const MPI_Datatype t = mpi_datatype(send.dtype());
-    const MPI_Op o = mpi_op(op, send.dtype());
     const std::size_t item = send.itemsize();
     const std::int64_t n = recv.numel();
+    const Reducer fold_in(send.dtype(), op, std::min(recv.nbytes(), ShmSegment::kSlotBytes / n_));
     const unsigned char* s = bytes_of(send);
     unsigned char* r = bytes_of(recv);
     chunks(n, ShmSegment::kSlotBytes / (item * n_), [&](std::int64_t off, std::int64_t m) {
@@ -127,7 +236,7 @@ class ShmBackend final : public Backend {
       unsigned char* mine = part(set, me_, whole);
       for (int b = 0; b < n_; ++b) std::memcpy(mine + b * bytes, s + (b * n + off) * item, bytes);
       step(set, ctx);
-      fold(r + off * item, m, item, t, o, [&](int p) { return part(set, p, whole) + me_ * bytes; });
+      fold(r + off * item, m, item, fold_in, [&](int p) { return part(set, p, whole) + me_ * bytes; });
     });
   }
 
@@ -140,10 +249,9 @@ class ShmBackend final : public Backend {
 
   // out = src(0) op src(1) op ... op src(n-1), in the same order on every rank.
   template <typename Src>
-  void fold(unsigned char* out, std::int64_t count, std::size_t item, MPI_Datatype t, MPI_Op o, Src&& src) const {
+  void fold(unsigned char* out, std::int64_t count, std::size_t item, const Reducer& r, Src&& src) const {
     std::memcpy(out, src(0), count * item);
-    for (int p = 1; p < n_; ++p)
-      SHARDKIT_MPI_CHECK(MPI_Reduce_local(src(p), out, static_cast<int>(count), t, o));
+    for (int p = 1; p < n_; ++p) r(src(p), out, count, item);
   }
 
   // Where rank p's part of `bytes` lives in `set`: inline in its flag line when it fits.
@@ -157,12 +265,24 @@ class ShmBackend final : public Backend {
   void step(int set, const OpContext& ctx) {
     const std::uint32_t s = ++step_;
     shm_post(seg_.line(set, me_), s);
-    for (int p = 0; p < n_; ++p) {
-      if (p == me_) continue;
-      ShmLine& l = seg_.line(set, p);
-      if (reached(l.flag.load(std::memory_order_acquire), s)) continue;
-      if (!shm_wait(l, s, policy_, ctx.deadline)) fail(set, s, ctx);
-    }
+    wait_all(set, s, ctx);
+  }
+
+  // Waits until every rank has posted the last one-way step (bcast).
+  void settle(const OpContext& ctx) {
+    wait_all(owed_set_, owed_, ctx);
+    owed_ = 0;
+  }
+
+  void wait_all(int set, std::uint32_t s, const OpContext& ctx) {
+    for (int p = 0; p < n_; ++p)
+      if (p != me_) wait_for(set, p, s, ctx);
+  }
+
+  void wait_for(int set, int p, std::uint32_t s, const OpContext& ctx) {
+    ShmLine& l = seg_.line(set, p);
+    if (!reached(l.flag.load(std::memory_order_acquire), s) && !shm_wait(l, s, policy_, ctx.deadline))
+      fail(set, s, ctx);
   }
 
   [[noreturn]] void fail(int set, std::uint32_t s, const OpContext& ctx) {
@@ -174,11 +294,14 @@ class ShmBackend final : public Backend {
   }
 
   ShmSegment seg_;
+  CmaPeers cma_;
   int me_, n_;
   std::shared_ptr<AbortState> abort_;
   WaitPolicy policy_;
   std::uint32_t step_ = 0;  // the last step posted (the same sequence on every rank)
   std::uint32_t uses_ = 0;  // buffer-set uses so far
+  std::uint32_t owed_ = 0;  // a one-way step not yet known to be posted by every rank (0: none), in set owed_set_
+  int owed_set_ = 0;
 };
 
 }  // namespace
@@ -213,7 +336,7 @@ std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<Ab
   }
   ShmSegment seg = ShmSegment::create(comm, why);
   if (!seg.valid()) return nullptr;
-  return std::make_unique<ShmBackend>(std::move(seg), rank, std::move(abort_state));
+  return std::make_unique<ShmBackend>(std::move(seg), probe_cma(comm), rank, std::move(abort_state));
 }
 
 }  // namespace shardkit::detail

@@ -36,8 +36,10 @@ std::string fmt(std::optional<double> v, const char* format) {
 
 CommOptions fast_comm_options(bool check) {
   CommOptions o;
-  // Host buffers, measured against MPI: on MPI, or on shm when SHARDKIT_BACKEND=shm asks for it.
-  o.backend = Config::get().backend == BackendKind::kShm ? BackendKind::kShm : BackendKind::kMpi;
+  // Host buffers, measured against MPI: the default route (shm where its table says, else MPI), or the backend
+  // SHARDKIT_BACKEND forces (nccl means nothing for host buffers: MPI then).
+  const BackendKind b = Config::get().backend;
+  o.backend = b == BackendKind::kNccl ? BackendKind::kMpi : b;
   o.check = check;
   o.timeout = std::chrono::milliseconds(0);
   o.async = false;

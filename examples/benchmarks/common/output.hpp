@@ -23,9 +23,9 @@ void write_json(const std::string& path, const std::string& text);
 /// `v` formatted with `format`, or "-" for none.
 std::string fmt(std::optional<double> v, const char* format = "%.3f");
 
-/// shardkit's fast path on host buffers over MPI, set explicitly: SHARDKIT_CHECK / SHARDKIT_TIMEOUT_S in the
-/// environment (ctest sets both) would otherwise add a signature exchange or polling to every call and skew the
-/// comparison. `check` turns checked mode on, to show its cost.
+/// shardkit's fast path on host buffers (the default route, or the backend SHARDKIT_BACKEND forces), set explicitly:
+/// SHARDKIT_CHECK / SHARDKIT_TIMEOUT_S in the environment (ctest sets both) would otherwise add a signature exchange
+/// or polling to every call and skew the comparison. `check` turns checked mode on, to show its cost.
 CommOptions fast_comm_options(bool check);
 
 /// main() of a benchmark: starts the runtime, parses the arguments on every rank (a UsageError prints `usage` on

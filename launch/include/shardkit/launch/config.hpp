@@ -26,6 +26,9 @@ struct Config {
   std::chrono::milliseconds timeout{0};
   /// SHARDKIT_VERBOSE = 1: log communicator creation and backend choices to stderr.
   bool verbose = false;
+  /// SHARDKIT_SHM_SINGLE_COPY = 0: the shm backend never reads other ranks' memory (process_vm_readv) and copies large
+  /// bcasts and allgathers through its segment, as where the kernel refuses the reads.
+  bool shm_single_copy = true;
   /// SHARDKIT_TRACE_BUFFER: operations each communicator's flight recorder keeps (0: none).
   std::size_t trace_buffer = 2000;
   /// SHARDKIT_HANG_WARN_S (seconds; 0: never): an operation that has waited this long prints one line per rank

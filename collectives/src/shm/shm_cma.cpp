@@ -1,0 +1,80 @@
+#include "shm/shm_cma.hpp"
+
+#include <mpi.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#include "shardkit/core/error.hpp"
+#include "shardkit/launch/config.hpp"
+
+namespace shardkit::detail {
+
+bool cma_read(pid_t pid, void* to, const void* from, std::size_t bytes) noexcept {
+  auto* dst = static_cast<unsigned char*>(to);
+  auto src = reinterpret_cast<std::uintptr_t>(from);
+  // The kernel may copy less than asked (it stops at a fault, or at its per-call limit): go on from there.
+  while (bytes > 0) {
+    iovec local{dst, bytes}, remote{reinterpret_cast<void*>(src), bytes};
+    const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (got == 0) {
+      errno = EFAULT;
+      return false;
+    }
+    dst += got;
+    src += static_cast<std::uintptr_t>(got);
+    bytes -= static_cast<std::size_t>(got);
+  }
+  return true;
+}
+
+CmaPeers probe_cma(MpiCommHandle handle) {
+  MPI_Comm comm = to_mpi<MPI_Comm>(handle);
+  int rank = 0, size = 1;
+  SHARDKIT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  SHARDKIT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  CmaPeers out;
+  out.pids.resize(static_cast<std::size_t>(size));
+  // Each rank offers a known word and reads its right neighbour's.
+  struct Offer {
+    std::int64_t pid;
+    std::uint64_t address;
+  };
+  static const std::uint64_t kWord = 0x5368617264436d61;  // "ShardCma"
+  const Offer mine{getpid(), reinterpret_cast<std::uintptr_t>(&kWord)};
+  std::vector<Offer> all(out.pids.size());
+  SHARDKIT_MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm));
+  for (int r = 0; r < size; ++r) out.pids[r] = static_cast<pid_t>(all[r].pid);
+  if (size == 1) {
+    out.why = "one rank";
+    return out;
+  }
+  const Offer& right = all[(rank + 1) % size];
+  // -1: turned off here (SHARDKIT_SHM_SINGLE_COPY=0); else 0 or the errno of the refused read.
+  int err = -1;
+  if (Config::get().shm_single_copy) {
+    std::uint64_t read = 0;
+    err = cma_read(static_cast<pid_t>(right.pid), &read, reinterpret_cast<const void*>(right.address), sizeof read)
+              ? 0
+              : errno;
+    if (err == 0 && read != kWord) err = EIO;
+  }
+  int worst = 0, least = 0;
+  SHARDKIT_MPI_CHECK(MPI_Allreduce(&err, &worst, 1, MPI_INT, MPI_MAX, comm));
+  SHARDKIT_MPI_CHECK(MPI_Allreduce(&err, &least, 1, MPI_INT, MPI_MIN, comm));
+  out.usable = worst == 0 && least == 0;
+  if (least < 0)
+    out.why = "SHARDKIT_SHM_SINGLE_COPY=0";
+  else if (!out.usable)
+    out.why = concat("process_vm_readv refused (", std::strerror(worst), ")");
+  return out;
+}
+
+}  // namespace shardkit::detail

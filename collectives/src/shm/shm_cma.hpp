@@ -1,0 +1,30 @@
+#pragma once
+
+// Single-copy reads of another rank's memory (Linux cross-memory attach, process_vm_readv): a large bcast or allgather
+// reads the sender's own buffer instead of copying through the segment twice. The kernel allows it only where this
+// process may ptrace the other one (same user and no Yama restriction, or CAP_SYS_PTRACE); containers often forbid
+// it, so the ranks probe it once, when the backend is made, and fall back to the segment when any rank cannot.
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "shardkit/launch/mpi.hpp"
+
+namespace shardkit::detail {
+
+/// Every rank's process id, and whether every rank could read another's memory (collective, blocking MPI calls over
+/// `comm`; false at 1 rank, or where SHARDKIT_SHM_SINGLE_COPY=0 on any rank). `why` says why not, on every rank.
+struct CmaPeers {
+  std::vector<pid_t> pids;
+  bool usable = false;
+  std::string why;
+};
+CmaPeers probe_cma(MpiCommHandle comm);
+
+/// Copies `bytes` from address `from` of process `pid` to `to`. False (errno set) when the kernel refuses.
+bool cma_read(pid_t pid, void* to, const void* from, std::size_t bytes) noexcept;
+
+}  // namespace shardkit::detail
