@@ -16,21 +16,23 @@ other's cores. Each runtime warms up (compilation and `--warmup` steps), then ta
 donated steps each (the slowest rank's time per step); the table and the JSON give the min and median over samples.
 The first losses of the three are checked against each other first (a fast wrong step is no result). After the timed
 steps, the shardkit ranks run `--rss-steps` more and report the growth of their resident memory (the largest rank's,
-KiB; donation that leaked a buffer per step would show here). Where JAX's runtime cannot run, the row says why.
+KiB; donation that leaked a buffer per step would show here). Where JAX's runtime cannot run, the output says why
+instead of giving a number. The three run one after another (one process, shardkit, JAX), not alternating: each is
+its own set of processes, so timings on a shared machine vary between them as much as between runs.
 
     mpirun -np 2 python examples/benchmarks/train_step.py [--models small,large] [--mesh 1x2] [--json -]
-    mpirun -np 2 python examples/benchmarks/train_step.py --models 8x16x4x8 --steps 3 --repeats 2   # d_in x hidden x d_out x batch
+    mpirun -np 2 python examples/benchmarks/train_step.py --models 8x16x4x8 --steps 3   # d_in x hidden x d_out x batch
 """
 
 import argparse
 import functools
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
+
+from bench_helpers import coordinator_address, run_helpers, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "jax"))  # mlp_model.py, shared with examples/jax/train_mlp.py
@@ -49,6 +51,11 @@ def parse_model(name):
     if len(dims) != 4:
         raise SystemExit(f"train_step: a model is one of {sorted(MODELS)} or d_in x hidden x d_out x batch, not {name}")
     return name, dims
+
+
+def check_first_loss(runtime, model, loss, ref):
+    if abs(loss - ref) > 1e-4 * abs(ref):
+        raise SystemExit(f"train_step: {model}: the first loss in {runtime} is {loss}, in one process {ref}")
 
 
 def pin_to_share(index, count):
@@ -138,34 +145,6 @@ def jax_child(address, rank, size, data, models, steps, repeats, warmup):
     print(json.dumps(out))
 
 
-def run_helpers(comm, argv_of_rank, timeout=600):
-    """Runs sys.executable with argv_of_rank(rank) (None: no helper on this rank) as a plain, non-MPI process per
-    rank; the ranks wait for each other without spinning. Returns (parsed JSON of this rank's helper, None) or
-    (None, why) on every rank."""
-    rank = comm.Get_rank()
-    argv = argv_of_rank(rank)
-    result, why = None, None
-    if argv is not None:
-        # Without the launcher's variables nothing in the helper tries to join this job.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
-        env["JAX_PLATFORMS"] = "cpu"
-        try:
-            p = subprocess.run([sys.executable, os.path.abspath(__file__)] + argv, env=env, capture_output=True,
-                               text=True, timeout=timeout)
-            if p.returncode != 0:
-                lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
-                why = f"rank {rank}'s helper failed: {lines[-1] if lines else f'exit code {p.returncode}'}"
-            else:
-                result = json.loads(p.stdout.strip().splitlines()[-1])
-        except subprocess.TimeoutExpired:
-            why = f"rank {rank}'s helper did not finish in {timeout} s"
-    req = comm.Ibarrier()  # an MPI barrier would spin on a core the helpers are measuring on
-    while not req.Test():
-        time.sleep(0.01)
-    whys = [w for w in comm.allgather(why) if w]
-    return (None, whys[0]) if whys else (result, None)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="small,large", help=f"names ({', '.join(MODELS)}) or DxHxOxB specs")
@@ -198,7 +177,7 @@ def main():
     common = [",".join(names), str(args.steps), str(args.repeats), str(args.warmup)]
 
     # One process, every core (rank 0's helper; the others wait without spinning).
-    single, single_why = run_helpers(comm, lambda r: [SINGLE_CHILD] + common if r == 0 else None)
+    single, single_why = run_helpers(comm, __file__, lambda r: [SINGLE_CHILD] + common if r == 0 else None)
     single = comm.bcast(single, root=0)
     if single is None:
         raise SystemExit(f"train_step: the one-process step did not run: {single_why}")
@@ -220,9 +199,7 @@ def main():
         x, t = (sk.distribute(a, sk.NamedSharding(mesh, P("data"))) for a in (x, t))
         params = jax.tree.map(jax.numpy.array, params)  # JAX-owned blocks, which the step can donate
         value, *state = step(params, x, t)
-        loss0, ref = float(value), single[name]["loss0"]
-        if abs(loss0 - ref) > 1e-4 * abs(ref):
-            raise SystemExit(f"train_step: {name}: shardkit's first loss {loss0} is not the one-process {ref}")
+        check_first_loss("shardkit", name, float(value), single[name]["loss0"])
         samples, state = time_steps(step, tuple(state), args.steps, args.repeats, args.warmup, sk.mpi.barrier)
         rss = resident_kib()
         for _ in range(args.rss_steps):
@@ -230,29 +207,22 @@ def main():
         jax.block_until_ready(value)
         d_in, hidden, d_out, batch = dims
         results.append({"ranks": size, "model": name, "mesh": [data, model], "d_in": d_in, "hidden": hidden,
-                        "d_out": d_out, "batch": batch, "param_bytes": 4 * (d_in * hidden + hidden + hidden * d_out + d_out),
+                        "d_out": d_out, "batch": batch,
+                        "param_bytes": 4 * (d_in * hidden + hidden + hidden * d_out + d_out),
                         "shardkit_s": [comm.allreduce(s, op=MPI.MAX) for s in samples],
-                        "single_s": single[name]["samples"],
-                        "rss_growth_kib": comm.allreduce(resident_kib() - rss, op=MPI.MAX), "rss_steps": args.rss_steps})
+                        "single_s": single[name]["samples"], "rss_steps": args.rss_steps,
+                        "rss_growth_kib": comm.allreduce(resident_kib() - rss, op=MPI.MAX)})
     del state
 
     jax_why = "skipped (--no-jax)"
     if not args.no_jax:
-        port = None
-        if rank == 0:
-            with socket.socket() as s:  # a free port for jax.distributed's coordinator (in rank 0's helper)
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-        port = comm.bcast(port, root=0)
-        got, jax_why = run_helpers(comm, lambda r: [JAX_CHILD, f"127.0.0.1:{port}", str(r), str(size), str(data)] + common)
-        for row in results:
-            if got is None:
-                continue
-            ref = single[row["model"]]["loss0"]
-            if abs(got[row["model"]]["loss0"] - ref) > 1e-4 * abs(ref):
-                raise SystemExit(f"train_step: {row['model']}: JAX's first loss {got[row['model']]['loss0']} is not the "
-                                 f"one-process {ref}")
-            row["jax_s"] = [comm.allreduce(s, op=MPI.MAX) for s in got[row["model"]]["samples"]]
+        address = coordinator_address(comm)
+        got, jax_why = run_helpers(comm, __file__, lambda r: [JAX_CHILD, address, str(r), str(size), str(data)]
+                                   + common)
+        for row in results if got is not None else []:
+            mine = got[row["model"]]
+            check_first_loss("JAX's runtime", row["model"], mine["loss0"], single[row["model"]]["loss0"])
+            row["jax_s"] = [comm.allreduce(s, op=MPI.MAX) for s in mine["samples"]]
 
     for row in results:
         for k in ("shardkit", "jax", "single"):
@@ -269,20 +239,14 @@ def main():
         print(f"{'model':>12} {'params':>10} {'shardkit':>17} {'jax':>17} {'single':>17} {'sk/jax':>7} {'eff':>5} "
               f"{'rss KiB':>8}")
         for r in results:
-            cell = lambda k: f"{r[k + '_ms_min']:7.3f} / {r[k + '_ms_median']:7.3f}" if k + "_ms_min" in r else "-"  # noqa: E731
+            def cell(k):
+                return f"{r[k + '_ms_min']:7.3f} / {r[k + '_ms_median']:7.3f}" if k + "_ms_min" in r else "-"
             ratio = f"{r['shardkit_over_jax_median']:.3f}" if "shardkit_over_jax_median" in r else "-"
             print(f"{r['model']:>12} {r['param_bytes']:>10} {cell('shardkit'):>17} {cell('jax'):>17} "
                   f"{cell('single'):>17} {ratio:>7} {r['efficiency_median']:5.2f} {r['rss_growth_kib']:>8}")
         if jax_why:
             print(f"# jax: no result: {jax_why}")
-        if args.json:
-            text = json.dumps({"benchmark": "train_step", "results": results,
-                               "jax": "measured" if not jax_why else jax_why}, indent=2)
-            if args.json == "-":
-                print(text)
-            else:
-                with open(args.json, "w") as f:
-                    f.write(text)
+        write_json(args.json, "train_step", results, jax="measured" if not jax_why else jax_why)
 
 
 if __name__ == "__main__":
