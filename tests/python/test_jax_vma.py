@@ -118,20 +118,23 @@ def test_a_replicated_output_fed_to_another_shard_map(sk):
     np.testing.assert_allclose(g.local, block_of(expected, xs.sharding), rtol=1e-12)
 
 
-@pytest.mark.parametrize("check", [False, pytest.param(True, marks=pytest.mark.xfail(
-    WORLD_SIZE > 1, strict=True,  # (one rank: both rules agree)
-    reason="check_vma's rules inside a body are not implemented: jax.grad there follows pmap's rules"))])
+@pytest.mark.parametrize("check", [True, False])
 def test_grad_inside_a_body_follows_jax(sk, jax_answers, check):
-    """jax.grad called in the body, of a psum'ed loss: with check_vma=False pmap's rules (psum's transpose a psum: n
-    times the gradient), as JAX's; with check_vma=True JAX gives the gradient of the global loss, which shardkit does
-    not yet (strict xfail: it fails when that lands, to be turned into a plain test)."""
+    """jax.grad called in the body, of losses that run each axis collective (vma_cases.inside), all in one compiled
+    program: with check_vma=True JAX's rules (psum of a varying value transposes to a copy, an unvarying value read by
+    varying code to a psum: psum'ed losses give the gradient of the global loss), with check_vma=False pmap's (psum's
+    transpose a psum: n times it), against JAX's jax.shard_map (its pbroadcast written as a psum, whose transpose JAX
+    has)."""
     n = sk.size()
     mesh = sk.Mesh(np.arange(n), ("x",))
-    body = vma_cases.inside(n, jax, jnp)
-    f = sk.shard_map(lambda b: body(sk, b), mesh=mesh, in_specs=sk.P("x"), out_specs=sk.P("x"), check_vma=check)
-    x = np.cos(np.arange(2.0 * n * n))
-    y = sk.process_allgather(jax.jit(f)(sk.distribute(x, sk.NamedSharding(mesh, sk.P("x")))))
-    np.testing.assert_allclose(y, jax_answers[f"inside/{check}"], rtol=1e-12)
+    fs = {name: sk.shard_map(lambda b, body=body: body(sk, b), mesh=mesh, in_specs=sk.P("x"), out_specs=sk.P("x"),
+                             check_vma=check)
+          for name, body in vma_cases.inside(n, jax, jnp).items()}
+    x = sk.distribute(np.cos(np.arange(2.0 * n * n)), sk.NamedSharding(mesh, sk.P("x")))
+    ys = jax.jit(lambda a: {name: sk.process_allgather(f(a)) for name, f in fs.items()})(x)
+    for name, y in ys.items():
+        np.testing.assert_allclose(y, jax_answers[f"inside/{name}/{check}"], rtol=1e-12, atol=1e-14,
+                                   err_msg=f"{name}, check_vma={check}")
 
 
 def test_resharded_arguments(sk):
