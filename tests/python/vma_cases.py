@@ -87,6 +87,11 @@ def inside(n, jax, jnp):
                                                   "x")),
         "pbroadcast": grad_of(lambda c, v: c.psum(jnp.sum(jnp.sin(c.pbroadcast(v, "x", n - 1)) * r(c)), "x")),
         "unvarying": unvarying,
+        # Collectives in a loop body and in a jit-compiled function, under jax.grad.
+        "fori_loop": grad_of(lambda c, v: c.psum(jnp.sum(jax.lax.fori_loop(
+            0, 2, lambda i, y: jnp.sin(c.ppermute(y, "x", ring)) * r(c), v)), "x")),
+        "jit": grad_of(lambda c, v: c.psum(jax.jit(lambda u: jnp.sum(jnp.sin(
+            c.all_gather(u * u, "x", axis=0, tiled=True))))(v), "x")),
     }
 
 

@@ -302,25 +302,29 @@ class JaxContext(TracedContext):
         axes = tuple(_axes(axis_name))
         _core._plan_axis(what, self.mesh, list(axes), list(x.shape), x.dtype.name, **args)
         name = axes if len(axes) > 1 else axes[0]
-        lax = jax.lax
-        if what in ("psum", "pmax", "pmin", "pmean"):
-            return getattr(lax, what)(x, name)
-        if what == "all_gather":
-            return lax.all_gather(x, name, axis=args["dim"], tiled=args["tiled"])
-        if what == "psum_scatter":
-            return lax.psum_scatter(x, name, scatter_dimension=args["dim"], tiled=args["tiled"])
-        if what == "ppermute":
-            return lax.ppermute(x, name, args["perm"])
-        if what == "all_to_all":
-            return lax.all_to_all(x, name, args["dim"], args["concat_dim"], tiled=args["tiled"])
         if what == "pbroadcast":
             # The psum of the source's value (zeros elsewhere), varying as JAX's pbroadcast: JAX has a transpose for
             # it (its pbroadcast's transpose raises on jax 0.8.3 and 0.10.2: "full must be called with scalar
-            # fill_value"), the gradient of the global function.
-            # (A select on this rank's constant, not a Python choice: every rank traces the same collectives.)
+            # fill_value"), the gradient of the global function. (A select on this rank's constant, not a Python
+            # choice: every rank traces the same collectives.)
             mine = jnp.asarray(self.axis_index(axes) == args["source"])
-            return jc.pvary(lax.psum(jnp.where(mine, x, jnp.zeros_like(x)), name), axes)
-        raise _core.InvalidArgument(f"shard_map: {what} is not traced with check_vma=True")
+            return jc.pvary(jax.lax.psum(jnp.where(mine, x, jnp.zeros_like(x)), name), axes)
+        fn, table = _JAX_FORMS[what]
+        return getattr(jax.lax, fn)(x, name, **{keyword: args[arg] for arg, keyword, _ in table})
+
+
+# shardkit's axis collectives as JAX's: the jax.lax function, and for each argument of shardkit's plan, jax.lax's
+# keyword and the parameter of the primitive's equation.
+_TILED = ("tiled", "tiled", "tiled")
+_JAX_FORMS = {
+    "psum": ("psum", ()), "pmax": ("pmax", ()), "pmin": ("pmin", ()), "pmean": ("pmean", ()),
+    "all_gather": ("all_gather", (("dim", "axis", "all_gather_dimension"), _TILED)),
+    "psum_scatter": ("psum_scatter", (("dim", "scatter_dimension", "scatter_dimension"), _TILED)),
+    "ppermute": ("ppermute", (("perm", "perm", "perm"),)),
+    "all_to_all": ("all_to_all", (("dim", "split_axis", "split_axis"), ("concat_dim", "concat_axis", "concat_axis"),
+                                  _TILED)),
+    "pbroadcast": ("pbroadcast", (("source", "source", "source"),)),
+}
 
 
 def _traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack):
@@ -418,6 +422,7 @@ def _rerun(ctx, v):
 
 
 def _collective(ctx, kind, x, params):
+    """A JAX axis collective's equation run as shardkit's."""
     if kind == "pvary":
         return x
     if params.get("axis_index_groups") is not None:
@@ -425,14 +430,9 @@ def _collective(ctx, kind, x, params):
     names = params.get("axes", params.get("axis_name"))
     if kind == "axis_index":
         return jnp.asarray(ctx.axis_index(names), jnp.int32)
-    if kind in ("psum", "pmax", "pmin"):
-        return getattr(ctx, kind)(x, names)
-    if kind == "all_gather":
-        return ctx.all_gather(x, names, axis=params["all_gather_dimension"], tiled=params["tiled"])
-    if kind == "psum_scatter":
-        return ctx.psum_scatter(x, names, scatter_dimension=params["scatter_dimension"], tiled=params["tiled"])
-    if kind == "ppermute":
-        return ctx.ppermute(x, names, params["perm"])
+    args = {arg: params[p] for arg, _, p in _JAX_FORMS[kind][1]}
     if kind == "all_to_all":  # the primitive's own split and concatenation (JAX's untiled form reshapes around it)
-        return ctx.all_to_all(x, names, params["split_axis"], params["concat_axis"], tiled=True)
-    return ctx.pbroadcast(x, names, params["source"])
+        args["tiled"] = True
+    if kind == "ppermute":
+        args["perm"] = [(int(s), int(d)) for s, d in args["perm"]]
+    return ctx._run(kind, x, names, **args)
