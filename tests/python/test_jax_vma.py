@@ -154,3 +154,28 @@ def test_resharded_arguments(sk):
     for scale, g, held in zip((1, 2), grads, xs):
         assert g.sharding == held.sharding
         np.testing.assert_allclose(g.local, scale * block_of(expected, held.sharding), rtol=1e-12)
+
+
+def test_custom_derivative_rules_in_a_body(sk):
+    """Functions with custom derivative rules in a body, check_vma on: their rules hold for jax.grad of the jitted
+    shard_map (jax.nn.relu's derivative 0 at 0, a custom_vjp's backward: such a body is traced with shardkit's
+    collectives), and a jax.grad inside the body through a custom_vjp follows JAX's rules (the gradient of the global
+    loss: JAX's differentiation leaves no call with custom rules in the body)."""
+    n = sk.size()
+    mesh = sk.Mesh(np.arange(n), ("x",))
+    P = sk.P
+
+    @jax.custom_vjp
+    def h(v):
+        return jnp.sin(v)
+
+    h.defvjp(lambda v: (jnp.sin(v), v), lambda v, ct: (ct * 10.0,))
+    loss = lambda v: jnp.sum(jax.nn.relu(v) + h(v))  # noqa: E731
+    x0 = np.tile([0.0, 1.0, -1.0, 0.0], n)
+    x = sk.distribute(x0, sk.NamedSharding(mesh, P("x")))
+    outside = sk.shard_map(lambda b: sk.psum(loss(b), "x"), mesh=mesh, in_specs=P("x"), out_specs=P())
+    inside = sk.shard_map(lambda b: jax.grad(lambda v: sk.psum(jnp.sum(h(v)), "x"))(b), mesh=mesh, in_specs=P("x"),
+                          out_specs=P("x"))
+    g, y = jax.jit(lambda a: (jax.grad(lambda a: outside(a).local)(a), sk.process_allgather(inside(a))))(x)
+    np.testing.assert_allclose(g.local, block_of(jax.grad(loss)(x0), x.sharding), rtol=1e-12)
+    np.testing.assert_allclose(y, np.full(x0.shape, 10.0), rtol=1e-12)

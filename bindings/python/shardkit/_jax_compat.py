@@ -14,7 +14,8 @@ difference, found by what the installed JAX offers rather than by its version nu
 - ``bind_equation``: a primitive's ``get_bind_params`` returns the parameters to bind in 0.10 ((subfunctions,
   parameters) in 0.8 and 0.9).
 - ``pvary``: ``jax.lax.pcast(x, axes, to="varying")`` from 0.10 on (0.8 and 0.9: ``jax.lax.pvary``).
-- ``AXIS_COLLECTIVES``, ``INLINED_CALLS``: JAX's axis collectives (what shardkit runs each as) and call primitives, in
+- ``AXIS_COLLECTIVES``, ``INLINED_CALLS``, ``CUSTOM_DERIVATIVE_CALLS``: JAX's axis collectives (what shardkit runs
+  each as), call primitives and calls with custom derivative rules, in
   the body of a shard_map that JAX traced with check_vma=True (shardkit._jax_shard_map); the ones a release lacks are
   left out (0.8's psum_invariant and pvary live in lax.parallel, 0.10's pvary in core).
 
@@ -38,7 +39,7 @@ from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import hlo
 from jax._src.lax import parallel as _parallel
 
-__all__ = ["AXIS_COLLECTIVES", "INLINED_CALLS", "TESTED_VERSIONS", "ArrayImpl", "ClosedJaxpr", "bind_equation", "pvary", "Jaxpr", "Literal", "Primitive", "ShapedArray", "Token", "Tracer", "ad", "apply_primitive",
+__all__ = ["AXIS_COLLECTIVES", "CUSTOM_DERIVATIVE_CALLS", "INLINED_CALLS", "TESTED_VERSIONS", "ArrayImpl", "ClosedJaxpr", "bind_equation", "pvary", "Jaxpr", "Literal", "Primitive", "ShapedArray", "Token", "Tracer", "ad", "apply_primitive",
            "aval_to_ir_type", "batching", "hlo", "host_importer", "ir", "mlir", "ordered_effect",
            "trace_probe", "trace_state_clean", "user_context"]
 
@@ -94,23 +95,31 @@ AXIS_COLLECTIVES = _primitives({"psum_p psum_invariant_p": "psum", "pmax_p": "pm
 
 
 def _call_primitives():
-    from jax._src import ad_checkpoint, custom_derivatives, pjit  # noqa: PLC0415
+    from jax._src import ad_checkpoint, pjit  # noqa: PLC0415
 
     out = {}
     for module, name, param in ((pjit, "jit_p", "jaxpr"), (pjit, "pjit_p", "jaxpr"), (_core, "closed_call_p",
-                                "call_jaxpr"), (_core, "call_p", "call_jaxpr"), (ad_checkpoint, "remat_p", "jaxpr"),
-                                (custom_derivatives, "custom_jvp_call_p", "call_jaxpr"),
-                                (custom_derivatives, "custom_vjp_call_p", "call_jaxpr"),
-                                (custom_derivatives, "custom_vjp_call_jaxpr_p", "fun_jaxpr")):
+                                "call_jaxpr"), (_core, "call_p", "call_jaxpr"), (ad_checkpoint, "remat_p", "jaxpr")):
         prim = getattr(module, name, None)
         if isinstance(prim, _core.Primitive):
             out[prim] = param
     return out
 
 
-# Primitives that call one jaxpr (the parameter that holds it), run inline in a traced body: jit, calls, remat and
-# custom derivatives (their rules are JAX's, applied when JAX traced the body).
+# Primitives that call one jaxpr (the parameter that holds it), run inline in a traced body: jit, calls and remat.
 INLINED_CALLS = _call_primitives()
+
+
+def _custom_derivative_calls():
+    from jax._src import custom_derivatives  # noqa: PLC0415
+
+    names = ("custom_jvp_call_p", "custom_vjp_call_p", "custom_vjp_call_jaxpr_p")
+    return frozenset(p for p in (getattr(custom_derivatives, n, None) for n in names) if isinstance(p, _core.Primitive))
+
+
+# Calls of functions with custom derivative rules (jax.custom_jvp, jax.custom_vjp): their rules are traced in JAX's
+# context of the body (its types), which shardkit does not re-create to run them outside it.
+CUSTOM_DERIVATIVE_CALLS = _custom_derivative_calls()
 
 
 def ordered_effect(name):

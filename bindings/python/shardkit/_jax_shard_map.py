@@ -24,7 +24,10 @@ collectives JAX's own (JaxContext, after shardkit's checks), so JAX types every 
 and applies its rules: psum of a varying value transposes to a copy, an unvarying value read by varying code (JAX's
 pvary) to a psum, and a psum'ed loss's gradient is that of the global loss. shardkit then runs the traced body's
 equations on this rank's blocks (_interpret): JAX's axis collectives (the transposes' included) as shardkit's
-collectives, pvary as the identity, calls inline, control-flow bodies run the same way. Bodies that jax.shard_map's
+collectives, pvary as the identity, calls inline, control-flow bodies run the same way. A body that calls a function
+with custom derivative rules (jax.custom_jvp, jax.custom_vjp: jax.nn.relu, ...) is traced with shardkit's collectives
+instead, as with check_vma=False (its rules stay for derivatives taken outside the body; jax.grad inside it follows
+pmap's rules). Bodies that jax.shard_map's
 check_vma=True refuses (a scan carry that starts unvarying and becomes varying, ...) are refused with JAX's message;
 the out_specs stay shardkit's (not checked against the values' types, as eagerly).
 """
@@ -258,9 +261,8 @@ def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack, check_vma=Fal
         block, u = _argument_block(i, a, spec, mesh)
         blocks.append(block)
         uneven = uneven or u
-    if check_vma:
-        result = _traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack)
-    else:
+    result = _traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack) if check_vma else _UNTRACED
+    if result is _UNTRACED:
         ctx = TracedContext(mesh)
         stack.append(ctx)
         try:
@@ -327,9 +329,27 @@ _JAX_FORMS = {
 }
 
 
+_UNTRACED = object()
+
+
+def _calls_custom_rules(jaxpr):
+    """Whether jaxpr (or one inside it) calls a function with custom derivative rules."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive in jc.CUSTOM_DERIVATIVE_CALLS:
+            return True
+        for v in eqn.params.values():
+            for j in (v if isinstance(v, (tuple, list)) else (v,)):
+                if isinstance(j, (jc.ClosedJaxpr, jc.Jaxpr)) and _calls_custom_rules(_closed(j)[0]):
+                    return True
+    return False
+
+
 def _traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack):
     """f's result on this rank's blocks, f traced by jax.shard_map (check_vma=True) on an abstract mesh like `mesh`
-    and its equations run by shardkit."""
+    and its equations run by shardkit; _UNTRACED where the body calls a function with custom derivative rules (a
+    jax.custom_jvp or custom_vjp: JAX traced its rules with the body's types, which shardkit does not re-create to
+    run them outside the body, and inlined they would give the derivative of its implementation instead), for the
+    body to be traced with shardkit's collectives (pmap's rules inside it)."""
     import jax  # noqa: PLC0415
     from jax.sharding import AbstractMesh, PartitionSpec  # noqa: PLC0415
 
@@ -363,6 +383,8 @@ def _traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack):
     finally:
         stack.pop()
     top = closed.jaxpr
+    if _calls_custom_rules(top):
+        return _UNTRACED
     (eqn,) = [e for e in top.eqns if "jaxpr" in e.params and "in_specs" in e.params]
     values = dict(zip(top.invars, blocks))
     values.update(zip(top.constvars, closed.consts))
