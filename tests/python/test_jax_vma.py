@@ -118,20 +118,23 @@ def test_a_replicated_output_fed_to_another_shard_map(sk):
     np.testing.assert_allclose(g.local, block_of(expected, xs.sharding), rtol=1e-12)
 
 
-@pytest.mark.parametrize("check", [False, pytest.param(True, marks=pytest.mark.xfail(
-    WORLD_SIZE > 1, strict=True,  # (one rank: both rules agree)
-    reason="check_vma's rules inside a body are not implemented: jax.grad there follows pmap's rules"))])
+@pytest.mark.parametrize("check", [True, False])
 def test_grad_inside_a_body_follows_jax(sk, jax_answers, check):
-    """jax.grad called in the body, of a psum'ed loss: with check_vma=False pmap's rules (psum's transpose a psum: n
-    times the gradient), as JAX's; with check_vma=True JAX gives the gradient of the global loss, which shardkit does
-    not yet (strict xfail: it fails when that lands, to be turned into a plain test)."""
+    """jax.grad called in the body, of losses that run each axis collective (vma_cases.inside), all in one compiled
+    program: with check_vma=True JAX's rules (psum of a varying value transposes to a copy, an unvarying value read by
+    varying code to a psum: psum'ed losses give the gradient of the global loss), with check_vma=False pmap's (psum's
+    transpose a psum: n times it), against JAX's jax.shard_map (its pbroadcast written as a psum, whose transpose JAX
+    has)."""
     n = sk.size()
     mesh = sk.Mesh(np.arange(n), ("x",))
-    body = vma_cases.inside(n, jax, jnp)
-    f = sk.shard_map(lambda b: body(sk, b), mesh=mesh, in_specs=sk.P("x"), out_specs=sk.P("x"), check_vma=check)
-    x = np.cos(np.arange(2.0 * n * n))
-    y = sk.process_allgather(jax.jit(f)(sk.distribute(x, sk.NamedSharding(mesh, sk.P("x")))))
-    np.testing.assert_allclose(y, jax_answers[f"inside/{check}"], rtol=1e-12)
+    fs = {name: sk.shard_map(lambda b, body=body: body(sk, b), mesh=mesh, in_specs=sk.P("x"), out_specs=sk.P("x"),
+                             check_vma=check)
+          for name, body in vma_cases.inside(n, jax, jnp).items()}
+    x = sk.distribute(np.cos(np.arange(2.0 * n * n)), sk.NamedSharding(mesh, sk.P("x")))
+    ys = jax.jit(lambda a: {name: sk.process_allgather(f(a)) for name, f in fs.items()})(x)
+    for name, y in ys.items():
+        np.testing.assert_allclose(y, jax_answers[f"inside/{name}/{check}"], rtol=1e-12, atol=1e-14,
+                                   err_msg=f"{name}, check_vma={check}")
 
 
 def test_resharded_arguments(sk):
@@ -151,3 +154,28 @@ def test_resharded_arguments(sk):
     for scale, g, held in zip((1, 2), grads, xs):
         assert g.sharding == held.sharding
         np.testing.assert_allclose(g.local, scale * block_of(expected, held.sharding), rtol=1e-12)
+
+
+def test_custom_derivative_rules_in_a_body(sk):
+    """Functions with custom derivative rules in a body, check_vma on: their rules hold for jax.grad of the jitted
+    shard_map (jax.nn.relu's derivative 0 at 0, a custom_vjp's backward: such a body is traced with shardkit's
+    collectives), and a jax.grad inside the body through a custom_vjp follows JAX's rules (the gradient of the global
+    loss: JAX's differentiation leaves no call with custom rules in the body)."""
+    n = sk.size()
+    mesh = sk.Mesh(np.arange(n), ("x",))
+    P = sk.P
+
+    @jax.custom_vjp
+    def h(v):
+        return jnp.sin(v)
+
+    h.defvjp(lambda v: (jnp.sin(v), v), lambda v, ct: (ct * 10.0,))
+    loss = lambda v: jnp.sum(jax.nn.relu(v) + h(v))  # noqa: E731
+    x0 = np.tile([0.0, 1.0, -1.0, 0.0], n)
+    x = sk.distribute(x0, sk.NamedSharding(mesh, P("x")))
+    outside = sk.shard_map(lambda b: sk.psum(loss(b), "x"), mesh=mesh, in_specs=P("x"), out_specs=P())
+    inside = sk.shard_map(lambda b: jax.grad(lambda v: sk.psum(jnp.sum(h(v)), "x"))(b), mesh=mesh, in_specs=P("x"),
+                          out_specs=P("x"))
+    g, y = jax.jit(lambda a: (jax.grad(lambda a: outside(a).local)(a), sk.process_allgather(inside(a))))(x)
+    np.testing.assert_allclose(g.local, block_of(jax.grad(loss)(x0), x.sharding), rtol=1e-12)
+    np.testing.assert_allclose(y, np.full(x0.shape, 10.0), rtol=1e-12)

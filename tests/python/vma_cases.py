@@ -60,9 +60,39 @@ def cases(n, jnp):
 
 
 def inside(n, jax, jnp):
-    """A body that calls jax.grad itself, of a psum'ed loss, on a (n * 2n,) array cut as P("x"), out_spec P("x"): JAX's
-    answer depends on check_vma (on: the gradient of the global loss; off: pmap's rules, n times it)."""
-    return lambda c, b: jax.grad(lambda v: c.psum(jnp.sum(jnp.sin(v) * v), "x"))(b)
+    """Bodies that call jax.grad themselves, of losses that run an axis collective, each on a (n * 2n,) array cut as
+    P("x"), out_spec P("x"): name -> body(c, block). JAX's answers depend on check_vma (on: a psum of a varying value
+    transposes to a copy, an unvarying value read by varying code to a psum, so that the psum'ed losses give the
+    gradient of the global loss; off: pmap's rules, where psum transposes to a psum)."""
+    r = lambda c: c.axis_index("x") + 1  # noqa: E731
+    ring = [(i, (i + 1) % n) for i in range(n)]
+
+    def grad_of(loss):
+        return lambda c, b: jax.grad(lambda v: loss(c, v))(b)
+
+    def unvarying(c, b):  # the gradient with respect to an unvarying value that varying code reads
+        s = c.psum(jnp.sum(b), "x")
+        return jnp.zeros_like(b) + jax.grad(lambda t: c.psum(jnp.sum(jnp.sin(t * b)), "x"))(s)
+
+    return {
+        "psum": grad_of(lambda c, v: c.psum(jnp.sum(jnp.sin(v) * v), "x")),
+        "pmean": grad_of(lambda c, v: c.pmean(jnp.sum(v * v * r(c)), "x")),
+        "all_gather": grad_of(lambda c, v: c.psum(jnp.sum(jnp.sin(c.all_gather(v, "x", axis=0, tiled=True)) * r(c)),
+                                                  "x")),
+        "all_gather_unvarying": grad_of(lambda c, v: jnp.sum(jnp.sin(c.all_gather(v, "x", axis=0, tiled=True)))),
+        "psum_scatter": grad_of(lambda c, v: c.psum(jnp.sum(jnp.sin(
+            c.psum_scatter(v * v, "x", scatter_dimension=0, tiled=True)) * r(c)), "x")),
+        "ppermute": grad_of(lambda c, v: c.psum(jnp.sum(jnp.sin(c.ppermute(v, "x", ring)) * r(c)), "x")),
+        "all_to_all": grad_of(lambda c, v: c.psum(jnp.sum(jnp.cos(c.all_to_all(v, "x", 0, 0, tiled=True)) * r(c)),
+                                                  "x")),
+        "pbroadcast": grad_of(lambda c, v: c.psum(jnp.sum(jnp.sin(c.pbroadcast(v, "x", n - 1)) * r(c)), "x")),
+        "unvarying": unvarying,
+        # Collectives in a loop body and in a jit-compiled function, under jax.grad.
+        "fori_loop": grad_of(lambda c, v: c.psum(jnp.sum(jax.lax.fori_loop(
+            0, 2, lambda i, y: jnp.sin(c.ppermute(y, "x", ring)) * r(c), v)), "x")),
+        "jit": grad_of(lambda c, v: c.psum(jax.jit(lambda u: jnp.sum(jnp.sin(
+            c.all_gather(u * u, "x", axis=0, tiled=True))))(v), "x")),
+    }
 
 
 def arguments(shapes, np_):

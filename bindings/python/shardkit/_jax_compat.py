@@ -11,6 +11,13 @@ difference, found by what the installed JAX offers rather than by its version nu
   0.8 and 0.9: attributes of the thread-local ``trace_ctx``), for the C++ side to tell tracing from eager calls
   without calling into Python.
 - ``host_importer``: jaxlib's DLPack importer takes the device type (kDLCPU) as a fifth argument from 0.10 on.
+- ``bind_equation``: a primitive's ``get_bind_params`` returns the parameters to bind in 0.10 ((subfunctions,
+  parameters) in 0.8 and 0.9).
+- ``pvary``: ``jax.lax.pcast(x, axes, to="varying")`` from 0.10 on (0.8 and 0.9: ``jax.lax.pvary``).
+- ``AXIS_COLLECTIVES``, ``INLINED_CALLS``, ``CUSTOM_DERIVATIVE_CALLS``: JAX's axis collectives (what shardkit runs
+  each as), call primitives and calls with custom derivative rules, in
+  the body of a shard_map that JAX traced with check_vma=True (shardkit._jax_shard_map); the ones a release lacks are
+  left out (0.8's psum_invariant and pvary live in lax.parallel, 0.10's pvary in core).
 
 Loaded only once JAX is (shardkit never imports JAX itself).
 """
@@ -30,8 +37,9 @@ from jax._src.array import ArrayImpl
 from jax._src.interpreters import ad, batching, mlir
 from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import hlo
+from jax._src.lax import parallel as _parallel
 
-__all__ = ["TESTED_VERSIONS", "ArrayImpl", "Primitive", "ShapedArray", "Token", "Tracer", "ad", "apply_primitive",
+__all__ = ["AXIS_COLLECTIVES", "CUSTOM_DERIVATIVE_CALLS", "INLINED_CALLS", "TESTED_VERSIONS", "ArrayImpl", "ClosedJaxpr", "bind_equation", "pvary", "Jaxpr", "Literal", "Primitive", "ShapedArray", "Token", "Tracer", "ad", "apply_primitive",
            "aval_to_ir_type", "batching", "hlo", "host_importer", "ir", "mlir", "ordered_effect",
            "trace_probe", "trace_state_clean", "user_context"]
 
@@ -43,6 +51,75 @@ Token = _core.Token
 Tracer = _core.Tracer
 trace_state_clean = _core.trace_state_clean
 apply_primitive = _dispatch.apply_primitive
+Literal = _core.Literal
+Jaxpr = _core.Jaxpr
+ClosedJaxpr = _core.ClosedJaxpr
+
+
+def bind_equation(prim, args, params):
+    """prim bound to args with a jaxpr equation's parameters (as core.eval_jaxpr binds them)."""
+    bound = prim.get_bind_params(params)
+    if isinstance(bound, tuple):  # 0.8, 0.9: (subfunctions, parameters)
+        subfuns, bound = bound
+        return prim.bind(*subfuns, *args, **bound)
+    return prim.bind(*args, **bound)
+
+
+def pvary(x, axes):
+    """x typed as varying over mesh `axes` (in a body JAX traces with check_vma=True)."""
+    if hasattr(jax.lax, "pcast"):
+        return jax.lax.pcast(x, axes, to="varying")
+    return jax.lax.pvary(x, axes)
+
+
+def _primitives(table):
+    """{primitive: value} for the (module, attribute) names of `table` that the installed JAX has."""
+    out = {}
+    for names, value in table.items():
+        for name in names.split():
+            for module in (_parallel, _core):
+                prim = getattr(module, name, None)
+                if isinstance(prim, _core.Primitive):
+                    out[prim] = value
+                    break
+    return out
+
+
+# JAX's axis collectives -> the shardkit collective each is run as ("pvary": the identity on values; "axis_index":
+# this rank's index, known when tracing).
+AXIS_COLLECTIVES = _primitives({"psum_p psum_invariant_p": "psum", "pmax_p": "pmax", "pmin_p": "pmin",
+                                "all_gather_p all_gather_invariant_p": "all_gather",
+                                "reduce_scatter_p": "psum_scatter", "ppermute_p": "ppermute",
+                                "all_to_all_p": "all_to_all", "pbroadcast_p": "pbroadcast", "pvary_p": "pvary",
+                                "axis_index_p": "axis_index"})
+
+
+def _call_primitives():
+    from jax._src import ad_checkpoint, pjit  # noqa: PLC0415
+
+    out = {}
+    for module, name, param in ((pjit, "jit_p", "jaxpr"), (pjit, "pjit_p", "jaxpr"), (_core, "closed_call_p",
+                                "call_jaxpr"), (_core, "call_p", "call_jaxpr"), (ad_checkpoint, "remat_p", "jaxpr")):
+        prim = getattr(module, name, None)
+        if isinstance(prim, _core.Primitive):
+            out[prim] = param
+    return out
+
+
+# Primitives that call one jaxpr (the parameter that holds it), run inline in a traced body: jit, calls and remat.
+INLINED_CALLS = _call_primitives()
+
+
+def _custom_derivative_calls():
+    from jax._src import custom_derivatives  # noqa: PLC0415
+
+    names = ("custom_jvp_call_p", "custom_vjp_call_p", "custom_vjp_call_jaxpr_p")
+    return frozenset(p for p in (getattr(custom_derivatives, n, None) for n in names) if isinstance(p, _core.Primitive))
+
+
+# Calls of functions with custom derivative rules (jax.custom_jvp, jax.custom_vjp): their rules are traced in JAX's
+# context of the body (its types), which shardkit does not re-create to run them outside it.
+CUSTOM_DERIVATIVE_CALLS = _custom_derivative_calls()
 
 
 def ordered_effect(name):

@@ -11,12 +11,25 @@ same operation table as every other path.
 
 Derivatives are those of the global function, as jax.shard_map's: the gradient with respect to a ShardedArray is, on
 every rank, its block of the gradient of the global function (and with respect to a global array, the whole gradient on
-every rank), whether check_vma is on or off. Inside the body the collectives take pmap's exact transposes (each rank's
+every rank), whether check_vma is on or off. The collectives shardkit runs take pmap's exact transposes (each rank's
 cotangent of a value is its share; shardkit._jax); the boundary turns shares into cotangents as jax.shard_map's
 transpose does with check_vma=False: an argument block is marked "pvary" over the mesh axes it does not vary over (its
 cotangent is the psum of the shares over them), an output block "replicated" over the axes its out_spec does not name
-(each rank's share of its cotangent is 1/k of it, k ranks holding it alike). ``jax.grad`` called inside a body still
-follows pmap's rules (the value's varying axes are not tracked through the body's JAX code).
+(each rank's share of its cotangent is 1/k of it, k ranks holding it alike).
+
+``jax.grad`` called inside a body follows jax.shard_map's rules for the check_vma given. With check_vma=False the body
+is traced with shardkit's collectives (TracedContext): pmap's rules, psum's transpose a psum. With check_vma=True JAX
+traces the body (_traced_by_jax): jax.shard_map on an abstract mesh of the mesh's axis names and sizes, the body's
+collectives JAX's own (JaxContext, after shardkit's checks), so JAX types every value by the mesh axes it varies over
+and applies its rules: psum of a varying value transposes to a copy, an unvarying value read by varying code (JAX's
+pvary) to a psum, and a psum'ed loss's gradient is that of the global loss. shardkit then runs the traced body's
+equations on this rank's blocks (_interpret): JAX's axis collectives (the transposes' included) as shardkit's
+collectives, pvary as the identity, calls inline, control-flow bodies run the same way. A body that calls a function
+with custom derivative rules (jax.custom_jvp, jax.custom_vjp: jax.nn.relu, ...) is traced with shardkit's collectives
+instead, as with check_vma=False (its rules stay for derivatives taken outside the body; jax.grad inside it follows
+pmap's rules). Bodies that jax.shard_map's
+check_vma=True refuses (a scan carry that starts unvarying and becomes varying, ...) are refused with JAX's message;
+the out_specs stay shardkit's (not checked against the values' types, as eagerly).
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ import numpy as np
 
 from . import _core
 from . import _jax
+from . import _jax_compat as jc
 
 
 def _axes(axis_name):
@@ -252,9 +266,10 @@ def _global_shape(block, sharding, uneven):
     return tuple(shape)
 
 
-def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack):
+def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack, check_vma=False):
     """The traced shard_map: blocks in (a ShardedArray's own block where its sharding is the in_spec), f traced with a
-    TracedContext on `stack`, a ShardedArray holding this rank's block out for every output."""
+    TracedContext on `stack` (with check_vma: by JAX, _traced_by_jax), a ShardedArray holding this rank's block out
+    for every output."""
     from . import _spec_tree  # noqa: PLC0415
     from ._sharding import NamedSharding, ShardedArray  # noqa: PLC0415  (a cycle at import time)
 
@@ -263,13 +278,15 @@ def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack):
         block, u = _argument_block(i, a, spec, mesh)
         blocks.append(block)
         uneven = uneven or u
-    ctx = TracedContext(mesh)
-    stack.append(ctx)
-    try:
-        with _jax.mesh_key(mesh):  # jit-compiled functions in the body are traced for this mesh
-            result = f(*rebuild_args(blocks))
-    finally:
-        stack.pop()
+    result = _traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack) if check_vma else _UNTRACED
+    if result is _UNTRACED:
+        ctx = TracedContext(mesh)
+        stack.append(ctx)
+        try:
+            with _jax.mesh_key(mesh):  # jit-compiled functions in the body are traced for this mesh
+                result = f(*rebuild_args(blocks))
+        finally:
+            stack.pop()
     outs, specs, rebuild = _spec_tree.flatten(out_specs, result, "out_specs")
     wrapped = []
     for j, (r, spec) in enumerate(zip(outs, specs)):
@@ -281,3 +298,180 @@ def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack):
         shape = _global_shape(r, sharding, uneven)
         wrapped.append(ShardedArray._of_leaf(replicated(r, holders(sharding)), shape, sharding))
     return rebuild(wrapped)
+
+
+# ---- check_vma: the body traced by JAX ---------------------------------------------------------------------------
+# With check_vma on, JAX traces the body: jax.shard_map on an abstract mesh of the mesh's axis names and sizes (no
+# devices), the body's axis collectives JAX's own (JaxContext), so that JAX types every value by the mesh axes it
+# varies over and applies its derivative rules to a jax.grad called inside the body (psum of a varying value
+# transposes to a copy, an unvarying value read by varying code to a psum). shardkit then runs the traced body's
+# equations (_interpret) on this rank's blocks: JAX's axis collectives as shardkit's (TracedContext), pvary as the
+# identity, calls inline, control flow with its bodies run the same way. Derivatives taken outside the shard_map
+# follow shardkit's rules for the collectives it runs (exact per-rank transposes, the boundary marks).
+
+
+class JaxContext(TracedContext):
+    """The axis collectives of a body that JAX traces: shardkit's checks (plan_axis, with its messages), then JAX's
+    collective, for JAX's types and derivative rules; axis_index stays this rank's index, known when tracing."""
+
+    def _run(self, what, x, axis_name, **args):
+        import jax  # noqa: PLC0415
+
+        x = jnp.asarray(x)
+        axes = tuple(_axes(axis_name))
+        _core._plan_axis(what, self.mesh, list(axes), list(x.shape), x.dtype.name, **args)
+        name = axes if len(axes) > 1 else axes[0]
+        if what == "pbroadcast":
+            # The psum of the source's value (zeros elsewhere), varying as JAX's pbroadcast: JAX has a transpose for
+            # it (its pbroadcast's transpose raises on jax 0.8.3 and 0.10.2: "full must be called with scalar
+            # fill_value"), the gradient of the global function. (A select on this rank's constant, not a Python
+            # choice: every rank traces the same collectives.)
+            mine = jnp.asarray(self.axis_index(axes) == args["source"])
+            return jc.pvary(jax.lax.psum(jnp.where(mine, x, jnp.zeros_like(x)), name), axes)
+        fn, table = _JAX_FORMS[what]
+        return getattr(jax.lax, fn)(x, name, **{keyword: args[arg] for arg, keyword, _ in table})
+
+
+# shardkit's axis collectives as JAX's: the jax.lax function, and for each argument of shardkit's plan, jax.lax's
+# keyword and the parameter of the primitive's equation.
+_TILED = ("tiled", "tiled", "tiled")
+_JAX_FORMS = {
+    "psum": ("psum", ()), "pmax": ("pmax", ()), "pmin": ("pmin", ()), "pmean": ("pmean", ()),
+    "all_gather": ("all_gather", (("dim", "axis", "all_gather_dimension"), _TILED)),
+    "psum_scatter": ("psum_scatter", (("dim", "scatter_dimension", "scatter_dimension"), _TILED)),
+    "ppermute": ("ppermute", (("perm", "perm", "perm"),)),
+    "all_to_all": ("all_to_all", (("dim", "split_axis", "split_axis"), ("concat_dim", "concat_axis", "concat_axis"),
+                                  _TILED)),
+    "pbroadcast": ("pbroadcast", (("source", "source", "source"),)),
+}
+
+
+_UNTRACED = object()
+
+
+def _calls_custom_rules(jaxpr):
+    """Whether jaxpr (or one inside it) calls a function with custom derivative rules."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive in jc.CUSTOM_DERIVATIVE_CALLS:
+            return True
+        for v in eqn.params.values():
+            for j in (v if isinstance(v, (tuple, list)) else (v,)):
+                if isinstance(j, (jc.ClosedJaxpr, jc.Jaxpr)) and _calls_custom_rules(_closed(j)[0]):
+                    return True
+    return False
+
+
+def _traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack):
+    """f's result on this rank's blocks, f traced by jax.shard_map (check_vma=True) on an abstract mesh like `mesh`
+    and its equations run by shardkit; _UNTRACED where the body calls a function with custom derivative rules (a
+    jax.custom_jvp or custom_vjp: JAX traced its rules with the body's types, which shardkit does not re-create to
+    run them outside the body, and inlined they would give the derivative of its implementation instead), for the
+    body to be traced with shardkit's collectives (pmap's rules inside it)."""
+    import jax  # noqa: PLC0415
+    from jax.sharding import AbstractMesh, PartitionSpec  # noqa: PLC0415
+
+    names = tuple(mesh.axis_names)
+    sizes = {a: int(mesh.axis_size([a])) for a in names}
+    abstract = AbstractMesh(tuple(sizes[a] for a in names), names)
+    # JAX's global shapes: each block times the sizes of the axes its spec names (each rank traces its own).
+    shapes = []
+    for b, spec in zip(blocks, in_specs):
+        shape = list(b.shape)
+        for d, e in enumerate(spec):
+            for a in (_axes(e) if e is not None else ()):
+                shape[d] *= sizes[a]
+        shapes.append(jax.ShapeDtypeStruct(tuple(shape), b.dtype, weak_type=getattr(b, "weak_type", False)))
+    tree = []
+
+    def body(*bs):
+        leaves, treedef = jax.tree.flatten(f(*rebuild_args(list(bs))))
+        tree.append(treedef)
+        # Out: each leaf behind a leading axis cut by every mesh axis, which JAX takes whether it varies or not (the
+        # out_specs are shardkit's, applied by run).
+        return [jnp.expand_dims(jnp.asarray(x), 0) for x in leaves]
+
+    every = PartitionSpec(names)
+    jsm = jax.shard_map(body, mesh=abstract, in_specs=tuple(PartitionSpec(*s) for s in in_specs),
+                        out_specs=every, check_vma=True)
+    stack.append(JaxContext(mesh))
+    try:
+        with _jax.mesh_key((mesh, "check_vma")):  # jit-compiled functions in the body are traced for this mesh
+            closed = jax.make_jaxpr(jsm)(*shapes)
+    finally:
+        stack.pop()
+    top = closed.jaxpr
+    if _calls_custom_rules(top):
+        return _UNTRACED
+    (eqn,) = [e for e in top.eqns if "jaxpr" in e.params and "in_specs" in e.params]
+    values = dict(zip(top.invars, blocks))
+    values.update(zip(top.constvars, closed.consts))
+    inner = eqn.params["jaxpr"]
+    inner, consts = (inner.jaxpr, inner.consts) if isinstance(inner, jc.ClosedJaxpr) else (inner, ())
+    args = [v.val if isinstance(v, jc.Literal) else values[v] for v in eqn.invars]
+    outs = _interpret(TracedContext(mesh), inner, consts, args)
+    return tree[0].unflatten([o[0] for o in outs])
+
+
+def _interpret(ctx, jaxpr, consts, args):
+    """The values of jaxpr's outputs, its equations bound in order on this rank: JAX's axis collectives run as
+    shardkit's (ctx), calls inline, other equations' jaxprs replaced by ones run the same way."""
+    env = {}
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+
+    def read(v):
+        return v.val if isinstance(v, jc.Literal) else env[v]
+
+    for eqn in jaxpr.eqns:
+        outs = _equation(ctx, eqn, [read(v) for v in eqn.invars])
+        env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _closed(j):
+    return (j.jaxpr, j.consts) if isinstance(j, jc.ClosedJaxpr) else (j, ())
+
+
+def _equation(ctx, eqn, ins):
+    prim, params = eqn.primitive, eqn.params
+    kind = jc.AXIS_COLLECTIVES.get(prim)
+    if kind is not None:
+        run = [_collective(ctx, kind, x, params) for x in ins]
+        return run if prim.multiple_results else run[0]
+    param = jc.INLINED_CALLS.get(prim)
+    if param is not None and param in params:
+        outs = _interpret(ctx, *_closed(params[param]), ins)
+        return outs if prim.multiple_results else outs[0]
+    params = {k: _rerun(ctx, v) for k, v in params.items()}
+    return jc.bind_equation(prim, ins, params)
+
+
+def _rerun(ctx, v):
+    """A parameter, its jaxprs (a control-flow body, branches) replaced by ones that _interpret runs."""
+    import jax  # noqa: PLC0415
+
+    if isinstance(v, (tuple, list)) and v and all(isinstance(j, (jc.ClosedJaxpr, jc.Jaxpr)) for j in v):
+        return type(v)(_rerun(ctx, j) for j in v)
+    if not isinstance(v, (jc.ClosedJaxpr, jc.Jaxpr)):
+        return v
+    jaxpr, consts = _closed(v)
+    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in jaxpr.in_avals]
+    out = jax.make_jaxpr(lambda *a: _interpret(ctx, jaxpr, consts, a))(*avals)
+    return out if isinstance(v, jc.ClosedJaxpr) else out.jaxpr
+
+
+def _collective(ctx, kind, x, params):
+    """A JAX axis collective's equation run as shardkit's."""
+    if kind == "pvary":
+        return x
+    if params.get("axis_index_groups") is not None:
+        raise _core.InvalidArgument("shard_map: axis_index_groups is not supported")
+    names = params.get("axes", params.get("axis_name"))
+    if kind == "axis_index":
+        return jnp.asarray(ctx.axis_index(names), jnp.int32)
+    args = {arg: params[p] for arg, _, p in _JAX_FORMS[kind][1]}
+    if kind == "all_to_all":  # the primitive's own split and concatenation (JAX's untiled form reshapes around it)
+        args["tiled"] = True
+    if kind == "ppermute":
+        args["perm"] = [(int(s), int(d)) for s, d in args["perm"]]
+    return ctx._run(kind, x, names, **args)

@@ -351,7 +351,7 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Specs, in_sp
         if any(_jax_tracer(a._leaf if isinstance(a, ShardedArray) else a) for a in leaves):  # the traced shard_map
             from . import _jax_shard_map  # noqa: PLC0415
 
-            return _jax_shard_map.run(f, m, leaves, ins, rebuild_args, out_specs, _traced)
+            return _jax_shard_map.run(f, m, leaves, ins, rebuild_args, out_specs, _traced, check)
         # Blocks and results go back in the framework of the first argument.
         framework = _framework(leaves[0]) if leaves else "numpy"
         sharded = []
