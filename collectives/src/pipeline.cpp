@@ -124,7 +124,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   req.reduce = a.reduce;
   // Asynchronous communicators stay on MPI: shm operations complete before returning, and async asks for overlap.
   req.shm_hierarchical = shm_hierarchical;
-  if (spec.collective && !options.async && needs_shm(req)) {
+  if (spec.collective && !options.async && (shm_decided ? needs_shm(req) : may_need_shm(req))) {
     if (!shm_decided) decide_shm(ctx);  // collective: every rank routes this operation alike
     req.shm_hierarchical = shm_hierarchical;
     // A hierarchical backend implements fewer operations, on a table of its own: ask again once it is known.

@@ -38,6 +38,8 @@ struct RouteRequest {
 /// implements, and either SHARDKIT_BACKEND=shm or the default route (shm_by_default, or hier_by_default for a
 /// hierarchical backend) on auto.
 bool needs_shm(const RouteRequest& r) noexcept;
+/// Before the communicator's shm backend is made (flat or hierarchical is not known yet): whether either would take `r`.
+bool may_need_shm(RouteRequest r) noexcept;
 /// The default route's table: where shm was measured faster than MPI (see README, "Shared memory").
 bool shm_by_default(OpKind op, std::int64_t bytes) noexcept;
 /// The default route's table for a communicator spanning nodes: where the hierarchical path was measured faster than

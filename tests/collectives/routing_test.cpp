@@ -145,8 +145,18 @@ TEST(Routing, HierarchicalShm) {
     for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{1} << 20}) {
       r.bytes = bytes;
       EXPECT_EQ(detail::needs_shm(r), hierarchical.count(op) && detail::hier_by_default(op, bytes));
+      // Before the backend is made, either table may ask for it.
+      RouteRequest flat = r;
+      flat.shm_hierarchical = false;
+      EXPECT_EQ(detail::may_need_shm(r), detail::needs_shm(r) || detail::needs_shm(flat));
     }
   }
+  // The measured crossovers: large allreduce and bcast only.
+  EXPECT_TRUE(detail::hier_by_default(OpKind::kAllreduce, std::int64_t{1} << 20));
+  EXPECT_FALSE(detail::hier_by_default(OpKind::kAllreduce, 8));
+  EXPECT_TRUE(detail::hier_by_default(OpKind::kBcast, std::int64_t{128} << 10));
+  EXPECT_FALSE(detail::hier_by_default(OpKind::kBcast, 8));
+  EXPECT_FALSE(detail::hier_by_default(OpKind::kBarrier, 0));
 }
 
 // Every operation on host buffers, on communicators forced to each backend setting: auto, mpi and shm run it, nccl
