@@ -12,6 +12,7 @@
 
 #include "communicator_impl.hpp"
 #include "creation.hpp"
+#include "shm/hierarchy.hpp"
 #include "watchdog.hpp"
 #include "mpi/mpi_request.hpp"
 #include "op_table.hpp"
@@ -90,9 +91,11 @@ void CommunicatorImpl::decide_shm(const OpContext& op) {
   // The set-up makes blocking MPI calls: agree first, under the operation's deadline, that every rank has come. It is
   // part of the operation that asked for it (a timeout names that operation) and takes no sequence number of its own.
   agree_within_operation(control(), op, "the shared-memory set-up", options.check, *abort);
-  shm = make_shm_backend(control(), abort, &shm_refusal);
+  shm = make_hier_backend(control(), abort, options.max_message_elements, &shm_hierarchical, &shm_refusal);
+  if (!shm_hierarchical) shm = make_shm_backend(control(), abort, &shm_refusal);
   if (Config::get().verbose && rank == 0)
-    std::fprintf(stderr, "shardkit: communicator '%s': shm %s%s\n", options.name.c_str(), shm ? "in use" : "refused: ",
+    std::fprintf(stderr, "shardkit: communicator '%s': shm %s%s\n", options.name.c_str(),
+                 !shm ? "refused: " : shm_hierarchical ? "in use, hierarchical (its ranks span nodes)" : "in use",
                  shm ? "" : shm_refusal.c_str());
 }
 

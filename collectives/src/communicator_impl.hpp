@@ -25,6 +25,7 @@ struct CommunicatorImpl {
   std::unique_ptr<Backend> nccl;
   std::unique_ptr<Backend> shm;  // made by the first collective routed to it (decide_shm)
   bool shm_decided = false;
+  bool shm_hierarchical = false;  // shm spans nodes (shm/hierarchy.hpp): it serves fewer operations, on its own table
   std::string shm_refusal;  // why the ranks have no shm backend
   std::shared_ptr<AbortState> abort = std::make_shared<AbortState>();
   int rank = 0;
@@ -48,8 +49,8 @@ struct CommunicatorImpl {
   /// Agrees with the other ranks on NCCL (collective): used only when every rank has a GPU, NCCL is built and the
   /// backend is not forced to MPI (else nccl_refusal says why).
   void decide_nccl();
-  /// Makes the shm backend when every rank is on one node (collective, a step of the operation `op` that asked for it,
-  /// under its deadline; else shm_refusal says why).
+  /// Makes the shm backend: flat when every rank is on one node, hierarchical when they span nodes (collective, a step
+  /// of the operation `op` that asked for it, under its deadline; where none can be made, shm_refusal says why).
   void decide_shm(const OpContext& op);
   /// @throws BackendError when the backend is forced to NCCL and `op` cannot use it here.
   void require_nccl(OpKind op) const;

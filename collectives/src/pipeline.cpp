@@ -123,9 +123,12 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   }
   req.reduce = a.reduce;
   // Asynchronous communicators stay on MPI: shm operations complete before returning, and async asks for overlap.
-  if (spec.collective && !options.async && needs_shm(req)) {
+  req.shm_hierarchical = shm_hierarchical;
+  if (spec.collective && !options.async && (shm_decided ? needs_shm(req) : may_need_shm(req))) {
     if (!shm_decided) decide_shm(ctx);  // collective: every rank routes this operation alike
-    req.shm_available = shm != nullptr;
+    req.shm_hierarchical = shm_hierarchical;
+    // A hierarchical backend implements fewer operations, on a table of its own: ask again once it is known.
+    req.shm_available = shm != nullptr && needs_shm(req);
   }
   if (req.shm_available) {
     chosen = shm.get();
@@ -270,6 +273,7 @@ BackendKind Communicator::backend_for(OpKind op, Device device) const {
   req.nccl_available = m.nccl_usable_for(op);
   // Before the first collective routed to shm has decided, shm is assumed available.
   req.shm_available = spec.collective && !m.options.async && (m.shm != nullptr || !m.shm_decided);
+  req.shm_hierarchical = m.shm_hierarchical;
   return detail::route(req);
 }
 

@@ -1,8 +1,10 @@
 #include "routing.hpp"
 
 #include <limits>
+#include <span>
 
 #include "backend.hpp"
+#include "shm/hierarchy.hpp"
 #include "shardkit/core/error.hpp"
 
 namespace shardkit::detail {
@@ -28,19 +30,39 @@ constexpr ShmWins kShmWins[] = {
     {OpKind::kBarrier, 0, kAnySize},
 };
 
-}  // namespace
+// The same for the hierarchical backend (communicators spanning nodes), measured against flat MPI in the same run
+// (bench_collectives, 4 ranks on two simulated hosts of scripts/multihost.sh; README, "Shared memory"): allreduce
+// from 512 KiB (at 256 KiB one run's minimum went to MPI), bcast from 128 KiB. Below, the timings (milliseconds of
+// TCP on a loaded machine) went either way; reduce and barrier were not measured.
+constexpr ShmWins kHierWins[] = {
+    {OpKind::kAllreduce, std::int64_t{512} << 10, kAnySize},
+    {OpKind::kBcast, std::int64_t{128} << 10, kAnySize},
+};
 
-bool shm_by_default(OpKind op, std::int64_t bytes) noexcept {
-  for (const ShmWins& w : kShmWins)
+bool wins(std::span<const ShmWins> table, OpKind op, std::int64_t bytes) noexcept {
+  for (const ShmWins& w : table)
     if (w.op == op) return bytes >= w.from && bytes <= w.upto;
   return false;
 }
 
+}  // namespace
+
+bool shm_by_default(OpKind op, std::int64_t bytes) noexcept { return wins(kShmWins, op, bytes); }
+
+bool hier_by_default(OpKind op, std::int64_t bytes) noexcept { return wins(kHierWins, op, bytes); }
+
 bool needs_shm(const RouteRequest& r) noexcept {
   if (r.placement != Placement::kHost && r.placement != Placement::kNone) return false;
-  if (r.setting != BackendKind::kShm && (r.setting != BackendKind::kAuto || !shm_by_default(r.op, r.bytes)))
-    return false;
-  return shm_supports(r.op, r.dtype, r.reduce);
+  const bool by_default = r.shm_hierarchical ? hier_by_default(r.op, r.bytes) : shm_by_default(r.op, r.bytes);
+  if (r.setting != BackendKind::kShm && (r.setting != BackendKind::kAuto || !by_default)) return false;
+  return r.shm_hierarchical ? hier_supports(r.op, r.dtype, r.reduce) : shm_supports(r.op, r.dtype, r.reduce);
+}
+
+bool may_need_shm(RouteRequest r) noexcept {
+  r.shm_hierarchical = false;
+  if (needs_shm(r)) return true;
+  r.shm_hierarchical = true;
+  return needs_shm(r);
 }
 
 bool needs_nccl(const RouteRequest& r) noexcept {

@@ -28,13 +28,23 @@ struct RouteRequest {
   std::int64_t bytes = 0;
   /// Whether the communicator has a shm backend (asked only when the answer matters: see needs_shm()).
   bool shm_available = false;
+  /// Whether that backend is hierarchical (its ranks span nodes: shm/hierarchy.hpp), which implements fewer operations
+  /// (hier_supports) and has a table of its own (hier_by_default). Known once the first collective routed to shm has
+  /// made the backend; false until then.
+  bool shm_hierarchical = false;
 };
 
 /// True when `r` would take the shm backend if the communicator has one: host buffers (or none), an operation shm
-/// implements, and either SHARDKIT_BACKEND=shm or the default route (shm_by_default) on auto.
+/// implements, and either SHARDKIT_BACKEND=shm or the default route (shm_by_default, or hier_by_default for a
+/// hierarchical backend) on auto.
 bool needs_shm(const RouteRequest& r) noexcept;
+/// Before the communicator's shm backend is made (flat or hierarchical is not known yet): whether either would take `r`.
+bool may_need_shm(RouteRequest r) noexcept;
 /// The default route's table: where shm was measured faster than MPI (see README, "Shared memory").
 bool shm_by_default(OpKind op, std::int64_t bytes) noexcept;
+/// The default route's table for a communicator spanning nodes: where the hierarchical path was measured faster than
+/// flat MPI (see README, "Shared memory").
+bool hier_by_default(OpKind op, std::int64_t bytes) noexcept;
 
 /// True when route() depends on whether NCCL is available (the caller then sets it up, collectively, first).
 bool needs_nccl(const RouteRequest& r) noexcept;

@@ -67,8 +67,8 @@ inline std::shared_ptr<Communicator>& world() {
 /// The operation a reduction input is generated for decides its range, so every result is exact in every dtype.
 enum class Pattern { kData, kArithmetic, kLogical, kBitwise };
 
-/// Whether every rank of the world is on this rank's node: where the shared-memory backend can serve the world's
-/// communicators (across hosts, the multihost tests, they stay on MPI).
+/// Whether every rank of the world is on this rank's node: where the shared-memory backend serves the world's
+/// communicators by itself (across hosts, the multihost tests, it is hierarchical: shm on each node, MPI between them).
 inline bool world_on_one_node() {
   static const bool one = [] {
     MPI_Comm node = MPI_COMM_NULL;
@@ -84,8 +84,14 @@ inline bool world_on_one_node() {
   return one;
 }
 
-/// The backend a communicator forced to shm routes host collectives of shm's set to: shm on one node, else MPI.
-inline BackendKind shm_route() { return world_on_one_node() ? BackendKind::kShm : BackendKind::kMpi; }
+/// The backend a communicator forced to shm routes host collectives of shm's set to: shm on one node; across nodes
+/// shm (hierarchical) for allreduce, reduce, bcast and barrier, MPI for the others.
+inline BackendKind shm_route(OpKind op = OpKind::kAllreduce) {
+  if (world_on_one_node()) return BackendKind::kShm;
+  const bool hierarchical =
+      op == OpKind::kAllreduce || op == OpKind::kReduce || op == OpKind::kBcast || op == OpKind::kBarrier;
+  return hierarchical ? BackendKind::kShm : BackendKind::kMpi;
+}
 
 inline Pattern pattern_for(ReduceOp op) {
   switch (op) {

@@ -128,6 +128,37 @@ TEST(Routing, ShmSetting) {
   }
 }
 
+// A hierarchical shm backend (ranks on several nodes) serves allreduce, reduce, bcast and barrier on SHARDKIT_BACKEND=shm,
+// its own table on auto, never on mpi; allgather and reduce_scatter (rank order across nodes) take MPI.
+TEST(Routing, HierarchicalShm) {
+  const std::set<OpKind> hierarchical = {OpKind::kAllreduce, OpKind::kReduce, OpKind::kBcast, OpKind::kBarrier};
+  for (OpKind op : kAllOps) {
+    SCOPED_TRACE(op_name(op));
+    RouteRequest r{op, BackendKind::kShm, Placement::kHost};
+    r.shm_available = true;
+    r.shm_hierarchical = true;
+    EXPECT_EQ(detail::needs_shm(r), hierarchical.count(op) > 0);
+    EXPECT_EQ(detail::route(r), hierarchical.count(op) ? BackendKind::kShm : BackendKind::kMpi);
+    r.setting = BackendKind::kMpi;
+    EXPECT_EQ(detail::route(r), BackendKind::kMpi);
+    r.setting = BackendKind::kAuto;
+    for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{1} << 20}) {
+      r.bytes = bytes;
+      EXPECT_EQ(detail::needs_shm(r), hierarchical.count(op) && detail::hier_by_default(op, bytes));
+      // Before the backend is made, either table may ask for it.
+      RouteRequest flat = r;
+      flat.shm_hierarchical = false;
+      EXPECT_EQ(detail::may_need_shm(r), detail::needs_shm(r) || detail::needs_shm(flat));
+    }
+  }
+  // The measured crossovers: large allreduce and bcast only.
+  EXPECT_TRUE(detail::hier_by_default(OpKind::kAllreduce, std::int64_t{1} << 20));
+  EXPECT_FALSE(detail::hier_by_default(OpKind::kAllreduce, 8));
+  EXPECT_TRUE(detail::hier_by_default(OpKind::kBcast, std::int64_t{128} << 10));
+  EXPECT_FALSE(detail::hier_by_default(OpKind::kBcast, 8));
+  EXPECT_FALSE(detail::hier_by_default(OpKind::kBarrier, 0));
+}
+
 // Every operation on host buffers, on communicators forced to each backend setting: auto, mpi and shm run it, nccl
 // refuses it naming the operation (barrier, which has no buffers, runs on MPI).
 TEST(Routing, EveryOperationOnEverySetting) {
@@ -179,7 +210,7 @@ TEST(Routing, EveryOperationOnEverySetting) {
       if (op == OpKind::kSendrecv) a.recv = &two, a.send = &one;
       EXPECT_NO_THROW(c.run(op, a).wait());
       if (setting == BackendKind::kShm) {
-        EXPECT_EQ(c.backend_for(op, Device::cpu()), kInShm.count(op) ? shm_route() : BackendKind::kMpi);
+        EXPECT_EQ(c.backend_for(op, Device::cpu()), kInShm.count(op) ? shm_route(op) : BackendKind::kMpi);
       }
     }
   }

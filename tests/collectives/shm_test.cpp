@@ -1,7 +1,9 @@
 // The shm backend (CommOptions::backend = shm) against exact references: every dtype x every reduction it allows, at
 // sizes 0, 1, odd, just past the inline bytes of a flag line, past the size where the reduction is split across ranks,
-// and past two slots (chunked); in place and not. At 3-4 ranks a smaller set of dtypes. Also: the route is shm for
-// what it implements and MPI for the rest; nothing is left in /dev/shm.
+// and past two slots (chunked); in place and not. At 3-4 ranks on one node a smaller set of dtypes. Run across hosts
+// (multihost_collectives) the same bodies test the hierarchical path, every dtype, with roots that do and do not lead
+// their node. Also: the route is shm for what it implements (across hosts: what the hierarchy implements) and MPI for
+// the rest; nothing is left in /dev/shm.
 
 #include <sched.h>
 #include <unistd.h>
@@ -40,13 +42,22 @@ class Shm : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
     if (on_gpu()) GTEST_SKIP() << "host buffers only";
-    // At 3 and 4 ranks, a few dtypes: one of each size and kind that reduces differently.
+    // At 3 and 4 ranks on one node, a few dtypes: one of each size and kind that reduces differently. Across nodes
+    // (the multihost tests: the hierarchical path) every dtype.
     static const DType few[] = {DType::kBool, DType::kInt8, DType::kFloat16, DType::kBFloat16, DType::kFloat32,
                                 DType::kComplex128};
-    if (size() >= 3 && std::find(std::begin(few), std::end(few), dtype()) == std::end(few))
+    if (size() >= 3 && world_on_one_node() && std::find(std::begin(few), std::end(few), dtype()) == std::end(few))
       GTEST_SKIP() << "covered at 1-2 ranks";
   }
   DType dtype() const { return GetParam(); }
+  // The first and last rank, and rank 1: across nodes (ranks filling each node's slots in turn) a rank that does not
+  // lead its node, whose result takes one more step in the hierarchical path.
+  std::vector<int> roots() {
+    std::vector<int> r = {0};
+    for (int x : {1, size() - 1})
+      if (x < size() && std::find(r.begin(), r.end(), x) == r.end()) r.push_back(x);
+    return r;
+  }
   Communicator& comm() { return *shm_world(); }
   int rank() { return comm().rank(); }
   int size() { return comm().size(); }
@@ -72,7 +83,7 @@ TEST_P(Shm, Allreduce) {
 }
 
 TEST_P(Shm, Reduce) {
-  for (int root : {0, size() - 1}) {
+  for (int root : roots()) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kBitXor}) {
       if (!reduce_op_supports(op, dtype())) continue;
       for (std::int64_t n : shm_counts(dtype(), op == ReduceOp::kSum)) {
@@ -86,12 +97,14 @@ TEST_P(Shm, Reduce) {
       }
     }
   }
+  EXPECT_EQ(comm().backend_for(OpKind::kReduce, Device::cpu()), shm_route(OpKind::kReduce));
 }
 
 TEST_P(Shm, Bcast) {
-  for (int root : {0, size() - 1}) {
+  for (int root : roots()) {
     for (std::int64_t n : shm_counts(dtype(), true)) expect_bcast(comm(), dtype(), n, root);
   }
+  EXPECT_EQ(comm().backend_for(OpKind::kBcast, Device::cpu()), shm_route(OpKind::kBcast));
 }
 
 // A bcast's root returns without waiting for the readers: runs of back-to-back bcasts from one root (which could run
@@ -128,6 +141,7 @@ TEST_P(Shm, Allgather) {
     EXPECT_EQ(y.shape(), (Shape{size(), n}));
     EXPECT_TRUE(same(y, want));
   }
+  EXPECT_EQ(comm().backend_for(OpKind::kAllgather, Device::cpu()), shm_route(OpKind::kAllgather));
 }
 
 TEST_P(Shm, ReduceScatter) {
@@ -143,10 +157,12 @@ TEST_P(Shm, ReduceScatter) {
       EXPECT_TRUE(same(y, want));
     }
   }
+  EXPECT_EQ(comm().backend_for(OpKind::kReduceScatter, Device::cpu()), shm_route(OpKind::kReduceScatter));
 }
 
 TEST_P(Shm, BarrierAndPointToPointBesideIt) {
   comm().barrier().wait();
+  EXPECT_EQ(comm().backend_for(OpKind::kBarrier, Device::cpu()), shm_route(OpKind::kBarrier));
   // Point-to-point operations are not shm's: they go to MPI on the same communicator, in call order.
   EXPECT_EQ(comm().backend_for(OpKind::kSendrecv, Device::cpu()), BackendKind::kMpi);
   const int right = (rank() + 1) % size(), left = (rank() + size() - 1) % size();
@@ -166,7 +182,7 @@ TEST(ShmFiles, NothingLeftInDevShmOnceMadeAndAfterAnError) {
   o.backend = BackendKind::kShm;
   auto c = Communicator::world(o);
   c->barrier().wait();  // makes the segment
-  EXPECT_EQ(c->backend_for(OpKind::kBarrier, Device::cpu()), shm_route());
+  EXPECT_EQ(c->backend_for(OpKind::kBarrier, Device::cpu()), shm_route(OpKind::kBarrier));
   EXPECT_EQ(own_shm_segments(), 0);
   // An operation that throws (a reduction the dtype does not define) leaves nothing either.
   EXPECT_THROW(c->allreduce(Array::zeros({3}, DType::kFloat32), ReduceOp::kBitXor), InvalidArgument);

@@ -168,6 +168,27 @@ def case_collectives(build: Path) -> set[str]:
     return hosts_in_map(output)
 
 
+def case_shm_hierarchy(build: Path) -> set[str]:
+    """The shm backend across hosts (hierarchical: shm on each host, MPI between one leader per host), every dtype, with
+    the ranks filling each host's slots in turn and then dealt round-robin over the hosts (a host's ranks not
+    contiguous in the communicator). The suite itself checks that those communicators took shm (backend_for); the
+    log line of SHARDKIT_VERBOSE=1 says that it was the hierarchical one."""
+    tests = need_file(build / "tests/collectives/collectives_tests", "tests/collectives/collectives_tests")
+    np = sum(s for _, s in hosts())
+    seen = set()
+    for mapping in ("slot", "node"):
+        command = mpirun(np, [tests, "--gtest_filter=*Shm*:Routing.*"], forward=("SHARDKIT_VERBOSE",))
+        command[1:1] = ["--map-by", mapping]
+        output = run(command, f"shm suite, ranks mapped by {mapping}", env={"SHARDKIT_VERBOSE": "1"})
+        require(re.search(r"\[  PASSED  \] \d+ tests?", output) is not None and "FAILED" not in output,
+                f"the shm suite did not pass (mapped by {mapping}):\n{output}")
+        require("communicator 'shm': shm in use, hierarchical" in output,
+                f"the shm suite's communicator did not take the hierarchical path (mapped by {mapping}):\n{output}")
+        print(f"  mapped by {mapping}: " + re.search(r"\[  PASSED  \] .*", output)[0], flush=True)
+        seen |= hosts_in_map(output)
+    return seen
+
+
 def case_collectives_latency(build: Path) -> set[str]:
     # The delay must really be there: every host's link has a netem qdisc with it.
     for ns in namespaces():
