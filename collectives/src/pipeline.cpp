@@ -122,8 +122,10 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
     req.bytes = static_cast<std::int64_t>(first->nbytes());
   }
   req.reduce = a.reduce;
+  req.named_peers = a.source != kAnySource && (a.dest == rank) == (a.source == rank);
   // Asynchronous communicators stay on MPI: shm operations complete before returning, and async asks for overlap.
-  if (spec.collective && !options.async && needs_shm(req)) {
+  // Point-to-point operations never start the decision (the other ranks would not come): they use shm once it is made.
+  if ((spec.collective || shm_decided) && !options.async && needs_shm(req)) {
     if (!shm_decided) decide_shm(ctx);  // collective: every rank routes this operation alike
     req.shm_available = shm != nullptr;
   }
@@ -268,8 +270,9 @@ BackendKind Communicator::backend_for(OpKind op, Device device) const {
   if (spec.send == detail::Role::kNone && spec.recv == detail::Role::kNone) where = detail::Placement::kNone;
   detail::RouteRequest req{op, m.options.backend, where};
   req.nccl_available = m.nccl_usable_for(op);
-  // Before the first collective routed to shm has decided, shm is assumed available.
-  req.shm_available = spec.collective && !m.options.async && (m.shm != nullptr || !m.shm_decided);
+  // Before the first collective routed to shm has decided, shm is assumed available to collectives (point-to-point
+  // operations wait for that decision).
+  req.shm_available = !m.options.async && (spec.collective ? m.shm != nullptr || !m.shm_decided : m.shm != nullptr);
   return detail::route(req);
 }
 

@@ -38,6 +38,7 @@ bool shm_by_default(OpKind op, std::int64_t bytes) noexcept {
 
 bool needs_shm(const RouteRequest& r) noexcept {
   if (r.placement != Placement::kHost && r.placement != Placement::kNone) return false;
+  if (r.op == OpKind::kSendrecv && !r.named_peers) return false;
   if (r.setting != BackendKind::kShm && (r.setting != BackendKind::kAuto || !shm_by_default(r.op, r.bytes)))
     return false;
   return shm_supports(r.op, r.dtype, r.reduce);

@@ -28,6 +28,9 @@ struct RouteRequest {
   std::int64_t bytes = 0;
   /// Whether the communicator has a shm backend (asked only when the answer matters: see needs_shm()).
   bool shm_available = false;
+  /// sendrecv: both peers named (no wildcard source), and both this rank or neither (shm's channels pair a send with
+  /// the peer's receive in the same call).
+  bool named_peers = true;
 };
 
 /// True when `r` would take the shm backend if the communicator has one: host buffers (or none), an operation shm
