@@ -14,7 +14,7 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 // measured faster than MPI, each against MPI in the same run (bench_collectives, 2 ranks; README, "Shared memory").
 // Operations and sizes not listed stay on MPI: reduce was not measured; bcast below 512 B (MPI's root returns as soon
 // as its message is in the receiver's fast box, shm's waits for the previous bcast's readers) and above 8 KiB, the
-// larger allgathers, allreduce past 4 MiB and alltoall past 32 KiB went either way or to MPI. Sendrecv takes shm at
+// larger allgathers, allreduce past 4 MiB and alltoall past 512 KiB went either way or to MPI. Sendrecv takes shm at
 // every size: it was faster or even at all, and one rule for all sizes keeps the two sides of an exchange on one
 // backend when their messages differ in size (each side routes by what it sends).
 struct ShmWins {
@@ -27,7 +27,7 @@ constexpr ShmWins kShmWins[] = {
     {OpKind::kReduceScatter, 0, kAnySize},
     {OpKind::kBcast, 512, std::int64_t{8} << 10},
     {OpKind::kAllgather, 0, std::int64_t{4} << 10},
-    {OpKind::kAlltoall, 0, std::int64_t{32} << 10},
+    {OpKind::kAlltoall, 0, std::int64_t{512} << 10},
     {OpKind::kBarrier, 0, kAnySize},
     {OpKind::kSendrecv, 0, kAnySize},
 };

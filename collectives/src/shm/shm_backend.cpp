@@ -12,7 +12,7 @@
 // parallel: each folds its share of the elements into the result slot, posts a second step, and then every rank copies
 // the result out. Smaller chunks are folded whole by every rank after the one step.
 //
-// From kCmaBytes up, bcast, allgather and alltoall copy once instead of twice where the ranks may read each other's
+// From kCmaBytes up (alltoall: kAlltoallCmaBytes per block), bcast, allgather and alltoall copy once instead of twice where the ranks may read each other's
 // memory (shm_cma.hpp): each rank posts its buffer's address in its flag line, the others read it with
 // process_vm_readv, and a second handshake (the bcast root's wait for every reader) keeps each buffer in place until
 // all have read it.
@@ -45,6 +45,10 @@ namespace {
 
 // Above this many bytes per chunk, an allreduce's reduction is split across the ranks (a second handshake pays off).
 constexpr std::size_t kSplitBytes = std::size_t{16} << 10;
+
+// From this many bytes per block, alltoall reads peers' buffers directly where it may: lower than kCmaBytes, since
+// its segment path copies every block twice (measured at 2 ranks: slower than MPI from 16 KiB blocks).
+constexpr std::size_t kAlltoallCmaBytes = std::size_t{8} << 10;
 
 // Parts up to this many bytes fold through shm_fold() where it covers the reduction.
 constexpr std::size_t kOwnFoldBytes = kSplitBytes;
@@ -113,7 +117,7 @@ class ShmBackend final : public Backend {
       case OpKind::kAlltoall: {
         // In place, a rank's own buffer is overwritten while the others may still read it: through the segment then.
         const std::size_t block = c.send->nbytes() / n_;
-        if (cma_.usable && block >= kCmaBytes && !c.in_place())
+        if (cma_.usable && block >= kAlltoallCmaBytes && !c.in_place())
           gather_cma(bytes_of(*c.send), bytes_of(*c.recv), block, me_ * block, ctx);
         else
           alltoall(*c.send, *c.recv, ctx);

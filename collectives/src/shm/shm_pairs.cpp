@@ -56,7 +56,7 @@ void ShmPairs::sendrecv(const Array& send, int dest, int send_tag, Array& recv, 
     kept.assign(from, from + bytes);
     from = kept.data();
   }
-  const bool single_copy = cma_.usable && bytes >= kCmaBytes && dest != me_;
+  const bool single_copy = cma_.usable && bytes >= kSingleCopyBytes && dest != me_;
   const std::int64_t to_send = chunks_of(bytes, single_copy);
   std::int64_t to_take = 1;  // known once the first chunk has come
   for (std::int64_t c = 0; c < std::max(to_send, to_take); ++c) {

@@ -7,7 +7,7 @@
 // takes). Its head (size, tag, dtype, and the sender's address when single-copy) travels in the post line with the
 // first chunk; up to kInlineBytes of data travel there too. Larger messages go through the sender's outbox in two
 // halves, in lockstep with the exchange's other direction (send chunk c, then take chunk c), which cannot deadlock:
-// chunk c waits only for the receiver to have taken chunk c - 2. From kCmaBytes the receiver reads the sender's buffer
+// chunk c waits only for the receiver to have taken chunk c - 2. From kSingleCopyBytes the receiver reads the sender's buffer
 // itself (process_vm_readv), and the sender returns once it has. Otherwise the sender returns as soon as its last
 // chunk is posted; its next send first waits until that message was taken (the outbox and post line are free again).
 //
@@ -26,6 +26,8 @@ class ShmPairs {
  public:
   /// Messages up to this many bytes travel in the post line, after the head.
   static constexpr std::size_t kInlineBytes = 32;
+  /// From this many bytes the receiver reads the sender's buffer itself, where the ranks may (shm_cma.hpp).
+  static constexpr std::size_t kSingleCopyBytes = std::size_t{16} << 10;
 
   ShmPairs(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitPolicy& policy, AbortState& abort);
 
