@@ -143,14 +143,14 @@ TEST_P(Shm, ReduceScatter) {
   }
 }
 
-// Counts for the operations that move data only: shm_counts, and past the single-copy threshold, past a sendrecv's
-// inline bytes and chunk (half a slot), and past three chunks.
+// Counts for the operations that move data only: shm_counts, and past the single-copy thresholds (alltoall's 8 KiB per
+// block, sendrecv's, everyone else's), past a sendrecv's inline bytes and chunk (half a slot), and past three chunks.
 std::vector<std::int64_t> movement_counts(DType dtype) {
   const auto item = static_cast<std::int64_t>(dtype_size(dtype));
   std::vector<std::int64_t> c = shm_counts(dtype, true);
-  for (std::size_t bytes : {std::size_t{8} << 10, detail::ShmPairs::kInlineBytes + 1, detail::ShmPairs::kSingleCopyBytes + 1,
-                            detail::kCmaBytes + 1,
-                            detail::ShmSegment::kSlotBytes / 2 + 1, 3 * detail::ShmSegment::kSlotBytes / 2 + 5})
+  for (std::size_t bytes :
+       {std::size_t{8} << 10, detail::ShmPairs::kInlineBytes + 1, detail::ShmPairs::kSingleCopyBytes + 1,
+        detail::kCmaBytes + 1, detail::ShmSegment::kSlotBytes / 2 + 1, 3 * detail::ShmSegment::kSlotBytes / 2 + 5})
     c.push_back(static_cast<std::int64_t>(bytes) / item + 1);
   return c;
 }

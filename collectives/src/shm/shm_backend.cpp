@@ -12,10 +12,10 @@
 // parallel: each folds its share of the elements into the result slot, posts a second step, and then every rank copies
 // the result out. Smaller chunks are folded whole by every rank after the one step.
 //
-// From kCmaBytes up (alltoall: kAlltoallCmaBytes per block), bcast, allgather and alltoall copy once instead of twice where the ranks may read each other's
-// memory (shm_cma.hpp): each rank posts its buffer's address in its flag line, the others read it with
-// process_vm_readv, and a second handshake (the bcast root's wait for every reader) keeps each buffer in place until
-// all have read it.
+// From kCmaBytes up (alltoall: kAlltoallCmaBytes per block), bcast, allgather and alltoall copy once instead of twice
+// where the ranks may read each other's memory (shm_cma.hpp): each rank posts its buffer's address in its flag line,
+// the others read it with process_vm_readv, and a second handshake (the bcast root's wait for every reader) keeps each
+// buffer in place until all have read it.
 //
 // Reductions are MPI_Reduce_local on the MPI backend's datatypes and operations (mpi_types.hpp): the same arithmetic
 // as on MPI (float16/bfloat16 in float32, wrapping 8/16-bit integer sums, NaN-propagating min/max, bool logic), folded

@@ -13,8 +13,12 @@ namespace {
 // Half an outbox: a chunk of a message through the segment.
 constexpr std::size_t kChunkBytes = ShmSegment::kSlotBytes / 2;
 
-const unsigned char* bytes_of(const Array& a) { return static_cast<const unsigned char*>(a.data()); }
-unsigned char* bytes_of(Array& a) { return static_cast<unsigned char*>(a.data()); }
+const unsigned char* bytes_of(const Array& a) {
+  return static_cast<const unsigned char*>(a.data());
+}
+unsigned char* bytes_of(Array& a) {
+  return static_cast<unsigned char*>(a.data());
+}
 
 }  // namespace
 
@@ -104,8 +108,8 @@ std::int64_t ShmPairs::take(Array& recv, int source, int tag, std::int64_t chunk
       abort_.aborted = true;
       abort_.reason = concat(ctx.describe(), " received a message it did not expect");
       throw MismatchError(concat(ctx.describe(), ": rank ", source, " sent ", h.bytes, " bytes of ", dtype_name(dtype),
-                                 " with tag ", h.tag, ", rank ", me_, " expected at most ", recv.nbytes(),
-                                 " bytes of ", dtype_name(recv.dtype()), " with tag ",
+                                 " with tag ", h.tag, ", rank ", me_, " expected at most ", recv.nbytes(), " bytes of ",
+                                 dtype_name(recv.dtype()), " with tag ",
                                  tag == kAnyTag ? std::string("any") : concat(tag),
                                  " (on shared memory a sendrecv pairs with the peer's sendrecv, in call order)"));
     }

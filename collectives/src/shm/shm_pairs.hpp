@@ -7,9 +7,10 @@
 // takes). Its head (size, tag, dtype, and the sender's address when single-copy) travels in the post line with the
 // first chunk; up to kInlineBytes of data travel there too. Larger messages go through the sender's outbox in two
 // halves, in lockstep with the exchange's other direction (send chunk c, then take chunk c), which cannot deadlock:
-// chunk c waits only for the receiver to have taken chunk c - 2. From kSingleCopyBytes the receiver reads the sender's buffer
-// itself (process_vm_readv), and the sender returns once it has. Otherwise the sender returns as soon as its last
-// chunk is posted; its next send first waits until that message was taken (the outbox and post line are free again).
+// chunk c waits only for the receiver to have taken chunk c - 2. From kSingleCopyBytes the receiver reads the sender's
+// buffer itself (process_vm_readv), and the sender returns once it has. Otherwise the sender returns as soon as its
+// last chunk is posted; its next send first waits until that message was taken (the outbox and post line are free
+// again).
 //
 // A sendrecv on shm pairs with the peer's sendrecv on shm (never with a recv on MPI): the route sends both alike.
 
