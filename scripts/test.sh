@@ -112,4 +112,11 @@ export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0${LSAN_OPTIONS:+:$LS
 tests='^(core_tests|launch_unit_tests|runtime\.np[1-4]|runtime_hidden_gpus\.np[12]|collectives\.np[12]|sharding\.np[1-4])$'
 start=$(date +%s)
 ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure -R "$tests" "${ctest_args[@]}"
+# The shm backend's own tests at 3 and 4 ranks as well (odd rank counts; more ranks than cores: the crowded wait), and
+# its segment path (single-copy reads off) at 2: the collectives binary with gtest's filter in the environment (not
+# when a selection of yours was given).
+if [ ${#ctest_args[@]} -eq 0 ]; then
+  GTEST_FILTER='*Shm*' ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure \
+    -R '^(collectives\.np[34]|collectives_shm_segment_only\.np2)$'
+fi
 echo "test.sh --sanitize: ctest passed in $(( $(date +%s) - start )) s"

@@ -21,15 +21,13 @@ baseline cannot run, the table says why instead of giving a number.
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
 import jax
 import numpy as np
+from bench_helpers import coordinator_address, run_helpers, write_json
 
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
@@ -68,31 +66,13 @@ def gloo_child(address, rank, size, sizes, iters, repeats):
 
 def run_gloo_baseline(comm, sizes, iters, repeats):
     """JAX's gloo psum measured by one helper process per rank: ({elements: [seconds, ...]}, None) or (None, why)."""
-    rank, size = comm.Get_rank(), comm.Get_size()
-    port = None
-    if rank == 0:
-        with socket.socket() as s:  # a free port for jax.distributed's coordinator (in rank 0's helper)
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    port = comm.bcast(port, root=0)
-    # The helpers are no MPI processes: without the launcher's variables, nothing in them tries to join this job.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
-    env["JAX_PLATFORMS"] = "cpu"
-    cmd = [sys.executable, os.path.abspath(__file__), GLOO_CHILD, f"127.0.0.1:{port}", str(rank), str(size),
-           ",".join(map(str, sizes)), str(iters), str(repeats)]
-    why = None
-    try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-        if p.returncode != 0:
-            lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
-            why = f"rank {rank}'s helper failed: {lines[-1] if lines else f'exit code {p.returncode}'}"
-        else:
-            samples = {int(k): v for k, v in json.loads(p.stdout.strip().splitlines()[-1]).items()}
-    except subprocess.TimeoutExpired:
-        why = f"rank {rank}'s helper did not finish in 300 s"
-    whys = [w for w in comm.allgather(why) if w]
-    if whys:
-        return None, whys[0]
+    size = comm.Get_size()
+    address = coordinator_address(comm)
+    got, why = run_helpers(comm, __file__, lambda rank: [GLOO_CHILD, address, str(rank), str(size),
+                                                         ",".join(map(str, sizes)), str(iters), str(repeats)], 300)
+    if got is None:
+        return None, why
+    samples = {int(k): v for k, v in got.items()}
     # The slowest rank's time, per sample.
     from mpi4py import MPI
 
@@ -218,14 +198,7 @@ def main():
                       f"{r['psum jit_us_min'] / r['jax gloo psum_us_min']:.3f} (min)")
         if gloo is None:
             print(f"# jax gloo psum: no result: {gloo_why}")
-        if args.json:
-            text = json.dumps({"benchmark": "jax_overhead", "results": results,
-                               "jax_gloo_psum": "measured" if gloo is not None else gloo_why}, indent=2)
-            if args.json == "-":
-                print(text)
-            else:
-                with open(args.json, "w") as f:
-                    f.write(text)
+        write_json(args.json, "jax_overhead", results, jax_gloo_psum="measured" if gloo is not None else gloo_why)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ over repeats and the ratios to mpi4py. The goal is shardkit no slower than mpi4p
 """
 
 import argparse
-import json
 import statistics
 import sys
 import time
 
 import numpy as np
+from bench_helpers import write_json
 from mpi4py import MPI
 
 import shardkit as sk
@@ -107,13 +107,7 @@ def main():
             print(f"{r['elements']:>9} {cell('mpi4py'):>17} {cell('mpi4py+new'):>17} {cell('shardkit.mpi'):>17} "
                   f"{cell('psum'):>17} {r['shardkit_vs_mpi4py_median']:>10.2f} {r['psum_vs_mpi4py_median']:>12.2f} "
                   f"{r['shardkit_vs_mpi4py_new_median']:>14.2f}")
-        if args.json:
-            text = json.dumps({"benchmark": "python_overhead", "results": results}, indent=2)
-            if args.json == "-":
-                print(text)
-            else:
-                with open(args.json, "w") as f:
-                    f.write(text)
+        write_json(args.json, "python_overhead", results)
     comm.Free()
 
 

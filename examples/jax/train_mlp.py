@@ -9,6 +9,8 @@ Gradients: jax.grad of the jitted shard_map gives each rank its block of the gra
 jax.shard_map does (a parameter replicated over a mesh axis gets its gradient summed over that axis by the shard_map's
 derivative), so the step hands them to the optimiser as they come.
 
+The model (parameters, losses, SGD) is mlp_model.py's, which examples/benchmarks/train_step.py times.
+
     mpirun -np 4 python examples/jax/train_mlp.py                 # every mesh of 4 ranks: (1, 4), (2, 2), (4, 1)
     mpirun -np 2 python examples/jax/train_mlp.py --meshes 2x1,1x2
 """
@@ -21,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import shardkit as sk
+from mlp_model import block_loss, global_loss, problem, sgd, specs
 from shardkit import P
 
 try:
@@ -29,28 +32,12 @@ except ImportError:  # optax is optional: plain SGD then
     optax = None
 
 D_IN, HIDDEN, D_OUT, BATCH = 16, 32, 8, 32  # HIDDEN and BATCH divide over 1, 2 and 4 ranks
-SPECS = {"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None), "b2": P()}
+SPECS = specs(P)
 
 
 def print_on_process_0(*args):
     if sk.rank() == 0:
         print(*args, flush=True)
-
-
-def problem():
-    """The same parameters and data on every process (a fixed seed)."""
-    rng = np.random.default_rng(0)
-    params = {"w1": rng.normal(size=(D_IN, HIDDEN)) / np.sqrt(D_IN), "b1": np.zeros(HIDDEN),
-              "w2": rng.normal(size=(HIDDEN, D_OUT)) / np.sqrt(HIDDEN), "b2": np.zeros(D_OUT)}
-    x = rng.normal(size=(BATCH, D_IN))
-    t = np.sin(x @ rng.normal(size=(D_IN, D_OUT)))
-    as32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
-    return {k: as32(v) for k, v in params.items()}, as32(x), as32(t)
-
-
-def forward(p, x):
-    """The MLP on global arrays (the one-process reference)."""
-    return jax.nn.relu(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
 
 
 def optimizer():
@@ -59,20 +46,20 @@ def optimizer():
 
 def sgd_or_optax(opt, grads, state, params):
     if opt is None:
-        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), state
+        return sgd(params, grads), state
     updates, state = opt.update(grads, state, params)
     return optax.apply_updates(params, updates), state
 
 
 def reference(steps):
     """The loss trajectory of the same training in one process, plain JAX on the global arrays."""
-    params, x, t = problem()
+    params, x, t = problem(D_IN, HIDDEN, D_OUT, BATCH)
     opt = optimizer()
     state = opt.init(params) if opt is not None else None
 
     @jax.jit
     def step(p, s):
-        loss, g = jax.value_and_grad(lambda q: jnp.mean((forward(q, x) - t) ** 2))(p)
+        loss, g = jax.value_and_grad(lambda q: global_loss(q, x, t))(p)
         p, s = sgd_or_optax(opt, g, s, p)
         return loss, p, s
 
@@ -86,16 +73,12 @@ def reference(steps):
 def train(data, model, steps):
     """The sharded training on a (data, model) mesh: the loss trajectory and this rank's parameter bytes."""
     mesh = sk.Mesh(np.arange(data * model).reshape(data, model), ("data", "model"))
-    params, x, t = problem()
+    params, x, t = problem(D_IN, HIDDEN, D_OUT, BATCH)
     params = {k: sk.distribute(v, sk.NamedSharding(mesh, SPECS[k])) for k, v in params.items()}
     x = sk.distribute(x, sk.NamedSharding(mesh, P("data")))
     t = sk.distribute(t, sk.NamedSharding(mesh, P("data")))
 
-    def body(p, xb, tb):
-        h = jax.nn.relu(xb @ p["w1"] + p["b1"])
-        y = sk.psum(h @ p["w2"], "model") + p["b2"]
-        return sk.pmean(jnp.mean((y - tb) ** 2), "data")  # equal batch blocks: the mean of the means
-
+    body = functools.partial(block_loss, psum=sk.psum, pmean=sk.pmean)
     loss = sk.shard_map(body, mesh=mesh, in_specs=(SPECS, P("data"), P("data")), out_specs=P())
 
     opt = optimizer()

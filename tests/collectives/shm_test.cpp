@@ -4,6 +4,9 @@
 // the single-copy threshold and, sendrecv, past its chunk and its inline bytes, on every ring shift (0: to itself).
 // Also: the route is shm for what it implements and MPI for the rest; nothing is left in /dev/shm.
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <string>
 
 #include "collective_test_util.hpp"
@@ -14,6 +17,8 @@
 
 namespace shardkit::testing {
 namespace {
+
+using detail::WaitPolicy;
 
 std::shared_ptr<Communicator>& shm_world() {
   static std::shared_ptr<Communicator> c = [] {
@@ -272,6 +277,32 @@ TEST(ShmFiles, NothingLeftInDevShmOnceMadeAndAfterAnError) {
   EXPECT_EQ(own_shm_segments(), 0);
   c.reset();
   EXPECT_EQ(own_shm_segments(), 0);
+}
+
+TEST(ShmWaitPolicy, SpinsWhileEveryRankHasACpuAndYieldsWhenCrowded) {
+  const WaitPolicy spin = WaitPolicy::choose(2, 2, 2, 2), crowded = WaitPolicy::choose(4, 2, 4, 2);
+  EXPECT_GT(spin.spins, 1000);
+  EXPECT_LT(crowded.spins, 100);
+  EXPECT_EQ(WaitPolicy::choose(2, 1, 2, 2).spins, crowded.spins);  // both ranks bound to one core
+  EXPECT_EQ(WaitPolicy::choose(2, 2, 4, 2).spins, crowded.spins);  // a sub-communicator of a crowded job
+  EXPECT_EQ(WaitPolicy::choose(2, 2, 0, 2).spins, spin.spins);     // the launcher does not say
+  EXPECT_EQ(WaitPolicy::choose(1, 1, 1, 1).spins, spin.spins);
+}
+
+TEST(ShmWaitPolicy, RanksBoundToACoreEachStillSpin) {
+  // As mpirun's default binding (one core per rank up to the core count): each rank's mask is one CPU wide, and the
+  // ranks together have as many CPUs as ranks, so they are not crowded.
+  cpu_set_t saved, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
+  const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  auto world = Communicator::world();
+  CPU_ZERO(&one);
+  CPU_SET(world->rank() % online, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  const WaitPolicy p = WaitPolicy::for_comm(world->mpi_handle());
+  sched_setaffinity(0, sizeof saved, &saved);
+  EXPECT_EQ(p.spins, (world->size() <= online ? WaitPolicy::choose(1, 1, 1, 1) : WaitPolicy::choose(2, 1, 2, 1)).spins)
+      << world->size() << " ranks, " << online << " CPUs";
 }
 
 TEST(ShmRoute, MpiSettingNeverUsesShm) {

@@ -217,6 +217,24 @@ def test_jax_overhead_benchmark_runs_and_checks_its_results():
         assert "jax gloo psum_us_min" not in row and out["jax_gloo_psum"]
 
 
+def test_train_step_benchmark_runs_and_reports_every_runtime():
+    pytest.importorskip("jax")
+    r = mpirun(2, [sys.executable, os.path.join(REPO, "examples/benchmarks/train_step.py"), "--models", "4x8x2x4",
+                   "--steps", "2", "--repeats", "2", "--warmup", "1", "--rss-steps", "5", "--json", "-"], timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout[r.stdout.index("{"):])
+    (row,) = out["results"]
+    assert row["ranks"] == 2 and row["model"] == "4x8x2x4" and row["mesh"] == [1, 2]
+    for k in ("shardkit", "single"):
+        assert row[f"{k}_ms_min"] > 0 and row[f"{k}_ms_median"] >= row[f"{k}_ms_min"]
+    assert row["efficiency_median"] > 0 and row["rss_steps"] == 5 and isinstance(row["rss_growth_kib"], int)
+    # JAX's own multi-process runtime: a time, or the reason there is none (never a made-up number).
+    if out["jax"] == "measured":
+        assert row["jax_ms_min"] > 0 and row["jax_ms_median"] >= row["jax_ms_min"]
+    else:
+        assert "jax_ms_min" not in row and out["jax"]
+
+
 def test_a_skipped_collective_times_out_and_ends_the_job():
     code = textwrap.dedent("""
         import time, numpy as np, shardkit as sk

@@ -21,6 +21,7 @@ follows pmap's rules (the value's varying axes are not tracked through the body'
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -133,20 +134,38 @@ def vary(x, mesh, axes):
 
 
 def process_allgather(x):
-    """The global value of a ShardedArray whose block is traced: tiled all-gathers along its spec's named dimensions
-    (the v-variants where the sharding is uneven are not traced: refused). Each rank's share of its cotangent is 1/m of
-    it, m ranks gathering: the all-gathers' transposes (psum_scatters) add the shares up to each block's cotangent."""
+    """The global value of a ShardedArray whose block is traced: one all_gather along each of its spec's named
+    dimensions (_gather). Each rank's share of its cotangent is 1/m of it, m ranks gathering: the all-gathers'
+    transposes (psum_scatters) add the shares up to each block's cotangent."""
     sharding = x.sharding
-    if sharding.uneven and not sharding.is_fully_replicated:
-        raise _core.InvalidArgument(
-            f"process_allgather of an unevenly sharded {x.shape} array under jax.jit is not supported: gather it "
-            "outside the traced function, or use an even sharding")
-    ctx = TracedContext(sharding.mesh)
-    block = jnp.asarray(x._leaf)
+    whole = _gather(jnp.asarray(x._leaf), sharding, x.shape)
+    return replicated(whole, int(sharding.mesh.size) // holders(sharding))
+
+
+def _gather(block, sharding, shape):
+    """The global value (of `shape`) from this rank's traced block: one all_gather per sharded dimension, in the
+    order of the members' axis index (their blocks' order along it). Uneven blocks are padded to the largest one
+    along the dimension and trimmed after: every member's bounds are static (the sharding's index of each rank)."""
+    mesh = sharding.mesh
+    ctx = TracedContext(mesh)
     for dim, axes in enumerate(sharding.spec):
-        if axes is not None:
+        if axes is None or sharding.num_shards(dim) == 1:
+            continue
+        if not sharding.uneven:
             block = ctx.all_gather(block, axes, axis=dim, tiled=True)
-    return replicated(block, int(sharding.mesh.size) // holders(sharding))
+            continue
+        names = list(_axes(axes))
+        bounds = {}
+        for r in range(int(mesh.size)):
+            bounds[int(mesh.axis_index(names, r))] = sharding.index(list(shape), r)[dim]
+        widths = [bounds[k][1] - bounds[k][0] for k in range(len(bounds))]
+        pad = [(0, 0)] * block.ndim
+        pad[dim] = (0, max(widths) - block.shape[dim])
+        stacked = ctx.all_gather(jnp.pad(block, pad), axes, axis=dim, tiled=False)  # (..., members, widest, ...)
+        block = jnp.concatenate(
+            [jax.lax.slice_in_dim(jax.lax.index_in_dim(stacked, k, axis=dim, keepdims=False), 0, w, axis=dim)
+             for k, w in enumerate(widths)], axis=dim)
+    return block
 
 
 def _argument_block(i, a, spec, mesh):
@@ -171,8 +190,8 @@ def _argument_block(i, a, spec, mesh):
 def _reshard(i, block, a, want):
     """This rank's block of ShardedArray `a` as `want` holds it, compiled as reshard's plan says (shardkit::
     plan_reshard): kept, sliced, one all_gather over the plan's axes (its members' blocks tile the target block), or
-    one all_to_all where mesh axes move from one dimension to another. Other all_to_alls (and uneven blocks in a
-    collective) are not compiled: refused."""
+    one all_to_all where mesh axes move from one dimension to another. Any other plan, and uneven blocks in a
+    collective: the global value by all_gathers, then sliced (_gather)."""
     plan = _core._plan_reshard(list(a.shape), a.sharding, want, int(want.mesh.rank))
     kind, source, target = plan["kind"], plan["source"], plan["target"]
     if kind == "keep":
@@ -194,11 +213,9 @@ def _reshard(i, block, a, want):
         # concatenated along the old one (its members in axis-index order, the blocks' order along both).
         old, new, axes = moved
         return TracedContext(want.mesh).all_to_all(block, axes, new, old, tiled=True)
-    raise _core.InvalidArgument(
-        f"shard_map under jax.jit: argument {i} is held as {a.sharding.spec!r} but its in_spec is {want.spec!r}, "
-        f"which takes an {'uneven all_gather' if kind == 'all_gather' else 'all_to_all'}; that reshard is not "
-        f"compiled yet: reshard it before the compiled step (sk.reshard(x, sk.NamedSharding(mesh, {want.spec!r}))), "
-        "or use its own spec as the in_spec")
+    # Any other plan (an all_to_all that is not one move, blocks of unequal sizes): the global value by all_gathers,
+    # then this rank's block of it. More bytes than the plan moves, but compiled and exact.
+    return _block(_gather(block, a.sharding, a.shape), want)
 
 
 def _moved_axes(source, target, ndim):

@@ -164,7 +164,14 @@ def process_allgather(x: Any) -> Any:
 
 
 def reshard(x: ShardedArray, sharding: NamedSharding) -> ShardedArray:
-    """The same global array with another sharding of the same mesh (fewest collectives). Collective."""
+    """The same global array with another sharding of the same mesh (fewest collectives). Collective. Under jax.jit
+    (a ShardedArray holding a tracer): compiled, as a traced shard_map of the identity from its sharding to this one
+    (reshard's plan where it is compiled, else all_gathers and a slice)."""
+    if isinstance(x, ShardedArray) and _jax_tracer(x._leaf):
+        if sharding.mesh != x.sharding.mesh:
+            raise _core.InvalidArgument(f"reshard: {sharding!r} is not on the array's mesh {x.sharding.mesh!r}")
+        spec = sharding.spec
+        return cast(ShardedArray, shard_map(lambda b: b, mesh=sharding.mesh, in_specs=spec, out_specs=spec)(x))
     return ShardedArray(_core.reshard(_unwrap(x), sharding), _framework(x))
 
 

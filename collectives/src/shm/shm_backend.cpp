@@ -79,13 +79,13 @@ unsigned char* bytes_of(const Array& a) { return static_cast<unsigned char*>(con
 
 class ShmBackend final : public Backend {
  public:
-  ShmBackend(ShmSegment seg, CmaPeers cma, int rank, std::shared_ptr<AbortState> abort)
+  ShmBackend(ShmSegment seg, CmaPeers cma, WaitPolicy policy, int rank, std::shared_ptr<AbortState> abort)
       : seg_(std::move(seg)),
         cma_(std::move(cma)),
         me_(rank),
         n_(seg_.ranks()),
         abort_(std::move(abort)),
-        policy_(WaitPolicy::for_ranks(n_)),
+        policy_(policy),
         pairs_(seg_, cma_, me_, policy_, *abort_) {}
 
   BackendKind kind() const noexcept override { return BackendKind::kShm; }
@@ -377,7 +377,9 @@ std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<Ab
   }
   ShmSegment seg = ShmSegment::create(comm, why);
   if (!seg.valid()) return nullptr;
-  return std::make_unique<ShmBackend>(std::move(seg), probe_cma(comm), rank, std::move(abort_state));
+  CmaPeers cma = probe_cma(comm);
+  return std::make_unique<ShmBackend>(std::move(seg), std::move(cma), WaitPolicy::for_comm(comm), rank,
+                                      std::move(abort_state));
 }
 
 }  // namespace shardkit::detail

@@ -137,14 +137,21 @@ int launcher_local_ranks() noexcept {
 
 }  // namespace
 
-WaitPolicy WaitPolicy::for_ranks(int ranks) noexcept {
-  ranks = std::max(ranks, launcher_local_ranks());
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  // With more ranks than CPUs the rank being waited for may need this CPU: give it up almost at once.
-  if (ranks > cpus) return {16, 4};
-  return {1 << 14, 64};
+WaitPolicy WaitPolicy::choose(int ranks, int cpus, int job_ranks, int online) noexcept {
+  const bool crowded = ranks > cpus || (online > 0 && job_ranks > online);
+  return crowded ? WaitPolicy{16, 4} : WaitPolicy{1 << 14, 64};
+}
+
+WaitPolicy WaitPolicy::for_comm(MpiCommHandle handle) {
+  MPI_Comm comm = to_mpi<MPI_Comm>(handle);
+  int size = 1;
+  SHARDKIT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  cpu_set_t mine, all;
+  CPU_ZERO(&mine);
+  CPU_ZERO(&all);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_SET(0, &mine);
+  SHARDKIT_MPI_CHECK(MPI_Allreduce(&mine, &all, static_cast<int>(sizeof(cpu_set_t)), MPI_BYTE, MPI_BOR, comm));
+  return choose(size, CPU_COUNT(&all), launcher_local_ranks(), static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
 void shm_post(ShmLine& line, std::uint32_t step) noexcept {

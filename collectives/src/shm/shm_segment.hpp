@@ -82,9 +82,13 @@ inline bool reached(std::uint32_t flag, std::uint32_t step) noexcept {
 struct WaitPolicy {
   int spins;
   int yields;
-  /// Fewer spins when the node's ranks (this communicator's, or the job's on this node when the launcher says)
-  /// outnumber the CPUs this process may run on.
-  static WaitPolicy for_ranks(int ranks) noexcept;
+  /// Long spins while every rank can have a CPU of its own: `ranks` of this communicator, `cpus` in the union of
+  /// their affinity masks (a launcher that binds each rank to one core leaves each mask one CPU wide: the union
+  /// counts the cores they have together), `job_ranks` the job's ranks on this node (0: unknown) and `online` the
+  /// node's CPUs. Crowded (more ranks than CPUs, in the communicator or in the job): give the CPU up almost at once.
+  static WaitPolicy choose(int ranks, int cpus, int job_ranks, int online) noexcept;
+  /// choose() for this communicator's ranks (collective, blocking: the ranks combine their affinity masks).
+  static WaitPolicy for_comm(MpiCommHandle comm);
 };
 
 /// Posts `step` on `line` and wakes its sleepers.
