@@ -82,7 +82,7 @@ bool mpi_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 bool nccl_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 
 /// What the shm backend implements (shm/shm_backend.cpp): allreduce, reduce, reduce_scatter (every defined reduction),
-/// bcast, allgather and barrier, on host buffers.
+/// bcast, allgather, alltoall, barrier and sendrecv, on host buffers.
 bool shm_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 /// The shm backend over the ranks of `comm` when they are all on one node and a shared segment could be made and
 /// mapped by every rank; else nullptr on every rank, with the reason in `why`. Collective, with blocking MPI calls on

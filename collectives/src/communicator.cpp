@@ -166,6 +166,16 @@ std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, C
     m->decide_nccl();
     m->nccl_for_p2p = true;
   }
+  if (eager_nccl && m->options.backend == BackendKind::kShm && !m->options.async) {
+    // Forced to shm: made now, so that point-to-point operations before the first collective may use it too.
+    OpContext ctx{};
+    ctx.op = OpKind::kBarrier;
+    ctx.step = "the shared-memory set-up";
+    ctx.comm_name = &m->options.name;
+    ctx.timeout = m->options.timeout;
+    ctx.deadline = m->options.timeout.count() > 0 ? Clock::now() + m->options.timeout : Clock::time_point::max();
+    m->decide_shm(ctx);
+  }
   if (Config::get().verbose && m->rank == 0)
     std::fprintf(stderr, "shardkit: communicator '%s': %d ranks, backends mpi%s\n", m->options.name.c_str(), m->size,
                  m->nccl ? "+nccl" : "");

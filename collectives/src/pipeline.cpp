@@ -122,9 +122,12 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
     req.bytes = static_cast<std::int64_t>(first->nbytes());
   }
   req.reduce = a.reduce;
+  req.named_peers = a.source != kAnySource && (a.dest == rank) == (a.source == rank);
   // Asynchronous communicators stay on MPI: shm operations complete before returning, and async asks for overlap.
   req.shm_hierarchical = shm_hierarchical;
-  if (spec.collective && !options.async && (shm_decided ? needs_shm(req) : may_need_shm(req))) {
+  // Point-to-point operations never start the decision (the other ranks would not come): they use shm once it is made.
+  if (!options.async &&
+      (spec.collective ? (shm_decided ? needs_shm(req) : may_need_shm(req)) : shm_decided && needs_shm(req))) {
     if (!shm_decided) decide_shm(ctx);  // collective: every rank routes this operation alike
     req.shm_hierarchical = shm_hierarchical;
     // A hierarchical backend implements fewer operations, on a table of its own: ask again once it is known.
@@ -271,8 +274,9 @@ BackendKind Communicator::backend_for(OpKind op, Device device) const {
   if (spec.send == detail::Role::kNone && spec.recv == detail::Role::kNone) where = detail::Placement::kNone;
   detail::RouteRequest req{op, m.options.backend, where};
   req.nccl_available = m.nccl_usable_for(op);
-  // Before the first collective routed to shm has decided, shm is assumed available.
-  req.shm_available = spec.collective && !m.options.async && (m.shm != nullptr || !m.shm_decided);
+  // Before the first collective routed to shm has decided, shm is assumed available to collectives (point-to-point
+  // operations wait for that decision).
+  req.shm_available = !m.options.async && (spec.collective ? m.shm != nullptr || !m.shm_decided : m.shm != nullptr);
   req.shm_hierarchical = m.shm_hierarchical;
   return detail::route(req);
 }

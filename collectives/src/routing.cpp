@@ -16,7 +16,10 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 // measured faster than MPI, each against MPI in the same run (bench_collectives, 2 ranks; README, "Shared memory").
 // Operations and sizes not listed stay on MPI: reduce was not measured; bcast below 512 B (MPI's root returns as soon
 // as its message is in the receiver's fast box, shm's waits for the previous bcast's readers) and above 8 KiB, the
-// larger allgathers and allreduce past 4 MiB went either way or to MPI.
+// larger allgathers, allreduce past 4 MiB and alltoall past 512 KiB went either way or to MPI. Sendrecv stays on MPI
+// here although shm was faster or even at every size: shm pairs a sendrecv only with the peer's sendrecv, and on the
+// default route a program that answers a sendrecv with a plain send or recv (valid MPI; a ppermute that is not a
+// cycle does it) would hang. SHARDKIT_BACKEND=shm takes it to shm at every size.
 struct ShmWins {
   OpKind op;
   std::int64_t from, upto;  // bytes, inclusive
@@ -27,6 +30,7 @@ constexpr ShmWins kShmWins[] = {
     {OpKind::kReduceScatter, 0, kAnySize},
     {OpKind::kBcast, 512, std::int64_t{8} << 10},
     {OpKind::kAllgather, 0, std::int64_t{4} << 10},
+    {OpKind::kAlltoall, 0, std::int64_t{512} << 10},
     {OpKind::kBarrier, 0, kAnySize},
 };
 
@@ -53,6 +57,7 @@ bool hier_by_default(OpKind op, std::int64_t bytes) noexcept { return wins(kHier
 
 bool needs_shm(const RouteRequest& r) noexcept {
   if (r.placement != Placement::kHost && r.placement != Placement::kNone) return false;
+  if (r.op == OpKind::kSendrecv && !r.named_peers) return false;
   const bool by_default = r.shm_hierarchical ? hier_by_default(r.op, r.bytes) : shm_by_default(r.op, r.bytes);
   if (r.setting != BackendKind::kShm && (r.setting != BackendKind::kAuto || !by_default)) return false;
   return r.shm_hierarchical ? hier_supports(r.op, r.dtype, r.reduce) : shm_supports(r.op, r.dtype, r.reduce);

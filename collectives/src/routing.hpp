@@ -32,6 +32,9 @@ struct RouteRequest {
   /// (hier_supports) and has a table of its own (hier_by_default). Known once the first collective routed to shm has
   /// made the backend; false until then.
   bool shm_hierarchical = false;
+  /// sendrecv: both peers named (no wildcard source), and both this rank or neither (shm's channels pair a send with
+  /// the peer's receive in the same call).
+  bool named_peers = true;
 };
 
 /// True when `r` would take the shm backend if the communicator has one: host buffers (or none), an operation shm

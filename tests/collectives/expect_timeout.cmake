@@ -1,7 +1,11 @@
 # Runs COMMAND (an mpirun of timeout_main with NP ranks) and checks that it ended, that every rank but the last
-# caught a TimeoutError naming the operation (and MUST_NAME, when set), and that the job then ended.
+# caught a TimeoutError naming the operation (OP, allreduce when not set; and MUST_NAME, when set), and that the job
+# then ended.
 # With RANK_LINE set, every rank but the last must instead print "rank <r>: RANK_LINE" (a regular expression), and
 # the output must match MUST_OUTPUT when that is set.
+if(NOT OP)
+  set(OP allreduce)
+endif()
 string(TIMESTAMP t0 "%s")
 execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 90)
 string(TIMESTAMP t1 "%s")
@@ -21,9 +25,9 @@ foreach(r RANGE 0 ${last})
     endif()
     continue()
   endif()
-  string(REGEX MATCH "rank ${r}: caught after [0-9.]+ s: TimeoutError: allreduce #[0-9]+ on communicator 'timeout-test'[^\n]*" line "${all}")
+  string(REGEX MATCH "rank ${r}: caught after [0-9.]+ s: TimeoutError: ${OP} #[0-9]+ on communicator 'timeout-test'[^\n]*" line "${all}")
   if(NOT line)
-    message(FATAL_ERROR "rank ${r} did not report a TimeoutError naming the allreduce:\n${all}")
+    message(FATAL_ERROR "rank ${r} did not report a TimeoutError naming the ${OP}:\n${all}")
   endif()
   if(MUST_NAME AND NOT line MATCHES "${MUST_NAME}")
     message(FATAL_ERROR "rank ${r}'s TimeoutError does not name '${MUST_NAME}':\n${line}")

@@ -99,8 +99,8 @@ TEST(Routing, ReductionsNcclLacksFallBackToMpi) {
 }
 
 // What the shm backend implements, as issue 21's first slice has it.
-const std::set<OpKind> kInShm = {OpKind::kAllreduce, OpKind::kReduce,        OpKind::kBcast,
-                                 OpKind::kAllgather, OpKind::kReduceScatter, OpKind::kBarrier};
+const std::set<OpKind> kInShm = {OpKind::kAllreduce,     OpKind::kReduce,   OpKind::kBcast,   OpKind::kAllgather,
+                                 OpKind::kReduceScatter, OpKind::kAlltoall, OpKind::kBarrier, OpKind::kSendrecv};
 
 // SHARDKIT_BACKEND=shm: shm for what it implements on host buffers (or none) when the communicator has it; MPI for the
 // rest and when it has not; GPU buffers route as on auto. mpi never takes shm; auto takes it only by its table.
@@ -157,6 +157,25 @@ TEST(Routing, HierarchicalShm) {
   EXPECT_TRUE(detail::hier_by_default(OpKind::kBcast, std::int64_t{128} << 10));
   EXPECT_FALSE(detail::hier_by_default(OpKind::kBcast, 8));
   EXPECT_FALSE(detail::hier_by_default(OpKind::kBarrier, 0));
+}
+
+// A sendrecv takes shm only between named peers, both this rank or neither: a wildcard source could be any rank's
+// message, and shm's channels pair each send with the peer's receive in the same call. Only where forced: on auto a
+// sendrecv answered by a plain send or recv on MPI would hang.
+TEST(Routing, ShmSendrecvNeedsNamedPeers) {
+  RouteRequest r{OpKind::kSendrecv, BackendKind::kShm, Placement::kHost};
+  r.shm_available = true;
+  EXPECT_EQ(detail::route(r), BackendKind::kShm);
+  r.named_peers = false;
+  EXPECT_FALSE(detail::needs_shm(r));
+  EXPECT_EQ(detail::route(r), BackendKind::kMpi);
+  r.named_peers = true;
+  r.setting = BackendKind::kAuto;
+  for (std::int64_t bytes : {std::int64_t{8}, std::int64_t{1} << 20}) {
+    r.bytes = bytes;
+    EXPECT_FALSE(detail::needs_shm(r)) << bytes;
+    EXPECT_EQ(detail::route(r), BackendKind::kMpi);
+  }
 }
 
 // Every operation on host buffers, on communicators forced to each backend setting: auto, mpi and shm run it, nccl

@@ -1,9 +1,10 @@
 // The shm backend (CommOptions::backend = shm) against exact references: every dtype x every reduction it allows, at
 // sizes 0, 1, odd, just past the inline bytes of a flag line, past the size where the reduction is split across ranks,
-// and past two slots (chunked); in place and not. At 3-4 ranks on one node a smaller set of dtypes. Run across hosts
-// (multihost_collectives) the same bodies test the hierarchical path, every dtype, with roots that do and do not lead
-// their node. Also: the route is shm for what it implements (across hosts: what the hierarchy implements) and MPI for
-// the rest; nothing is left in /dev/shm.
+// and past two slots (chunked); in place and not. At 3-4 ranks on one node a smaller set of dtypes. Alltoall and
+// sendrecv also past the single-copy threshold and, sendrecv, past its chunk and its inline bytes, on every ring shift
+// (0: to itself). Run across hosts (multihost_collectives) the same bodies test the hierarchical path, every dtype,
+// with roots that do and do not lead their node. Also: the route is shm for what it implements (across hosts: what the
+// hierarchy implements) and MPI for the rest; nothing is left in /dev/shm.
 
 #include <sched.h>
 #include <unistd.h>
@@ -11,6 +12,8 @@
 #include <string>
 
 #include "collective_test_util.hpp"
+#include "shm/shm_cma.hpp"
+#include "shm/shm_pairs.hpp"
 #include "shm/shm_segment.hpp"
 #include "shm_files.hpp"
 
@@ -160,17 +163,117 @@ TEST_P(Shm, ReduceScatter) {
   EXPECT_EQ(comm().backend_for(OpKind::kReduceScatter, Device::cpu()), shm_route(OpKind::kReduceScatter));
 }
 
-TEST_P(Shm, BarrierAndPointToPointBesideIt) {
-  comm().barrier().wait();
-  EXPECT_EQ(comm().backend_for(OpKind::kBarrier, Device::cpu()), shm_route(OpKind::kBarrier));
-  // Point-to-point operations are not shm's: they go to MPI on the same communicator, in call order.
-  EXPECT_EQ(comm().backend_for(OpKind::kSendrecv, Device::cpu()), BackendKind::kMpi);
+// Counts for the operations that move data only: shm_counts, and past the single-copy thresholds (alltoall's 8 KiB per
+// block, sendrecv's, everyone else's), past a sendrecv's inline bytes and chunk (half a slot), and past three chunks.
+std::vector<std::int64_t> movement_counts(DType dtype) {
+  const auto item = static_cast<std::int64_t>(dtype_size(dtype));
+  std::vector<std::int64_t> c = shm_counts(dtype, true);
+  for (std::size_t bytes :
+       {std::size_t{8} << 10, detail::ShmPairs::kInlineBytes + 1, detail::ShmPairs::kSingleCopyBytes + 1,
+        detail::kCmaBytes + 1, detail::ShmSegment::kSlotBytes / 2 + 1, 3 * detail::ShmSegment::kSlotBytes / 2 + 5})
+    c.push_back(static_cast<std::int64_t>(bytes) / item + 1);
+  return c;
+}
+
+TEST_P(Shm, Alltoall) {
+  for (std::int64_t n : movement_counts(dtype())) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    // Row b of rank r's input goes to rank b: this rank's row p is row rank() of rank p's input.
+    const Shape shape{size(), n};
+    const Array x = input(dtype(), shape, rank(), Pattern::kData);
+    Array want = Array::empty(shape, dtype());
+    for (int p = 0; p < size(); ++p)
+      want.slice(0, p, p + 1).copy_from(input(dtype(), shape, p, Pattern::kData).slice(0, rank(), rank() + 1));
+    EXPECT_TRUE(same(comm().alltoall(x).value, want));
+    EXPECT_TRUE(same(x, input(dtype(), shape, rank(), Pattern::kData)));  // the input is not modified
+    Array buf = x.clone();
+    comm().alltoall(buf, buf).wait();
+    EXPECT_TRUE(same(buf, want));
+  }
+  EXPECT_EQ(comm().backend_for(OpKind::kAlltoall, Device::cpu()), shm_route(OpKind::kAlltoall));
+}
+
+TEST_P(Shm, SendrecvOnEveryRingShift) {
+  EXPECT_EQ(comm().backend_for(OpKind::kSendrecv, Device::cpu()), shm_route(OpKind::kSendrecv));
+  for (int shift = 0; shift < size(); ++shift) {
+    const int dest = (rank() + shift) % size(), source = (rank() + size() - shift) % size();
+    for (std::int64_t n : movement_counts(dtype())) {
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " shift=" << shift);
+      const Array x = input(dtype(), {n}, rank(), Pattern::kData);
+      const Array want = input(dtype(), {n}, source, Pattern::kData);
+      RecvStatus st;
+      Array y = Array::empty({n}, dtype());
+      comm().sendrecv_into(x, dest, y, source, /*send_tag=*/7, /*recv_tag=*/7, &st).wait();
+      EXPECT_TRUE(same(y, want));
+      EXPECT_EQ(st.source, source);
+      EXPECT_EQ(st.tag, 7);
+      EXPECT_EQ(st.count, n);
+      // A receive buffer larger than the message, any tag: the message fills its start; the status says how much.
+      Array z = Array::zeros({n + 3}, dtype());
+      comm().sendrecv_into(x, dest, z, source, /*send_tag=*/3 + rank(), kAnyTag, &st).wait();
+      EXPECT_TRUE(same(z.slice(0, 0, n), want));
+      EXPECT_EQ(st.tag, 3 + source);
+      EXPECT_EQ(st.count, n);
+      // In place.
+      Array buf = x.clone();
+      comm().sendrecv_into(buf, dest, buf, source).wait();
+      EXPECT_TRUE(same(buf, want));
+    }
+  }
+}
+
+// Collectives and sendrecvs interleaved: their channels are apart, and a sendrecv's sender returns before its message
+// is taken.
+TEST_P(Shm, SendrecvBesideCollectives) {
+  if (dtype() != DType::kInt32) GTEST_SKIP() << "one dtype is enough";
+  auto filled = [](std::int64_t n, int v) {
+    return Array::from_values<std::int32_t>(std::vector<std::int32_t>(static_cast<std::size_t>(n), v));
+  };
   const int right = (rank() + 1) % size(), left = (rank() + size() - 1) % size();
-  const Array x = input(dtype(), {5}, rank(), Pattern::kData);
-  Array y = Array::empty({5}, dtype());
-  comm().sendrecv_into(x, right, y, left).wait();
-  EXPECT_TRUE(same(y, input(dtype(), {5}, left, Pattern::kData)));
-  comm().barrier().wait();
+  for (std::int64_t n : {std::int64_t{5}, std::int64_t{300000}}) {
+    for (int i = 0; i < 20; ++i) {
+      const Array x = filled(n, rank() * 100 + i);
+      Array y = Array::empty({n}, DType::kInt32);
+      comm().sendrecv_into(x, right, y, left, 0, 0).wait();
+      EXPECT_TRUE(same(y, filled(n, left * 100 + i))) << "i=" << i;
+      if (i % 3 == 0) {
+        const Array s = comm().allreduce(x, ReduceOp::kSum).value;
+        EXPECT_TRUE(same(s, filled(n, 100 * size() * (size() - 1) / 2 + size() * i)));
+      }
+      if (i % 5 == 0) comm().barrier().wait();
+    }
+  }
+  EXPECT_EQ(comm().backend_for(OpKind::kBarrier, Device::cpu()), shm_route(OpKind::kBarrier));
+}
+
+// On shm a sendrecv pairs with the peer's sendrecv: one that sends more than the peer takes, or with another tag, is
+// named on the receiving rank (and the communicator is aborted), rather than read in part.
+TEST(ShmSendrecv, AMessageLargerThanTheReceiveBufferIsNamed) {
+  if (on_gpu()) GTEST_SKIP() << "host buffers only";
+  CommOptions o;
+  o.name = "shm mismatch";
+  o.backend = BackendKind::kShm;
+  o.timeout = std::chrono::seconds(20);
+  auto c = Communicator::world(o);
+  if (c->size() < 2 || c->backend_for(OpKind::kSendrecv, Device::cpu()) != BackendKind::kShm)
+    GTEST_SKIP() << "needs 2 ranks on shm";
+  const int right = (c->rank() + 1) % c->size(), left = (c->rank() + c->size() - 1) % c->size();
+  const Array x = Array::zeros({c->rank() == 0 ? 9 : 4}, DType::kFloat32);  // rank 0 sends 9 to rank 1, which takes 4
+  Array y = Array::empty({4}, DType::kFloat32);
+  if (c->rank() == 1) {
+    try {
+      c->sendrecv_into(x, right, y, left, 0, 0).wait();
+      ADD_FAILURE() << "no error";
+    } catch (const MismatchError& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 0 sent 36 bytes of float32 with tag 0, rank 1 expected at most 16 "
+                                           "bytes of float32"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_TRUE(c->aborted());
+  } else {
+    c->sendrecv_into(x, right, y, left, 0, 0).wait();  // its message was posted: rank 1 has seen it
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDTypes, Shm, ::testing::ValuesIn(kAllDTypes), dtype_param_name);

@@ -9,6 +9,7 @@
 //                                bootstrap): creating the communicator raises TimeoutError on every rank
 //   timeout_main shm             on the shm backend (set up by a barrier first): the flags name the rank that did
 //                                not arrive, and no segment is left in /dev/shm
+//   timeout_main shm-sendrecv    the same with a sendrecv between each waiting rank and the last one
 //   timeout_main shm-kill        on the shm backend, the last rank is killed (SIGKILL) while the others wait in an
 //                                allreduce: the job ends (run through expect_no_shm_left.cmake, which then looks
 //                                for the segment in /dev/shm)
@@ -93,10 +94,14 @@ int main(int argc, char** argv) {
   }
   Token token;
   try {
-    auto [y, t] = comm->allreduce(Array::zeros({16}, DType::kFloat32, where), ReduceOp::kSum);
-    token = t;
+    if (argc > 1 && std::strcmp(argv[1], "shm-sendrecv") == 0) {
+      Array y = Array::zeros({16}, DType::kFloat32);
+      token = comm->sendrecv_into(Array::zeros({16}, DType::kFloat32), skipper, y, skipper, 0, 0);
+    } else {
+      token = comm->allreduce(Array::zeros({16}, DType::kFloat32, where), ReduceOp::kSum).token;
+    }
     token.wait();
-    std::printf("rank %d: ERROR: allreduce completed without rank %d\n", comm->rank(), skipper);
+    std::printf("rank %d: ERROR: the operation completed without rank %d\n", comm->rank(), skipper);
     return 1;
   } catch (const TimeoutError& e) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

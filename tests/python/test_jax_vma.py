@@ -127,9 +127,11 @@ def test_grad_inside_a_body_follows_jax(sk, jax_answers, check):
     has)."""
     n = sk.size()
     mesh = sk.Mesh(np.arange(n), ("x",))
+    # Where this JAX has no answer (jax 0.8.3 refuses the transpose of pbroadcast written as a psum), nothing to compare.
     fs = {name: sk.shard_map(lambda b, body=body: body(sk, b), mesh=mesh, in_specs=sk.P("x"), out_specs=sk.P("x"),
                              check_vma=check)
-          for name, body in vma_cases.inside(n, jax, jnp).items()}
+          for name, body in vma_cases.inside(n, jax, jnp).items() if f"inside/{name}/{check}/error" not in jax_answers}
+    assert len(fs) >= len(vma_cases.inside(n, jax, jnp)) - 1
     x = sk.distribute(np.cos(np.arange(2.0 * n * n)), sk.NamedSharding(mesh, sk.P("x")))
     ys = jax.jit(lambda a: {name: sk.process_allgather(f(a)) for name, f in fs.items()})(x)
     for name, y in ys.items():

@@ -14,6 +14,7 @@ difference, found by what the installed JAX offers rather than by its version nu
 - ``bind_equation``: a primitive's ``get_bind_params`` returns the parameters to bind in 0.10 ((subfunctions,
   parameters) in 0.8 and 0.9).
 - ``pvary``: ``jax.lax.pcast(x, axes, to="varying")`` from 0.10 on (0.8 and 0.9: ``jax.lax.pvary``).
+- ``keep_weak_type``: 0.8's axis collectives return a strongly typed value for a weakly typed one (0.10's keep it).
 - ``AXIS_COLLECTIVES``, ``INLINED_CALLS``, ``CUSTOM_DERIVATIVE_CALLS``: JAX's axis collectives (what shardkit runs
   each as), call primitives and calls with custom derivative rules, in
   the body of a shard_map that JAX traced with check_vma=True (shardkit._jax_shard_map); the ones a release lacks are
@@ -39,9 +40,10 @@ from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import hlo
 from jax._src.lax import parallel as _parallel
 
-__all__ = ["AXIS_COLLECTIVES", "CUSTOM_DERIVATIVE_CALLS", "INLINED_CALLS", "TESTED_VERSIONS", "ArrayImpl", "ClosedJaxpr", "bind_equation", "pvary", "Jaxpr", "Literal", "Primitive", "ShapedArray", "Token", "Tracer", "ad", "apply_primitive",
-           "aval_to_ir_type", "batching", "hlo", "host_importer", "ir", "mlir", "ordered_effect",
-           "trace_probe", "trace_state_clean", "user_context"]
+__all__ = ["AXIS_COLLECTIVES", "CUSTOM_DERIVATIVE_CALLS", "INLINED_CALLS", "TESTED_VERSIONS", "ArrayImpl",
+           "ClosedJaxpr", "bind_equation", "keep_weak_type", "pvary", "Jaxpr", "Literal", "Primitive", "ShapedArray",
+           "Token", "Tracer", "ad", "apply_primitive", "aval_to_ir_type", "batching", "hlo", "host_importer", "ir",
+           "mlir", "ordered_effect", "trace_probe", "trace_state_clean", "user_context"]
 
 TESTED_VERSIONS = ("0.8.3", "0.9.2", "0.10.2")
 
@@ -63,6 +65,15 @@ def bind_equation(prim, args, params):
         subfuns, bound = bound
         return prim.bind(*subfuns, *args, **bound)
     return prim.bind(*args, **bound)
+
+
+def keep_weak_type(out, x):
+    """out, weakly typed where x is (a Python scalar's psum stays weak, as on 0.10; 0.8's collectives drop it)."""
+    from jax._src.lax import lax as _lax  # noqa: PLC0415
+
+    if jax.typeof(x).weak_type and not jax.typeof(out).weak_type and out.dtype == x.dtype:
+        return _lax._convert_element_type(out, out.dtype, weak_type=True)
+    return out
 
 
 def pvary(x, axes):

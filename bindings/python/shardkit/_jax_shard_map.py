@@ -329,7 +329,7 @@ class JaxContext(TracedContext):
             mine = jnp.asarray(self.axis_index(axes) == args["source"])
             return jc.pvary(jax.lax.psum(jnp.where(mine, x, jnp.zeros_like(x)), name), axes)
         fn, table = _JAX_FORMS[what]
-        return getattr(jax.lax, fn)(x, name, **{keyword: args[arg] for arg, keyword, _ in table})
+        return jc.keep_weak_type(getattr(jax.lax, fn)(x, name, **{keyword: args[arg] for arg, keyword, _ in table}), x)
 
 
 # shardkit's axis collectives as JAX's: the jax.lax function, and for each argument of shardkit's plan, jax.lax's

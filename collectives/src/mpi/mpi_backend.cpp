@@ -309,6 +309,11 @@ class MpiBackend final : public Backend {
     Buf s = stage(send, p, nb, Use::kIn);
     Buf r = stage(recv, p, nb, Use::kOut);
     const std::int64_t sn = send.numel(), rn = recv.numel();
+    if (s.ptr < r.ptr + rn * r.itemsize && r.ptr < s.ptr + sn * s.itemsize) [[unlikely]] {
+      // In place (the buffers overlap): MPI forbids a send buffer that the receive writes; the message goes from a copy.
+      p.keep_alive.push_back(send.clone());
+      s.ptr = static_cast<char*>(p.keep_alive.back().data());
+    }
     if (!nb && sn <= max_count_ && rn <= max_count_) {
       MPI_Status mst;
       SHARDKIT_MPI_CHECK(MPI_Sendrecv(s.data(), static_cast<int>(sn), st, dest, send_tag, r.data(),

@@ -1,5 +1,6 @@
-// The shm backend: allreduce, reduce, bcast, allgather, reduce_scatter and barrier on host buffers among the ranks
-// of one node, through one shared segment per communicator (shm_segment.hpp).
+// The shm backend: allreduce, reduce, bcast, allgather, reduce_scatter, alltoall, barrier and sendrecv on host buffers
+// among the ranks of one node, through one shared segment per communicator (shm_segment.hpp). Sendrecv, the one
+// operation between two ranks rather than all, has its own channels (shm_pairs.hpp).
 //
 // Every step of every operation is the same handshake: a rank writes its part into its slot (or, when small, into its
 // own flag line), posts the step on its flag and waits until every rank has posted it. Operations alternate between
@@ -11,9 +12,10 @@
 // parallel: each folds its share of the elements into the result slot, posts a second step, and then every rank copies
 // the result out. Smaller chunks are folded whole by every rank after the one step.
 //
-// From kCmaBytes up, bcast and allgather copy once instead of twice where the ranks may read each other's memory
-// (shm_cma.hpp): each rank posts its buffer's address in its flag line, the others read it with process_vm_readv, and a
-// second handshake (the bcast root's wait for every reader) keeps each buffer in place until all have read it.
+// From kCmaBytes up (alltoall: kAlltoallCmaBytes per block), bcast, allgather and alltoall copy once instead of twice
+// where the ranks may read each other's memory (shm_cma.hpp): each rank posts its buffer's address in its flag line,
+// the others read it with process_vm_readv, and a second handshake (the bcast root's wait for every reader) keeps each
+// buffer in place until all have read it.
 //
 // Reductions are MPI_Reduce_local on the MPI backend's datatypes and operations (mpi_types.hpp): the same arithmetic
 // as on MPI (float16/bfloat16 in float32, wrapping 8/16-bit integer sums, NaN-propagating min/max, bool logic), folded
@@ -35,6 +37,7 @@
 #include "shardkit/core/error.hpp"
 #include "shm/shm_cma.hpp"
 #include "shm/shm_fold.hpp"
+#include "shm/shm_pairs.hpp"
 #include "shm/shm_segment.hpp"
 
 namespace shardkit::detail {
@@ -43,8 +46,9 @@ namespace {
 // Above this many bytes per chunk, an allreduce's reduction is split across the ranks (a second handshake pays off).
 constexpr std::size_t kSplitBytes = std::size_t{16} << 10;
 
-// From this many bytes per rank's part, bcast and allgather read peers' buffers directly where they may.
-constexpr std::size_t kCmaBytes = std::size_t{64} << 10;
+// From this many bytes per block, alltoall reads peers' buffers directly where it may: lower than kCmaBytes, since
+// its segment path copies every block twice (measured at 2 ranks: slower than MPI from 16 KiB blocks).
+constexpr std::size_t kAlltoallCmaBytes = std::size_t{8} << 10;
 
 // Parts up to this many bytes fold through shm_fold() where it covers the reduction.
 constexpr std::size_t kOwnFoldBytes = kSplitBytes;
@@ -81,7 +85,8 @@ class ShmBackend final : public Backend {
         me_(rank),
         n_(seg_.ranks()),
         abort_(std::move(abort)),
-        policy_(policy) {}
+        policy_(policy),
+        pairs_(seg_, cma_, me_, policy_, *abort_) {}
 
   BackendKind kind() const noexcept override { return BackendKind::kShm; }
   void abort() noexcept override { abort_->aborted = true; }
@@ -104,12 +109,24 @@ class ShmBackend final : public Backend {
       }
       case OpKind::kAllgather:
         if (cma_.usable && c.send->nbytes() >= kCmaBytes)
-          allgather_cma(bytes_of(*c.send), bytes_of(*c.recv), c.send->nbytes(), ctx);
+          gather_cma(bytes_of(*c.send), bytes_of(*c.recv), c.send->nbytes(), 0, ctx);
         else
           allgather(*c.send, *c.recv, ctx);
         break;
       case OpKind::kReduceScatter: reduce_scatter(*c.send, *c.recv, a.reduce, ctx); break;
+      case OpKind::kAlltoall: {
+        // In place, a rank's own buffer is overwritten while the others may still read it: through the segment then.
+        const std::size_t block = c.send->nbytes() / n_;
+        if (cma_.usable && block >= kAlltoallCmaBytes && !c.in_place())
+          gather_cma(bytes_of(*c.send), bytes_of(*c.recv), block, me_ * block, ctx);
+        else
+          alltoall(*c.send, *c.recv, ctx);
+        break;
+      }
       case OpKind::kBarrier: step(next_set(), ctx); break;
+      case OpKind::kSendrecv:
+        pairs_.sendrecv(*c.send, a.dest, a.send_tag, *c.recv, a.source, a.recv_tag, a.status, ctx);
+        break;
       default: SHARDKIT_ASSERT(false, "the shm backend does not implement ", op_name(c.op));
     }
     return Token();
@@ -171,23 +188,25 @@ class ShmBackend final : public Backend {
       wait_all(set, s, ctx);
       return;
     }
-    read_peer(buf, set, root, bytes, s, ctx);
+    read_peer(buf, set, root, 0, bytes, s, ctx);
     shm_post(seg_.line(set, me_), s);
     owed_ = s;
     owed_set_ = set;
   }
 
-  // Single copy: every rank posts its send buffer's address, reads every other rank's block straight into its receive
-  // buffer, and waits until all have read before returning (its send buffer is theirs until then).
-  void allgather_cma(const unsigned char* send, unsigned char* recv, std::size_t bytes, const OpContext& ctx) {
+  // Single copy: every rank posts its send buffer's address, reads `bytes` at offset `at` of every other rank's
+  // (allgather: 0; alltoall: where its own block lies) into block p of its receive buffer, and waits until all have
+  // read before returning (its send buffer is theirs until then).
+  void gather_cma(const unsigned char* send, unsigned char* recv, std::size_t bytes, std::size_t at,
+                  const OpContext& ctx) {
     const int set = next_set();
     const std::uint32_t s = ++step_;
     post_address(set, s, send);
     wait_all(set, s, ctx);
-    std::memmove(recv + me_ * bytes, send, bytes);  // in place, the two may be one
+    std::memmove(recv + me_ * bytes, send + at, bytes);  // allgather in place: the two may be one
     for (int k = 1; k < n_; ++k) {  // each rank starts with its right neighbour: not all at rank 0 at once
       const int p = (me_ + k) % n_;
-      read_peer(recv + p * bytes, set, p, bytes, s, ctx);
+      read_peer(recv + p * bytes, set, p, at, bytes, s, ctx);
     }
     step(set, ctx);
   }
@@ -199,13 +218,14 @@ class ShmBackend final : public Backend {
     shm_post(l, s);
   }
 
-  // Copies `bytes` from the buffer rank p posted at step s of `set` (waiting for it).
-  void read_peer(unsigned char* to, int set, int p, std::size_t bytes, std::uint32_t s, const OpContext& ctx) {
+  // Copies `bytes` from offset `at` of the buffer rank p posted at step s of `set` (waiting for it).
+  void read_peer(unsigned char* to, int set, int p, std::size_t at, std::size_t bytes, std::uint32_t s,
+                 const OpContext& ctx) {
     wait_for(set, p, s, ctx);
     const ShmLine& l = seg_.line(set, p);
-    std::uintptr_t at = 0;
-    std::memcpy(&at, l.data, sizeof at);
-    if (!cma_read(cma_.pids[p], to, reinterpret_cast<const void*>(at), bytes))
+    std::uintptr_t address = 0;
+    std::memcpy(&address, l.data, sizeof address);
+    if (!cma_read(cma_.pids[p], to, reinterpret_cast<const void*>(address + at), bytes))
       raise_unfinished(ctx, *abort_, concat("process_vm_readv from rank ", p, " failed (", std::strerror(errno), ")"));
   }
 
@@ -223,20 +243,38 @@ class ShmBackend final : public Backend {
     });
   }
 
-  // Chunk by chunk, each rank puts its pieces of every block in its slot; rank r folds everyone's block r.
+  // Rank r folds everyone's block r.
   void reduce_scatter(const Array& send, Array& recv, ReduceOp op, const OpContext& ctx) {
     const std::size_t item = send.itemsize();
-    const std::int64_t n = recv.numel();
     const Reducer fold_in(send.dtype(), op, std::min(recv.nbytes(), ShmSegment::kSlotBytes / n_));
-    const unsigned char* s = bytes_of(send);
     unsigned char* r = bytes_of(recv);
+    exchange_blocks(bytes_of(send), recv.numel(), item, ctx, [&](std::int64_t off, std::int64_t m, auto piece) {
+      fold(r + off * item, m, item, fold_in, piece);
+    });
+  }
+
+  // Rank r's block p is rank p's block r.
+  void alltoall(const Array& send, Array& recv, const OpContext& ctx) {
+    const std::size_t item = send.itemsize();
+    const std::int64_t n = recv.numel() / n_;
+    unsigned char* r = bytes_of(recv);
+    exchange_blocks(bytes_of(send), n, item, ctx, [&](std::int64_t off, std::int64_t m, auto piece) {
+      for (int p = 0; p < n_; ++p) std::memcpy(r + (p * n + off) * item, piece(p), m * item);
+    });
+  }
+
+  // Chunk by chunk, each rank puts its pieces of every block of `send` (n_ blocks of `n` elements) in its slot, steps,
+  // and hands take(offset, count, piece) piece(p): where rank p's piece of block me_ lies. A chunk's pieces are all
+  // in the slots before anyone writes its own (alltoall in place may overwrite what it sent).
+  template <typename Take>
+  void exchange_blocks(const unsigned char* s, std::int64_t n, std::size_t item, const OpContext& ctx, Take&& take) {
     chunks(n, ShmSegment::kSlotBytes / (item * n_), [&](std::int64_t off, std::int64_t m) {
       const std::size_t bytes = m * item, whole = bytes * n_;
       const int set = next_set();
       unsigned char* mine = part(set, me_, whole);
       for (int b = 0; b < n_; ++b) std::memcpy(mine + b * bytes, s + (b * n + off) * item, bytes);
       step(set, ctx);
-      fold(r + off * item, m, item, fold_in, [&](int p) { return part(set, p, whole) + me_ * bytes; });
+      take(off, m, [&](int p) { return part(set, p, whole) + me_ * bytes; });
     });
   }
 
@@ -298,6 +336,7 @@ class ShmBackend final : public Backend {
   int me_, n_;
   std::shared_ptr<AbortState> abort_;
   WaitPolicy policy_;
+  ShmPairs pairs_;
   std::uint32_t step_ = 0;  // the last step posted (the same sequence on every rank)
   std::uint32_t uses_ = 0;  // buffer-set uses so far
   std::uint32_t owed_ = 0;  // a one-way step not yet known to be posted by every rank (0: none), in set owed_set_
@@ -313,7 +352,9 @@ bool shm_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept {
     case OpKind::kReduceScatter: return reduce_op_supports(reduce, dtype);
     case OpKind::kBcast:
     case OpKind::kAllgather:
-    case OpKind::kBarrier: return true;
+    case OpKind::kAlltoall:
+    case OpKind::kBarrier:
+    case OpKind::kSendrecv: return true;
     default: return false;
   }
 }

@@ -15,6 +15,10 @@
 
 namespace shardkit::detail {
 
+/// From this many bytes of one message (one rank's part of a bcast, allgather or alltoall; a sendrecv's message), the
+/// shm backend reads peers' buffers directly where it may.
+inline constexpr std::size_t kCmaBytes = std::size_t{64} << 10;
+
 /// Every rank's process id, and whether every rank could read another's memory (collective, blocking MPI calls over
 /// `comm`; false at 1 rank, or where SHARDKIT_SHM_SINGLE_COPY=0 on any rank). `why` says why not, on every rank.
 struct CmaPeers {

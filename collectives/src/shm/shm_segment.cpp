@@ -74,8 +74,10 @@ ShmSegment ShmSegment::create(MpiCommHandle handle, std::string* why) {
   SHARDKIT_MPI_CHECK(MPI_Comm_size(comm, &size));
   ShmSegment s;
   s.ranks_ = size;
-  s.data_offset_ = round_up(kLinesOffset + 2 * static_cast<std::size_t>(size) * sizeof(ShmLine), 4096);
-  s.bytes_ = s.data_offset_ + 2 * (static_cast<std::size_t>(size) + 1) * kSlotBytes;
+  const auto n = static_cast<std::size_t>(size);
+  // Two lines per rank (the sets), then two per ordered pair; two slots per rank and set, plus results, plus outboxes.
+  s.data_offset_ = round_up(kLinesOffset + (2 * n + 2 * n * n) * sizeof(ShmLine), 4096);
+  s.bytes_ = s.data_offset_ + (2 * (n + 1) + n) * kSlotBytes;
 
   // Rank 0 names and sizes the file; the name is unique to this process and call.
   struct {

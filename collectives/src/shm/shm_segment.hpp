@@ -5,7 +5,9 @@
 // Layout: a header; then, for each of two buffer sets, one 64-byte line per rank (a 32-bit step flag, a count of
 // ranks sleeping on that flag, and 56 bytes of inline data: small messages travel in the flag's own cache line);
 // then, for each set, one data slot per rank plus one result slot (kSlotBytes each). Operations alternate sets, so
-// a rank may fill one set while slower ranks still read the other.
+// a rank may fill one set while slower ranks still read the other. Point-to-point exchanges (shm_pairs.hpp) have
+// their own part after that: two lines per ordered pair of ranks (the sender's post, the receiver's acknowledgement)
+// and one outbox per rank (kSlotBytes), so they never touch what a collective of other ranks may still be reading.
 //
 // The segment is made by the communicator's rank 0 (shm_open with a unique name), mapped by every rank and unlinked
 // as soon as all have mapped it: from then on nothing is left in /dev/shm, whatever happens to the processes.
@@ -53,9 +55,18 @@ class ShmSegment {
   unsigned char* slot(int set, int rank) const noexcept {
     return base_ + data_offset_ + (static_cast<std::size_t>(set) * (ranks_ + 1) + rank) * kSlotBytes;
   }
+  /// The line `from` posts its messages to `to` on.
+  ShmLine& post_line(int from, int to) const noexcept { return pair_lines()[from * ranks_ + to]; }
+  /// The line `to` acknowledges what it took of `from`'s messages on.
+  ShmLine& ack_line(int from, int to) const noexcept { return pair_lines()[(ranks_ + to) * ranks_ + from]; }
+  /// Rank `rank`'s outbox for point-to-point messages (kSlotBytes).
+  unsigned char* outbox(int rank) const noexcept {
+    return base_ + data_offset_ + (2 * (static_cast<std::size_t>(ranks_) + 1) + rank) * kSlotBytes;
+  }
 
  private:
   static constexpr std::size_t kLinesOffset = 64;
+  ShmLine* pair_lines() const noexcept { return reinterpret_cast<ShmLine*>(base_ + kLinesOffset) + 2 * ranks_; }
   unsigned char* base_ = nullptr;
   std::size_t bytes_ = 0;
   std::size_t data_offset_ = 0;
