@@ -55,8 +55,9 @@ RANK_PROGRAM = textwrap.dedent("""
 """)
 
 
-def run_and_signal(np_, mode, sig, tmp_path, victim=1, timeout=True):
-    """Starts the job, sends `sig` to rank `victim` once it waits, and returns (signal time, job end time, output)."""
+def run_and_signal(np_, mode, sig, tmp_path, victim=1, timeout=True, backend=None):
+    """Starts the job, sends `sig` to rank `victim` once it waits, and returns (signal time, job end time, output).
+    `backend`: SHARDKIT_BACKEND for the job (None: the default route)."""
     cmd = [os.environ.get("MPIEXEC", "mpirun"), "--oversubscribe", "--bind-to", "none", "-np", str(np_),
            sys.executable, "-c", RANK_PROGRAM, mode, str(tmp_path)]
     env = clean_env(PYTHONUNBUFFERED="1", SHARDKIT_DUMP_DIR=str(tmp_path / "dumps"))
@@ -65,6 +66,8 @@ def run_and_signal(np_, mode, sig, tmp_path, victim=1, timeout=True):
     else:
         env.pop("SHARDKIT_TIMEOUT_S", None)
     env.pop("SHARDKIT_CHECK", None)
+    if backend:
+        env["SHARDKIT_BACKEND"] = backend
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         pid_file = tmp_path / f"pid.{victim}"
@@ -116,13 +119,23 @@ def test_sigint_ends_a_rank_inside_a_blocking_mpi_call_and_the_job(np_, tmp_path
     """Without a timeout a collective is one blocking MPI call, which Python's KeyboardInterrupt cannot leave: the
     watchdog sees the signal went to Python's handler while the same operation is still in progress, writes every
     rank's dump (rank 0 is in its own code) and ends the rank as the signal would; mpirun then ends the job."""
-    sent, ended, out = run_and_signal(np_, "eager", signal.SIGINT, tmp_path, timeout=False)
+    sent, ended, out = run_and_signal(np_, "eager", signal.SIGINT, tmp_path, timeout=False, backend="mpi")
     assert re.search(r"shardkit: rank 1: SIGINT on rank 1 while it was waiting [0-9.]+ s \(since [0-9:]+ UTC\) for "
                      r"allreduce #\d+ \(2 x float64\) on communicator 'world' at <string>:\d+, a blocking MPI call "
                      r"that nothing interrupts; ending the rank", out), out
     assert "ERROR" not in out, out
     assert ended - sent < 10, f"the job took {ended - sent:.1f} s to end"
     assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == [f"rank{k}.json" for k in range(np_)], out
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_sigint_interrupts_a_wait_on_shared_memory_without_a_timeout(np_, tmp_path):
+    """On the shm route (the default for a small allreduce on one node) the wait is shardkit's own: SIGINT raises
+    Interrupted in the rank, naming who did not arrive, and the job ends."""
+    sent, ended, out = run_and_signal(np_, "eager", signal.SIGINT, tmp_path, timeout=False, backend="shm")
+    assert re.search(r"allreduce #\d+ on communicator 'world' was interrupted by SIGINT while waiting; rank\(s\) 0 "
+                     r"did not arrive \(shared memory\)", out), out
+    assert ended - sent < 10, f"the job took {ended - sent:.1f} s to end"
 
 
 def test_sigint_ends_a_pending_token_wait(tmp_path):
