@@ -114,9 +114,12 @@ start=$(date +%s)
 ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure -R "$tests" "${ctest_args[@]}"
 # The shm backend's own tests at 3 and 4 ranks as well (odd rank counts; more ranks than cores: the crowded wait), and
 # its segment path (single-copy reads off) at 2: the collectives binary with gtest's filter in the environment (not
-# when a selection of yours was given).
+# when a selection of yours was given). Without LeakSanitizer (the leaks are checked at 1-2 ranks above): its exit-time
+# tracer crashed once here at 3 ranks on 2 cores ("Tracer caught signal 11", "LeakSanitizer has encountered a fatal
+# error") after every test had passed.
 if [ ${#ctest_args[@]} -eq 0 ]; then
-  GTEST_FILTER='*Shm*' ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure \
+  ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" GTEST_FILTER='*Shm*' \
+    ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure \
     -R '^(collectives\.np[34]|collectives_shm_segment_only\.np2)$'
 fi
 echo "test.sh --sanitize: ctest passed in $(( $(date +%s) - start )) s"
