@@ -91,6 +91,16 @@ void CommunicatorImpl::decide_shm(const OpContext& op) {
   // The set-up makes blocking MPI calls: agree first, under the operation's deadline, that every rank has come. It is
   // part of the operation that asked for it (a timeout names that operation) and takes no sequence number of its own.
   agree_within_operation(control(), op, "the shared-memory set-up", options.check, *abort);
+  if (options.backend == BackendKind::kAuto) {
+    // The default route keeps jobs with GPUs on MPI and NCCL: where only some ranks have one, their device buffers
+    // (staged to MPI) and the others' host buffers would take different backends in one operation.
+    int gpuless = device < 0 ? 1 : 0, all = 0;
+    SHARDKIT_MPI_CHECK(MPI_Allreduce(&gpuless, &all, 1, MPI_INT, MPI_MIN, to_mpi<MPI_Comm>(control())));
+    if (!all) {
+      shm_refusal = "a rank has a GPU (the default route keeps such jobs on MPI and NCCL; SHARDKIT_BACKEND=shm forces it)";
+      return;
+    }
+  }
   shm = make_hier_backend(control(), abort, options.max_message_elements, &shm_hierarchical, &shm_refusal);
   if (!shm_hierarchical) shm = make_shm_backend(control(), abort, &shm_refusal);
   if (Config::get().verbose && rank == 0)
