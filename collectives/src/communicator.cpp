@@ -61,11 +61,13 @@ bool gpu_shared(MPI_Comm comm, int device) {
 void CommunicatorImpl::decide_nccl() {
   if (nccl_decided) return;
   nccl_decided = true;
-  const int want = nccl_built() && device >= 0 && options.backend != BackendKind::kMpi ? 1 : 0;
-  int all = 0;
+  // {whether this rank wants NCCL, minus whether it has a GPU}: the minimum says whether all want it and whether any
+  // has a GPU (for the shm decision, decide_shm).
+  const int mine[2] = {nccl_built() && device >= 0 && options.backend != BackendKind::kMpi ? 1 : 0, device >= 0 ? -1 : 0};
+  int least[2] = {0, 0};
   MPI_Comm c = to_mpi<MPI_Comm>(control());
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
-  SHARDKIT_MPI_CHECK(MPI_Iallreduce(&want, &all, 1, MPI_INT, MPI_MIN, c, req.data()));
+  SHARDKIT_MPI_CHECK(MPI_Iallreduce(mine, least, 2, MPI_INT, MPI_MIN, c, req.data()));
   OpContext ctx{};
   ctx.op = OpKind::kAllreduce;
   ctx.step = "the NCCL decision";
@@ -73,6 +75,8 @@ void CommunicatorImpl::decide_nccl() {
   ctx.timeout = options.timeout;
   ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
   if (!wait_all(req, nullptr, ctx.deadline)) raise_unfinished(ctx, *abort, "not every rank arrived");
+  const int all = least[0];
+  gpu_somewhere = least[1] < 0;
   // Every rank has arrived: the exchange of hosts and devices below cannot wait for a missing one.
   const bool shared = all && gpu_shared(c, device);
   if (all && !shared) {
@@ -88,19 +92,16 @@ void CommunicatorImpl::decide_nccl() {
 void CommunicatorImpl::decide_shm(const OpContext& op) {
   if (shm_decided) return;
   shm_decided = true;
+  if (options.backend == BackendKind::kAuto && gpu_somewhere) {
+    // Decided without communication (every rank knows it from the NCCL decision): the default route keeps jobs with
+    // GPUs on MPI and NCCL. Where only some ranks have one, their staged device buffers and the others' host buffers
+    // would take different backends in one operation (and only the host ranks would come to the set-up).
+    shm_refusal = "a rank has a GPU (the default route keeps such jobs on MPI and NCCL; SHARDKIT_BACKEND=shm forces it)";
+    return;
+  }
   // The set-up makes blocking MPI calls: agree first, under the operation's deadline, that every rank has come. It is
   // part of the operation that asked for it (a timeout names that operation) and takes no sequence number of its own.
   agree_within_operation(control(), op, "the shared-memory set-up", options.check, *abort);
-  if (options.backend == BackendKind::kAuto) {
-    // The default route keeps jobs with GPUs on MPI and NCCL: where only some ranks have one, their device buffers
-    // (staged to MPI) and the others' host buffers would take different backends in one operation.
-    int gpuless = device < 0 ? 1 : 0, all = 0;
-    SHARDKIT_MPI_CHECK(MPI_Allreduce(&gpuless, &all, 1, MPI_INT, MPI_MIN, to_mpi<MPI_Comm>(control())));
-    if (!all) {
-      shm_refusal = "a rank has a GPU (the default route keeps such jobs on MPI and NCCL; SHARDKIT_BACKEND=shm forces it)";
-      return;
-    }
-  }
   shm = make_hier_backend(control(), abort, options.max_message_elements, &shm_hierarchical, &shm_refusal);
   if (!shm_hierarchical) shm = make_shm_backend(control(), abort, &shm_refusal);
   if (Config::get().verbose && rank == 0)

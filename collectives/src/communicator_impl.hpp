@@ -25,6 +25,7 @@ struct CommunicatorImpl {
   std::unique_ptr<Backend> nccl;
   std::unique_ptr<Backend> shm;  // made by the first collective routed to it (decide_shm)
   bool shm_decided = false;
+  bool gpu_somewhere = false;  // some rank has a GPU: known on every rank once the NCCL decision is made
   bool shm_hierarchical = false;  // shm spans nodes (shm/hierarchy.hpp): it serves fewer operations, on its own table
   std::string shm_refusal;  // why the ranks have no shm backend
   std::shared_ptr<AbortState> abort = std::make_shared<AbortState>();

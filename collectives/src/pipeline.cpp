@@ -94,17 +94,6 @@ Result make_result(Array value, Token token) {
 
 }  // namespace
 
-namespace {
-
-// The shm decision is collective: every rank must ask for it at the same operation, whatever its own buffers' device
-// (in a job where only some ranks have a GPU, the others pass host buffers to the same operation).
-RouteRequest as_host(RouteRequest r) {
-  r.placement = Placement::kHost;
-  return r;
-}
-
-}  // namespace
-
 Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   const OpSpec& spec = op_spec(op);
   ensure_usable();
@@ -138,7 +127,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   req.shm_hierarchical = shm_hierarchical;
   // Point-to-point operations never start the decision (the other ranks would not come): they use shm once it is made.
   if (!options.async &&
-      (spec.collective ? (shm_decided ? needs_shm(req) : may_need_shm(as_host(req))) : shm_decided && needs_shm(req))) {
+      (spec.collective ? (shm_decided ? needs_shm(req) : may_need_shm(req)) : shm_decided && needs_shm(req))) {
     if (!shm_decided) decide_shm(ctx);  // collective: every rank routes this operation alike
     req.shm_hierarchical = shm_hierarchical;
     // A hierarchical backend implements fewer operations, on a table of its own: ask again once it is known.
