@@ -19,6 +19,9 @@ namespace shardkit::detail {
 
 using Clock = std::chrono::steady_clock;
 
+/// `timeout` from now, or Clock::time_point::max() for no timeout (a timeout of 0).
+Clock::time_point deadline_after(std::chrono::milliseconds timeout) noexcept;
+
 /// What a backend needs to know about the operation it runs, beyond its buffers.
 struct OpContext {
   OpKind op;
@@ -33,6 +36,11 @@ struct OpContext {
   bool async;
   /// Describes a step that is not an operation of the table (making a communicator); nullptr for operations.
   const char* step = nullptr;
+
+  /// A step that is not an operation of the table (`what`: "the NCCL decision") on communicator `name` (which must
+  /// outlive the context), as `op` for checked mode's messages, its deadline `timeout` from now.
+  static OpContext for_step(OpKind op, const char* what, const std::string& name, std::chrono::milliseconds timeout,
+                            std::uint64_t seq = 0);
 
   bool has_deadline() const noexcept { return deadline != Clock::time_point::max(); }
   /// "allreduce #12 on communicator 'world'", or "<step> of communicator 'world'".

@@ -57,6 +57,22 @@ bool reduce_op_supports(ReduceOp op, DType dtype) noexcept {
 
 namespace detail {
 
+Clock::time_point deadline_after(std::chrono::milliseconds timeout) noexcept {
+  return timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
+}
+
+OpContext OpContext::for_step(OpKind op, const char* what, const std::string& name, std::chrono::milliseconds timeout,
+                              std::uint64_t seq) {
+  OpContext ctx{};
+  ctx.op = op;
+  ctx.step = what;
+  ctx.seq = seq;
+  ctx.comm_name = &name;
+  ctx.timeout = timeout;
+  ctx.deadline = deadline_after(timeout);
+  return ctx;
+}
+
 std::string OpContext::describe() const {
   if (step) return concat(step, " of communicator '", comm_name ? *comm_name : std::string("?"), "'");
   return concat(op_name(op), " #", seq, " on communicator '", comm_name ? *comm_name : std::string("?"), "'");

@@ -63,17 +63,13 @@ void CommunicatorImpl::decide_nccl() {
   nccl_decided = true;
   // {whether this rank wants NCCL, minus whether it has a GPU}: the minimum says whether all want it and whether any
   // has a GPU (for the shm decision, decide_shm).
-  const int mine[2] = {nccl_built() && device >= 0 && options.backend != BackendKind::kMpi ? 1 : 0, device >= 0 ? -1 : 0};
+  const bool wants = nccl_built() && device >= 0 && options.backend != BackendKind::kMpi;
+  const int mine[2] = {wants ? 1 : 0, device >= 0 ? -1 : 0};
   int least[2] = {0, 0};
   MPI_Comm c = to_mpi<MPI_Comm>(control());
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
   SHARDKIT_MPI_CHECK(MPI_Iallreduce(mine, least, 2, MPI_INT, MPI_MIN, c, req.data()));
-  OpContext ctx{};
-  ctx.op = OpKind::kAllreduce;
-  ctx.step = "the NCCL decision";
-  ctx.comm_name = &options.name;
-  ctx.timeout = options.timeout;
-  ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
+  const OpContext ctx = OpContext::for_step(OpKind::kAllreduce, "the NCCL decision", options.name, options.timeout);
   if (!wait_all(req, nullptr, ctx.deadline)) raise_unfinished(ctx, *abort, "not every rank arrived");
   const int all = least[0];
   gpu_somewhere = least[1] < 0;
@@ -96,7 +92,8 @@ void CommunicatorImpl::decide_shm(const OpContext& op) {
     // Decided without communication (every rank knows it from the NCCL decision): the default route keeps jobs with
     // GPUs on MPI and NCCL. Where only some ranks have one, their staged device buffers and the others' host buffers
     // would take different backends in one operation (and only the host ranks would come to the set-up).
-    shm_refusal = "a rank has a GPU (the default route keeps such jobs on MPI and NCCL; SHARDKIT_BACKEND=shm forces it)";
+    shm_refusal =
+        "a rank has a GPU (the default route keeps such jobs on MPI and NCCL; SHARDKIT_BACKEND=shm forces it)";
     return;
   }
   // The set-up makes blocking MPI calls: agree first, under the operation's deadline, that every rank has come. It is
@@ -179,13 +176,8 @@ std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, C
   }
   if (eager_nccl && m->options.backend == BackendKind::kShm && !m->options.async) {
     // Forced to shm: made now, so that point-to-point operations before the first collective may use it too.
-    OpContext ctx{};
-    ctx.op = OpKind::kBarrier;
-    ctx.step = "the shared-memory set-up";
-    ctx.comm_name = &m->options.name;
-    ctx.timeout = m->options.timeout;
-    ctx.deadline = m->options.timeout.count() > 0 ? Clock::now() + m->options.timeout : Clock::time_point::max();
-    m->decide_shm(ctx);
+    m->decide_shm(
+        OpContext::for_step(OpKind::kBarrier, "the shared-memory set-up", m->options.name, m->options.timeout));
   }
   if (Config::get().verbose && m->rank == 0)
     std::fprintf(stderr, "shardkit: communicator '%s': %d ranks, backends mpi%s\n", m->options.name.c_str(), m->size,
@@ -202,7 +194,7 @@ int runtime_device() {
 }  // namespace
 }  // namespace detail
 
-// ---- construction ----------------------------------------------------------------------------------------------------
+// ---- construction ---------------------------------------------------------------------------------------------------
 
 Communicator::Communicator(std::unique_ptr<detail::CommunicatorImpl> impl) : impl_(std::move(impl)) {}
 Communicator::~Communicator() = default;

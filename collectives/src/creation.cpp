@@ -7,26 +7,11 @@
 #include "shardkit/core/error.hpp"
 
 namespace shardkit::detail {
-namespace {
-
-OpContext step_context(const char* what, const std::string& name, std::uint64_t seq, const CommOptions& o) {
-  OpContext ctx{};
-  ctx.op = OpKind::kBarrier;
-  ctx.step = what;
-  ctx.seq = seq;
-  ctx.comm_name = &name;
-  ctx.after = nullptr;
-  ctx.timeout = o.timeout;
-  ctx.deadline = o.timeout.count() > 0 ? Clock::now() + o.timeout : Clock::time_point::max();
-  ctx.async = false;
-  return ctx;
-}
-
-}  // namespace
 
 void agree_to_create(MpiCommHandle over, const char* what, const std::string& name, std::uint64_t seq,
                      const CommOptions& o, AbortState& abort) {
-  agree_within_operation(over, step_context(what, name, seq, o), nullptr, o.check, abort);
+  const OpContext ctx = OpContext::for_step(OpKind::kBarrier, what, name, o.timeout, seq);
+  agree_within_operation(over, ctx, nullptr, o.check, abort);
 }
 
 void agree_within_operation(MpiCommHandle over, const OpContext& ctx, const char* what, bool check,
@@ -42,12 +27,13 @@ void agree_within_operation(MpiCommHandle over, const OpContext& ctx, const char
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
   SHARDKIT_MPI_CHECK(MPI_Ibarrier(to_mpi<MPI_Comm>(over), req.data()));
   if (!wait_all(req, nullptr, ctx.deadline))
-    raise_unfinished(ctx, abort, what ? concat("not every rank arrived at ", what) : std::string("not every rank arrived"));
+    raise_unfinished(ctx, abort,
+                     what ? concat("not every rank arrived at ", what) : std::string("not every rank arrived"));
 }
 
 MpiComm dup_within_timeout(MpiCommHandle parent, const char* what, const std::string& name, const CommOptions& o,
                            AbortState& abort) {
-  const OpContext ctx = step_context(what, name, 0, o);
+  const OpContext ctx = OpContext::for_step(OpKind::kBarrier, what, name, o.timeout);
   MPI_Comm dup = MPI_COMM_NULL;
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
   SHARDKIT_MPI_CHECK(MPI_Comm_idup(to_mpi<MPI_Comm>(parent), &dup, req.data()));

@@ -1,5 +1,6 @@
 // The one pipeline every operation runs through: validate (before anything is sent) → route to a backend → checked
-// mode → order after the caller's token → make strided buffers contiguous → run on the backend → token bookkeeping.
+// mode → order after the caller's token → make strided buffers contiguous → run on the backend → token
+// bookkeeping.
 // What differs between operations comes from the operation table (op_table.cpp); the value forms allocate their
 // results by the table's value rule and run the same pipeline.
 
@@ -108,7 +109,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   ctx.comm_name = &options.name;
   ctx.after = &after;
   ctx.timeout = options.timeout;
-  ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
+  ctx.deadline = deadline_after(options.timeout);
   ctx.async = options.async;
 
   // Route: from the backends' declarations, the setting and where this rank's buffers live. Collectives on host buffers

@@ -281,12 +281,7 @@ void start_watchdog(MpiCommHandle control, const std::string& name, const CommOp
   d->peers.resize(static_cast<std::size_t>(size));
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
   SHARDKIT_MPI_CHECK(MPI_Iallgather(&me, sizeof me, MPI_BYTE, d->peers.data(), sizeof me, MPI_BYTE, c, req.data()));
-  OpContext ctx{};
-  ctx.op = OpKind::kAllgather;
-  ctx.step = "the watchdog's set-up";
-  ctx.comm_name = &name;
-  ctx.timeout = options.timeout;
-  ctx.deadline = options.timeout.count() > 0 ? Clock::now() + options.timeout : Clock::time_point::max();
+  const OpContext ctx = OpContext::for_step(OpKind::kAllgather, "the watchdog's set-up", name, options.timeout);
   if (!wait_all(req, nullptr, ctx.deadline)) raise_unfinished(ctx, abort, "not every rank arrived");
   d->nonce = d->peers[0].nonce;  // rank 0's: the job's
   if (d->sock < 0 || ::pipe2(d->wake, O_CLOEXEC | O_NONBLOCK) != 0) return;  // no watchdog here; the others go on

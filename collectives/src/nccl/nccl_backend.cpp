@@ -295,7 +295,7 @@ ncclConfig_t nonblocking_config() {
 }
 
 void await_created(NcclState& state, std::chrono::milliseconds timeout, const char* what) {
-  const Clock::time_point deadline = timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
+  const Clock::time_point deadline = deadline_after(timeout);
   const InterruptibleWait waiting;
   for (long spin = 0;; ++spin) {
     ncclResult_t st = ncclInProgress;

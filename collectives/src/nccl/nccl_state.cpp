@@ -36,7 +36,7 @@ void NcclState::close() noexcept {
     abort_once("aborted");
     return;
   }
-  const Clock::time_point deadline = timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
+  const Clock::time_point deadline = deadline_after(timeout);
   ncclResult_t r = ncclCommFinalize(comm);
   for (long spin = 0; r == ncclInProgress; ++spin) {
     if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) r = ncclInternalError;
