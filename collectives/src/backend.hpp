@@ -79,6 +79,8 @@ class Backend {
   virtual Token run(const BackendCall& call, const OpContext& ctx) = 0;
   /// Stops every pending operation; called after a timeout. Never throws.
   virtual void abort() noexcept = 0;
+  /// Whether its ranks outnumber their CPUs, so that its waits give the CPU up at once (shm: WaitPolicy).
+  virtual bool crowded() const noexcept { return false; }
 };
 
 /// What the MPI backend implements: every operation on every dtype and defined reduction (host memory, or device

@@ -126,12 +126,14 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   req.named_peers = a.source != kAnySource && (a.dest == rank) == (a.source == rank);
   // Asynchronous communicators stay on MPI: shm operations complete before returning, and async asks for overlap.
   req.shm_hierarchical = shm_hierarchical;
+  req.shm_crowded = shm && shm->crowded();
   // Point-to-point operations never start the decision (the other ranks would not come): they use shm once it is made.
   if (!options.async &&
       (spec.collective ? (shm_decided ? needs_shm(req) : may_need_shm(req)) : shm_decided && needs_shm(req))) {
     if (!shm_decided) decide_shm(ctx);  // collective: every rank routes this operation alike
     req.shm_hierarchical = shm_hierarchical;
-    // A hierarchical backend implements fewer operations, on a table of its own: ask again once it is known.
+    req.shm_crowded = shm && shm->crowded();
+    // A hierarchical backend implements fewer operations, and a crowded one fewer by default: ask again once known.
     req.shm_available = shm != nullptr && needs_shm(req);
   }
   if (req.shm_available) {
@@ -279,6 +281,7 @@ BackendKind Communicator::backend_for(OpKind op, Device device) const {
   // operations wait for that decision).
   req.shm_available = !m.options.async && (spec.collective ? m.shm != nullptr || !m.shm_decided : m.shm != nullptr);
   req.shm_hierarchical = m.shm_hierarchical;
+  req.shm_crowded = m.shm && m.shm->crowded();
   return detail::route(req);
 }
 

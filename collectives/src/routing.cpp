@@ -13,23 +13,27 @@ namespace {
 bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, r.dtype, r.reduce); }
 
 // The default route's table: per operation, the message sizes (bytes of the first array on each rank) where shm was
-// measured faster than MPI, each against MPI in the same run (bench_collectives, 2 ranks; README, "Shared memory").
-// Operations and sizes not listed stay on MPI: reduce was not measured; bcast below 512 B (MPI's root returns as soon
-// as its message is in the receiver's fast box, shm's waits for the previous bcast's readers) and above 8 KiB, the
-// larger allgathers, allreduce past 4 MiB and alltoall past 512 KiB went either way or to MPI. Sendrecv stays on MPI
+// measured faster than MPI, each against MPI in the same run (bench_collectives, 2 ranks on an idle machine, 3 and 4
+// on 2 cores for the crowded case; README, "Shared memory"). Operations and sizes not listed stay on MPI: reduce was
+// not measured; bcast above 8 KiB, allgathers past 256 KiB a rank and alltoall past 512 KiB went either way or to MPI.
+// A bcast below 512 B takes shm only where the ranks have a CPU each: crowded, MPI's root returns as soon as its
+// message is in the receiver's fast box while shm's waits for the previous bcast's readers (16-18x MPI at 3-4 ranks
+// on 2 cores), but with a CPU each shm took 0.10 us where the MPI route took 0.16 (raw MPI 0.09). Sendrecv stays on MPI
 // here although shm was faster or even at every size: shm pairs a sendrecv only with the peer's sendrecv, and on the
 // default route a program that answers a sendrecv with a plain send or recv (valid MPI; a ppermute that is not a
 // cycle does it) would hang. SHARDKIT_BACKEND=shm takes it to shm at every size.
 struct ShmWins {
   OpKind op;
   std::int64_t from, upto;  // bytes, inclusive
+  bool roomy_only = false;  // only where the ranks do not outnumber their CPUs (RouteRequest::shm_crowded)
 };
 constexpr std::int64_t kAnySize = std::numeric_limits<std::int64_t>::max();
 constexpr ShmWins kShmWins[] = {
-    {OpKind::kAllreduce, 0, std::int64_t{4} << 20},
+    {OpKind::kAllreduce, 0, kAnySize},
     {OpKind::kReduceScatter, 0, kAnySize},
+    {OpKind::kBcast, 0, 511, true},
     {OpKind::kBcast, 512, std::int64_t{8} << 10},
-    {OpKind::kAllgather, 0, std::int64_t{4} << 10},
+    {OpKind::kAllgather, 0, std::int64_t{256} << 10},
     {OpKind::kAlltoall, 0, std::int64_t{512} << 10},
     {OpKind::kBarrier, 0, kAnySize},
 };
@@ -43,22 +47,25 @@ constexpr ShmWins kHierWins[] = {
     {OpKind::kBcast, std::int64_t{128} << 10, kAnySize},
 };
 
-bool wins(std::span<const ShmWins> table, OpKind op, std::int64_t bytes) noexcept {
+bool wins(std::span<const ShmWins> table, OpKind op, std::int64_t bytes, bool crowded) noexcept {
   for (const ShmWins& w : table)
-    if (w.op == op) return bytes >= w.from && bytes <= w.upto;
+    if (w.op == op && bytes >= w.from && bytes <= w.upto && !(w.roomy_only && crowded)) return true;
   return false;
 }
 
 }  // namespace
 
-bool shm_by_default(OpKind op, std::int64_t bytes) noexcept { return wins(kShmWins, op, bytes); }
+bool shm_by_default(OpKind op, std::int64_t bytes, bool crowded) noexcept {
+  return wins(kShmWins, op, bytes, crowded);
+}
 
-bool hier_by_default(OpKind op, std::int64_t bytes) noexcept { return wins(kHierWins, op, bytes); }
+bool hier_by_default(OpKind op, std::int64_t bytes) noexcept { return wins(kHierWins, op, bytes, false); }
 
 bool needs_shm(const RouteRequest& r) noexcept {
   if (r.placement != Placement::kHost && r.placement != Placement::kNone) return false;
   if (r.op == OpKind::kSendrecv && !r.named_peers) return false;
-  const bool by_default = r.shm_hierarchical ? hier_by_default(r.op, r.bytes) : shm_by_default(r.op, r.bytes);
+  const bool by_default =
+      r.shm_hierarchical ? hier_by_default(r.op, r.bytes) : shm_by_default(r.op, r.bytes, r.shm_crowded);
   if (r.setting != BackendKind::kShm && (r.setting != BackendKind::kAuto || !by_default)) return false;
   return r.shm_hierarchical ? hier_supports(r.op, r.dtype, r.reduce) : shm_supports(r.op, r.dtype, r.reduce);
 }

@@ -32,6 +32,9 @@ struct RouteRequest {
   /// (hier_supports) and has a table of its own (hier_by_default). Known once the first collective routed to shm has
   /// made the backend; false until then.
   bool shm_hierarchical = false;
+  /// Whether that backend's ranks outnumber their CPUs (Backend::crowded), which its table reads. Known once the
+  /// backend is made; false until then.
+  bool shm_crowded = false;
   /// sendrecv: both peers named (no wildcard source), and both this rank or neither (shm's channels pair a send with
   /// the peer's receive in the same call).
   bool named_peers = true;
@@ -43,8 +46,9 @@ struct RouteRequest {
 bool needs_shm(const RouteRequest& r) noexcept;
 /// Before the communicator's shm backend is made (flat or hierarchical is not known yet): whether either would take `r`.
 bool may_need_shm(RouteRequest r) noexcept;
-/// The default route's table: where shm was measured faster than MPI (see README, "Shared memory").
-bool shm_by_default(OpKind op, std::int64_t bytes) noexcept;
+/// The default route's table: where shm was measured faster than MPI (see README, "Shared memory"), for ranks that
+/// outnumber their CPUs (`crowded`) or not.
+bool shm_by_default(OpKind op, std::int64_t bytes, bool crowded = false) noexcept;
 /// The default route's table for a communicator spanning nodes: where the hierarchical path was measured faster than
 /// flat MPI (see README, "Shared memory").
 bool hier_by_default(OpKind op, std::int64_t bytes) noexcept;

@@ -159,6 +159,34 @@ TEST(Routing, HierarchicalShm) {
   EXPECT_FALSE(detail::hier_by_default(OpKind::kBarrier, 0));
 }
 
+// The default route's table reads whether the shm backend's ranks outnumber their CPUs: small bcasts take shm only
+// where they do not (crowded, shm's bcast measured 16-18x MPI's), and before the backend is made the first small bcast
+// may ask for it. Nothing else in the table depends on it.
+TEST(Routing, SmallBcastTakesShmOnlyWithACpuPerRank) {
+  RouteRequest r{OpKind::kBcast, BackendKind::kAuto, Placement::kHost};
+  r.shm_available = true;
+  for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{511}}) {
+    SCOPED_TRACE(bytes);
+    r.bytes = bytes;
+    r.shm_crowded = false;
+    EXPECT_EQ(detail::route(r), BackendKind::kShm);
+    EXPECT_TRUE(detail::may_need_shm(r));
+    r.shm_crowded = true;
+    EXPECT_EQ(detail::route(r), BackendKind::kMpi);
+  }
+  r.bytes = 512;
+  EXPECT_EQ(detail::route(r), BackendKind::kShm);  // still crowded: from 512 B shm wins either way
+  for (OpKind op : kAllOps) {
+    if (op == OpKind::kBcast) continue;
+    for (std::int64_t bytes : {std::int64_t{8}, std::int64_t{4} << 10, std::int64_t{64} << 20})
+      EXPECT_EQ(detail::shm_by_default(op, bytes, true), detail::shm_by_default(op, bytes));
+  }
+  // The measured crossovers at 2-4 ranks: allreduce at every size, allgather up to 256 KiB a rank.
+  EXPECT_TRUE(detail::shm_by_default(OpKind::kAllreduce, std::int64_t{64} << 20));
+  EXPECT_TRUE(detail::shm_by_default(OpKind::kAllgather, std::int64_t{256} << 10));
+  EXPECT_FALSE(detail::shm_by_default(OpKind::kAllgather, (std::int64_t{256} << 10) + 1));
+}
+
 // A sendrecv takes shm only between named peers, both this rank or neither: a wildcard source could be any rank's
 // message, and shm's channels pair each send with the peer's receive in the same call. Only where forced: on auto a
 // sendrecv answered by a plain send or recv on MPI would hang.

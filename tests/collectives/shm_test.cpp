@@ -321,6 +321,23 @@ TEST(ShmWaitPolicy, RanksBoundToACoreEachStillSpin) {
       << world->size() << " ranks, " << online << " CPUs";
 }
 
+// The default route sends a bcast below 512 B to shm only where the ranks have a CPU each (routing.cpp): the
+// communicator reads that from its shm backend's wait policy, once the first collective has made the backend.
+TEST(ShmRoute, SmallBcastsTakeShmOnlyWhereEveryRankHasACpu) {
+  CommOptions o;
+  o.name = "auto bcast";
+  o.backend = BackendKind::kAuto;
+  auto c = Communicator::world(o);
+  EXPECT_EQ(c->allreduce(Array::from_values<float>({1, 1}), ReduceOp::kSum).value.to_vector<float>(),
+            std::vector<float>(2, static_cast<float>(c->size())));
+  if (c->size() < 2 || !world_on_one_node() || c->backend_for(OpKind::kAllreduce, Device::cpu()) != BackendKind::kShm)
+    GTEST_SKIP() << "no flat shm backend on this communicator";
+  const bool crowded = WaitPolicy::for_comm(c->mpi_handle()).crowded;
+  EXPECT_EQ(c->backend_for(OpKind::kBcast, Device::cpu()), crowded ? BackendKind::kMpi : BackendKind::kShm)
+      << c->size() << " ranks, crowded " << crowded;
+  for (std::int64_t n : {0, 1, 5, 127}) expect_bcast(*c, DType::kFloat32, n, c->size() - 1);
+}
+
 TEST(ShmRoute, MpiSettingNeverUsesShm) {
   CommOptions o;
   o.name = "mpi only";

@@ -89,6 +89,7 @@ class ShmBackend final : public Backend {
         pairs_(seg_, cma_, me_, policy_, *abort_) {}
 
   BackendKind kind() const noexcept override { return BackendKind::kShm; }
+  bool crowded() const noexcept override { return policy_.crowded; }
   void abort() noexcept override { abort_->aborted = true; }
 
   Token run(const BackendCall& c, const OpContext& ctx) override {

@@ -139,7 +139,7 @@ int launcher_local_ranks() noexcept {
 
 WaitPolicy WaitPolicy::choose(int ranks, int cpus, int job_ranks, int online) noexcept {
   const bool crowded = ranks > cpus || (online > 0 && job_ranks > online);
-  return crowded ? WaitPolicy{16, 4} : WaitPolicy{1 << 14, 64};
+  return crowded ? WaitPolicy{16, 4, true} : WaitPolicy{1 << 14, 64, false};
 }
 
 WaitPolicy WaitPolicy::for_comm(MpiCommHandle handle) {

@@ -82,6 +82,8 @@ inline bool reached(std::uint32_t flag, std::uint32_t step) noexcept {
 struct WaitPolicy {
   int spins;
   int yields;
+  /// Whether the ranks outnumber their CPUs (the short waits below); the default route then keeps small bcasts on MPI.
+  bool crowded = false;
   /// Long spins while every rank can have a CPU of its own: `ranks` of this communicator, `cpus` in the union of
   /// their affinity masks (a launcher that binds each rank to one core leaves each mask one CPU wide: the union
   /// counts the cores they have together), `job_ranks` the job's ranks on this node (0: unknown) and `online` the
