@@ -143,17 +143,25 @@ class ShmBackend final : public Backend {
     chunks(send.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
       const std::size_t bytes = m * item, at = off * item;
       const int set = next_set();
-      std::memcpy(part(set, me_, bytes), in + at, bytes);
-      step(set, ctx);
       if (bytes <= kSplitBytes || n_ == 1) {
+        std::memcpy(part(set, me_, bytes), in + at, bytes);
+        step(set, ctx);
         if (res) fold(res + at, m, item, fold_in, [&](int p) { return part(set, p, bytes); });
         return;
       }
-      // This rank's share of the elements, folded into the set's result slot; then every rank copies the result.
+      // This rank's share of the elements, folded into the set's result slot; then every rank copies the result. Only
+      // the others' shares of this rank's input go through its slot: its own share it folds from its input (at 2 ranks
+      // that halves the copying in).
       const std::int64_t lo = m * me_ / n_, hi = m * (me_ + 1) / n_;
+      unsigned char* mine = seg_.slot(set, me_);
+      std::memcpy(mine, in + at, lo * item);
+      std::memcpy(mine + hi * item, in + at + hi * item, (m - hi) * item);
+      step(set, ctx);
       unsigned char* result = seg_.slot(set, n_);
-      if (hi > lo)
-        fold(result + lo * item, hi - lo, item, fold_in, [&](int p) { return seg_.slot(set, p) + lo * item; });
+      if (hi > lo) {
+        fold(result + lo * item, hi - lo, item, fold_in,
+             [&](int p) { return (p == me_ ? in + at : seg_.slot(set, p)) + lo * item; });
+      }
       step(set, ctx);
       if (res) std::memcpy(res + at, result, bytes);
     });
