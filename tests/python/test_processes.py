@@ -318,7 +318,9 @@ def test_a_mismatch_in_checked_mode_is_named_by_the_analyzer(tmp_path):
 
 @pytest.mark.parametrize("np_", [2, 3, 4])
 def test_a_hang_inside_a_jitted_program_is_named_by_the_analyzer(tmp_path, np_):
-    """The compiled call carries the traced call's file and line to the flight recorder."""
+    """The compiled call carries the traced call's file and line to the flight recorder. Every rank compiles, then
+    waits for the others, so that their timeouts start together: a rank still compiling when the first one timed out
+    would dump a recorder without the recv (4 ranks on 2 cores: seen once in six runs)."""
     pytest.importorskip("jax")
     script = tmp_path / "jithang.py"
     script.write_text(textwrap.dedent("""
@@ -326,7 +328,9 @@ def test_a_hang_inside_a_jitted_program_is_named_by_the_analyzer(tmp_path, np_):
         import shardkit as sk
         other = (sk.rank() + 1) % sk.size()
         f = jax.jit(lambda v: sk.mpi.recv(v, other, tag=7)[0])  # line 5: a message nobody sends
-        f(jnp.zeros(3))
+        compiled = f.lower(jnp.zeros(3)).compile()
+        sk.mpi.barrier()
+        compiled(jnp.zeros(3))
     """))
     dumps = tmp_path / "dumps"
     r = mpirun(np_, [sys.executable, str(script)], timeout=120, SHARDKIT_TIMEOUT_S="2", SHARDKIT_DUMP_DIR=str(dumps),
