@@ -11,16 +11,25 @@
 # version (0.2)", jax 0.10's headers under jaxlib 0.8). These builds leave CUDA and NCCL out (the suites run on the
 # CPU; the main build compiles the XLA:GPU handler).
 #
-#   scripts/jax_versions.sh              # 0.8 and 0.10 (the latest patch release of each)
+#   scripts/jax_versions.sh              # 0.8 and 0.10 (the latest patch release of each; 0.10 not where the main
+#                                        # environment has it: scripts/test.sh ran the suites on it)
 #   scripts/jax_versions.sh 0.9 0.10.1   # a minor release (its latest patch) or an exact release
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 versions=("$@")
-if [ ${#versions[@]} -eq 0 ]; then
-  versions=(0.8 0.10)
-fi
 PYTHON="${PYTHON:-python3}"
+if [ ${#versions[@]} -eq 0 ]; then
+  versions=(0.8)
+  # The newest is what scripts/setup.sh installs, and scripts/test.sh runs these suites on it at 1-4 ranks already:
+  # an environment of its own only where the main one holds another jax.
+  main_jax=$("$PYTHON" -c "import jax; print(jax.__version__)" 2>/dev/null || true)
+  if [[ "$main_jax" != 0.10.* ]]; then
+    versions+=(0.10)
+  else
+    echo "jax_versions: jax $main_jax is the main environment's (scripts/test.sh ran its suites): not again"
+  fi
+fi
 TEST_FILES=(test_jax.py test_jax_shard_map.py test_jax_eager.py test_jax_ops.py test_jax_pytree.py test_jax_vma.py)
 # What `pip install --no-build-isolation .` and the JAX suites need besides jax (pyproject.toml's build requirements).
 VENV_PACKAGES=(numpy pytest mpi4py ml_dtypes nanobind scikit-build-core apache-tvm-ffi)
