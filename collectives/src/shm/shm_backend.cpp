@@ -35,6 +35,7 @@
 #include "mpi/mpi_request.hpp"
 #include "mpi/mpi_types.hpp"
 #include "shardkit/core/error.hpp"
+#include "shardkit/launch/runtime.hpp"
 #include "shm/shm_cma.hpp"
 #include "shm/shm_fold.hpp"
 #include "shm/shm_pairs.hpp"
@@ -97,6 +98,7 @@ class ShmBackend final : public Backend {
     for (const Array* x : {c.send, static_cast<const Array*>(c.recv)})
       if (x) x->wait_ready();
     if (owed_ != 0) settle(ctx);
+    size_ = operation_size(c);
     switch (c.op) {
       case OpKind::kAllreduce:
       case OpKind::kReduce: reduce(*c.send, c.recv, a.reduce, ctx); break;  // reduce: recv set on the root only
@@ -178,12 +180,11 @@ class ShmBackend final : public Backend {
       if (me_ == root) {
         std::memcpy(part(set, root, bytes), p + off * item, bytes);
       } else {
-        wait_for(set, root, s, ctx);
+        wait_for(set, root, s, size_, ctx);
         std::memcpy(p + off * item, part(set, root, bytes), bytes);
       }
-      shm_post(seg_.line(set, me_), s);
-      owed_ = s;
-      owed_set_ = set;
+      post(set, s);
+      owe(set, s);
     });
   }
 
@@ -194,13 +195,12 @@ class ShmBackend final : public Backend {
     const std::uint32_t s = ++step_;
     if (me_ == root) {
       post_address(set, s, buf);
-      wait_all(set, s, ctx);
+      wait_all(set, s, size_, ctx);
       return;
     }
     read_peer(buf, set, root, 0, bytes, s, ctx);
-    shm_post(seg_.line(set, me_), s);
-    owed_ = s;
-    owed_set_ = set;
+    post(set, s);
+    owe(set, s);
   }
 
   // Single copy: every rank posts its send buffer's address, reads `bytes` at offset `at` of every other rank's
@@ -211,7 +211,7 @@ class ShmBackend final : public Backend {
     const int set = next_set();
     const std::uint32_t s = ++step_;
     post_address(set, s, send);
-    wait_all(set, s, ctx);
+    wait_all(set, s, size_, ctx);
     std::memmove(recv + me_ * bytes, send + at, bytes);  // allgather in place: the two may be one
     for (int k = 1; k < n_; ++k) {  // each rank starts with its right neighbour: not all at rank 0 at once
       const int p = (me_ + k) % n_;
@@ -224,13 +224,13 @@ class ShmBackend final : public Backend {
     const auto at = reinterpret_cast<std::uintptr_t>(buf);
     ShmLine& l = seg_.line(set, me_);
     std::memcpy(l.data, &at, sizeof at);
-    shm_post(l, s);
+    post(set, s);
   }
 
   // Copies `bytes` from offset `at` of the buffer rank p posted at step s of `set` (waiting for it).
   void read_peer(unsigned char* to, int set, int p, std::size_t at, std::size_t bytes, std::uint32_t s,
                  const OpContext& ctx) {
-    wait_for(set, p, s, ctx);
+    wait_for(set, p, s, size_, ctx);
     const ShmLine& l = seg_.line(set, p);
     std::uintptr_t address = 0;
     std::memcpy(&address, l.data, sizeof address);
@@ -311,25 +311,61 @@ class ShmBackend final : public Backend {
   // One handshake in `set`: post the next step, then wait until every rank has posted it.
   void step(int set, const OpContext& ctx) {
     const std::uint32_t s = ++step_;
-    shm_post(seg_.line(set, me_), s);
-    wait_all(set, s, ctx);
+    post(set, s);
+    wait_all(set, s, size_, ctx);
+  }
+
+  // Posts step s in `set` with the operation's size.
+  void post(int set, std::uint32_t s) {
+    ShmLine& l = seg_.line(set, me_);
+    l.size = size_;
+    shm_post(l, s);
+  }
+
+  // A one-way step (bcast): the next operation first waits until every rank has posted it (settle).
+  void owe(int set, std::uint32_t s) {
+    owed_ = s;
+    owed_set_ = set;
+    owed_size_ = size_;
   }
 
   // Waits until every rank has posted the last one-way step (bcast).
   void settle(const OpContext& ctx) {
-    wait_all(owed_set_, owed_, ctx);
+    wait_all(owed_set_, owed_, owed_size_, ctx);
     owed_ = 0;
   }
 
-  void wait_all(int set, std::uint32_t s, const OpContext& ctx) {
+  void wait_all(int set, std::uint32_t s, std::uint64_t size, const OpContext& ctx) {
     for (int p = 0; p < n_; ++p)
-      if (p != me_) wait_for(set, p, s, ctx);
+      if (p != me_) wait_for(set, p, s, size, ctx);
   }
 
-  void wait_for(int set, int p, std::uint32_t s, const OpContext& ctx) {
+  // Waits until rank p has posted step s in `set`, for an operation of `size` bytes as this rank's.
+  void wait_for(int set, int p, std::uint32_t s, std::uint64_t size, const OpContext& ctx) {
     ShmLine& l = seg_.line(set, p);
     if (!reached(l.flag.load(std::memory_order_acquire), s) && !shm_wait(l, s, policy_, ctx.deadline))
       fail(set, s, ctx);
+    if (l.size != size) disagree(p, l.size, size, ctx);
+  }
+
+  // What every rank's operation must agree on: the bytes of its buffer (MPI reports a truncation where it sees one; a
+  // reduction or a gather of mismatched sizes would read past what the smaller rank wrote, or the chunk counts differ).
+  static std::uint64_t operation_size(const BackendCall& c) {
+    switch (c.op) {
+      case OpKind::kBcast: return (c.send ? c.send : c.recv)->nbytes();
+      case OpKind::kReduceScatter: return c.recv->nbytes();
+      case OpKind::kBarrier: return 0;
+      default: return c.send->nbytes();
+    }
+  }
+
+  [[noreturn]] void disagree(int p, std::uint64_t theirs, std::uint64_t mine, const OpContext& ctx) {
+    abort_->aborted = true;
+    abort_->reason = concat(ctx.describe(), ": the ranks disagree on its size");
+    request_abort_at_exit("the ranks disagree on a shared-memory operation's size");
+    throw MismatchError(concat(ctx.describe(), ": rank ", p, " posted ", theirs, " bytes, rank ", me_, " has ", mine,
+                               " (shared memory): the ranks disagree on this operation. Rerun with SHARDKIT_CHECK=1 ",
+                               "to have every rank name the mismatch; the job will end at exit"));
   }
 
   [[noreturn]] void fail(int set, std::uint32_t s, const OpContext& ctx) {
@@ -350,6 +386,8 @@ class ShmBackend final : public Backend {
   std::uint32_t uses_ = 0;  // buffer-set uses so far
   std::uint32_t owed_ = 0;  // a one-way step not yet known to be posted by every rank (0: none), in set owed_set_
   int owed_set_ = 0;
+  std::uint64_t owed_size_ = 0;  // the size of the operation that owes it
+  std::uint64_t size_ = 0;       // the size of the running operation (operation_size)
 };
 
 }  // namespace

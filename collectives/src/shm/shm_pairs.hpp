@@ -26,7 +26,7 @@ namespace shardkit::detail {
 class ShmPairs {
  public:
   /// Messages up to this many bytes travel in the post line, after the head.
-  static constexpr std::size_t kInlineBytes = 32;
+  static constexpr std::size_t kInlineBytes = 24;
   /// From this many bytes the receiver reads the sender's buffer itself, where the ranks may (shm_cma.hpp).
   static constexpr std::size_t kSingleCopyBytes = std::size_t{16} << 10;
 

@@ -3,7 +3,8 @@
 // The shared-memory segment of one communicator's shm backend, and how its ranks signal each other through it.
 //
 // Layout: a header; then, for each of two buffer sets, one 64-byte line per rank (a 32-bit step flag, a count of
-// ranks sleeping on that flag, and 56 bytes of inline data: small messages travel in the flag's own cache line);
+// ranks sleeping on that flag, the size of the operation posted, and 48 bytes of inline data: small messages travel
+// in the flag's own cache line);
 // then, for each set, one data slot per rank plus one result slot (kSlotBytes each). Operations alternate sets, so
 // a rank may fill one set while slower ranks still read the other. Point-to-point exchanges (shm_pairs.hpp) have
 // their own part after that: two lines per ordered pair of ranks (the sender's post, the receiver's acknowledgement)
@@ -25,7 +26,8 @@ namespace shardkit::detail {
 struct alignas(64) ShmLine {
   std::atomic<std::uint32_t> flag;      ///< the last step this rank posted in this set
   std::atomic<std::uint32_t> sleepers;  ///< ranks sleeping on `flag` (futex): the poster wakes them
-  unsigned char data[56];               ///< inline data of small messages
+  std::uint64_t size;                   ///< collectives: the bytes of the poster's operation (readers compare theirs)
+  unsigned char data[48];               ///< inline data of small messages
 };
 static_assert(sizeof(ShmLine) == 64 && std::atomic<std::uint32_t>::is_always_lock_free);
 
