@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -120,9 +121,21 @@ std::int64_t call_site_id(const CallSite& site) {
 }
 
 CallSite call_site_of(std::int64_t id) noexcept {
+  // Every call of a compiled operation asks (the XLA handler): an id keeps its site for good, so each thread remembers
+  // the ids it has seen, a few of them, and takes the lock only for others.
+  struct Seen {
+    std::int64_t id = 0;
+    CallSite site;
+  };
+  thread_local std::array<Seen, 16> seen{};
+  if (id <= 0) return CallSite{};
+  Seen& slot = seen[static_cast<std::size_t>(id) % seen.size()];
+  if (slot.id == id) return slot.site;
   std::lock_guard lock(sites_mu);
   const auto& s = sites();
-  return id > 0 && static_cast<std::size_t>(id) < s.size() ? s[static_cast<std::size_t>(id)] : CallSite{};
+  if (static_cast<std::size_t>(id) >= s.size()) return CallSite{};  // not (yet) an id: not remembered
+  slot = {id, s[static_cast<std::size_t>(id)]};
+  return slot.site;
 }
 }  // namespace shardkit
 

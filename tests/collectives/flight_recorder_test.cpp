@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "collective_test_util.hpp"
 #include "flight_recorder.hpp"
@@ -88,6 +89,31 @@ TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
   }
   // Sequence numbers of the collectives are the communicator's own, the same on every rank.
   EXPECT_NE(barrier.find("\"seq\": " + std::to_string(comm->sequence() - 1)), std::string::npos) << barrier;
+}
+
+// A compiled program carries each operation's site as an id, which its handler turns back into the site on every call
+// (call_site_of): the same site at every call, none for an id not given out, and an id given out later is found then.
+TEST(FlightRecorder, CallSiteIdsStandForTheirSites) {
+  static const char* const kFile = "call_site_ids.py";  // interned, as the bindings' files are
+  EXPECT_EQ(call_site_id({}), 0);
+  EXPECT_EQ(call_site_of(0).file, nullptr);
+  EXPECT_EQ(call_site_of(-1).file, nullptr);
+  const std::int64_t first = call_site_id({kFile, 1});
+  EXPECT_EQ(call_site_id({kFile, 1}), first);
+  EXPECT_EQ(call_site_of(first + 1).file, nullptr);  // not given out yet
+  const std::int64_t next = call_site_id({kFile, 2});
+  ASSERT_EQ(next, first + 1);
+  EXPECT_EQ(call_site_of(next).line, 2);  // the miss above is not remembered
+  // More sites than a thread remembers, asked in turn twice: each id keeps its site.
+  std::vector<std::int64_t> ids;
+  for (int line = 10; line < 50; ++line) ids.push_back(call_site_id({kFile, line}));
+  for (int round = 0; round < 2; ++round)
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      const CallSite site = call_site_of(ids[k]);
+      EXPECT_EQ(site.file, kFile);
+      EXPECT_EQ(site.line, 10 + static_cast<int>(k));
+    }
+  EXPECT_EQ(call_site_of(first).line, 1);
 }
 
 }  // namespace
