@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <vector>
@@ -18,6 +19,18 @@ class HierBackend final : public Backend {
     int node = 0;                // this rank's node: its leader's rank among the leaders
     std::vector<int> node_of;    // per communicator rank
     std::vector<int> local_of;   // per communicator rank: its rank on its node (0: the leader)
+    std::vector<int> members;    // the communicator's ranks node by node, each node's in its local order
+    std::vector<int> first;      // per node, and one past the last: where its ranks start in `members`
+
+    // Fills members and first from node_of and local_of.
+    void order_by_node() {
+      const int n_nodes = 1 + *std::max_element(node_of.begin(), node_of.end());
+      first.assign(n_nodes + 1, 0);
+      for (int j : node_of) ++first[j + 1];
+      for (int j = 0; j < n_nodes; ++j) first[j + 1] += first[j];
+      members.assign(node_of.size(), 0);
+      for (int r = 0; r < static_cast<int>(node_of.size()); ++r) members[first[node_of[r]] + local_of[r]] = r;
+    }
   };
 
   HierBackend(MpiComm node, MpiComm leaders, std::unique_ptr<Backend> shm, std::unique_ptr<Backend> on_node,
@@ -182,9 +195,13 @@ std::unique_ptr<Backend> make_hier_backend(MpiCommHandle comm, std::shared_ptr<A
     at.node_of.push_back(every[2 * r]);
     at.local_of.push_back(every[2 * r + 1]);
   }
+  at.order_by_node();
 
-  // Every node's segment, or none: a node without one would leave the others waiting for its steps.
-  std::unique_ptr<Backend> shm = make_shm_backend(node.handle(), abort_state, why);
+  // Every node's segment, or none: a node without one would leave the others waiting for its steps. Its messages name
+  // the node's ranks by their ranks in `comm`.
+  const auto on_this_node = at.members.begin() + at.first[at.node];
+  std::unique_ptr<Backend> shm = make_shm_backend(node.handle(), abort_state, why,
+                                                  std::vector<int>(on_this_node, on_this_node + node.size()));
   int made = shm ? 1 : 0, everywhere = 0;
   SHARDKIT_MPI_CHECK(MPI_Allreduce(&made, &everywhere, 1, MPI_INT, MPI_MIN, c));
   if (!everywhere) {

@@ -13,7 +13,8 @@
 // Only the order of reduction differs from MPI's (node by node): exact results are the same, rounded ones may differ
 // in the last bits from the flat route's (every rank gets the same bits). These four need no rank order across
 // nodes, so a node's ranks need not be contiguous in the communicator. allgather and reduce_scatter (whose blocks are
-// in communicator rank order) are not implemented hierarchically: on such a communicator they take MPI.
+// in communicator rank order) are not implemented hierarchically: on such a communicator they take MPI. Messages (a
+// rank that did not arrive) name ranks of the communicator, not of the node.
 
 #include <cstdint>
 #include <memory>
