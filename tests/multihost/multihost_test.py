@@ -171,8 +171,9 @@ def case_collectives(build: Path) -> set[str]:
 def case_shm_hierarchy(build: Path) -> set[str]:
     """The shm backend across hosts (hierarchical: shm on each host, MPI between one leader per host), every dtype, with
     the ranks filling each host's slots in turn and then dealt round-robin over the hosts (a host's ranks not
-    contiguous in the communicator). The suite itself checks that those communicators took shm (backend_for); the
-    log line of SHARDKIT_VERBOSE=1 says that it was the hierarchical one."""
+    contiguous in the communicator, which allgather and reduce_scatter must put back in rank order). The suite itself
+    checks that those communicators took shm (backend_for; on auto, ShmAuto reads each call's route from the flight
+    recorder); the log line of SHARDKIT_VERBOSE=1 says that it was the hierarchical one."""
     tests = need_file(build / "tests/collectives/collectives_tests", "tests/collectives/collectives_tests")
     np = sum(s for _, s in hosts())
     seen = set()
