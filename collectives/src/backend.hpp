@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "shardkit/collectives/communicator.hpp"
 #include "shardkit/collectives/token.hpp"
@@ -96,9 +97,10 @@ bool nccl_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 bool shm_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 /// The shm backend over the ranks of `comm` when they are all on one node and a shared segment could be made and
 /// mapped by every rank; else nullptr on every rank, with the reason in `why`. Collective, with blocking MPI calls on
-/// `comm`: every rank must be known to have arrived (agree_to_create) first.
+/// `comm`: every rank must be known to have arrived (agree_to_create) first. `rank_names`: the number its messages
+/// give each rank of `comm` (empty: its rank in `comm`), e.g. its rank in a communicator `comm` is a node's part of.
 std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<AbortState> abort_state,
-                                          std::string* why);
+                                          std::string* why, std::vector<int> rank_names = {});
 
 /// The MPI backend over `comm` (borrowed: it must outlive the backend). `internal` gives the communicator the
 /// backend uses for its own point-to-point traffic (large-count fallbacks), created on first use (collective).

@@ -41,10 +41,13 @@ constexpr ShmWins kShmWins[] = {
 // The same for the hierarchical backend (communicators spanning nodes), measured against flat MPI in the same run
 // (bench_collectives, 4 ranks on two simulated hosts of scripts/multihost.sh; README, "Shared memory"): allreduce
 // from 512 KiB (at 256 KiB one run's minimum went to MPI), bcast from 128 KiB. Below, the timings (milliseconds of
-// TCP on a loaded machine) went either way; reduce and barrier were not measured.
+// TCP on a loaded machine) went either way; reduce and barrier were not measured. Allgather and reduce_scatter were
+// not measured either: they take allreduce's crossover (bytes of this rank's input: a block, the whole input).
 constexpr ShmWins kHierWins[] = {
     {OpKind::kAllreduce, std::int64_t{512} << 10, kAnySize},
     {OpKind::kBcast, std::int64_t{128} << 10, kAnySize},
+    {OpKind::kAllgather, std::int64_t{512} << 10, kAnySize},
+    {OpKind::kReduceScatter, std::int64_t{512} << 10, kAnySize},
 };
 
 bool wins(std::span<const ShmWins> table, OpKind op, std::int64_t bytes, bool crowded) noexcept {

@@ -85,11 +85,11 @@ inline bool world_on_one_node() {
 }
 
 /// The backend a communicator forced to shm routes host collectives of shm's set to: shm on one node; across nodes
-/// shm (hierarchical) for allreduce, reduce, bcast and barrier, MPI for the others.
+/// shm (hierarchical) for allreduce, reduce, bcast, barrier, allgather and reduce_scatter, MPI for the others.
 inline BackendKind shm_route(OpKind op = OpKind::kAllreduce) {
   if (world_on_one_node()) return BackendKind::kShm;
-  const bool hierarchical =
-      op == OpKind::kAllreduce || op == OpKind::kReduce || op == OpKind::kBcast || op == OpKind::kBarrier;
+  const bool hierarchical = op == OpKind::kAllreduce || op == OpKind::kReduce || op == OpKind::kBcast ||
+                            op == OpKind::kBarrier || op == OpKind::kAllgather || op == OpKind::kReduceScatter;
   return hierarchical ? BackendKind::kShm : BackendKind::kMpi;
 }
 

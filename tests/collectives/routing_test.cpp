@@ -128,10 +128,11 @@ TEST(Routing, ShmSetting) {
   }
 }
 
-// A hierarchical shm backend (ranks on several nodes) serves allreduce, reduce, bcast and barrier on SHARDKIT_BACKEND=shm,
-// its own table on auto, never on mpi; allgather and reduce_scatter (rank order across nodes) take MPI.
+// A hierarchical shm backend (ranks on several nodes) serves allreduce, reduce, bcast, barrier, allgather and
+// reduce_scatter on SHARDKIT_BACKEND=shm, its own table on auto, never on mpi; the other operations take MPI.
 TEST(Routing, HierarchicalShm) {
-  const std::set<OpKind> hierarchical = {OpKind::kAllreduce, OpKind::kReduce, OpKind::kBcast, OpKind::kBarrier};
+  const std::set<OpKind> hierarchical = {OpKind::kAllreduce, OpKind::kReduce,    OpKind::kBcast,
+                                         OpKind::kBarrier,   OpKind::kAllgather, OpKind::kReduceScatter};
   for (OpKind op : kAllOps) {
     SCOPED_TRACE(op_name(op));
     RouteRequest r{op, BackendKind::kShm, Placement::kHost};
@@ -151,7 +152,11 @@ TEST(Routing, HierarchicalShm) {
       EXPECT_EQ(detail::may_need_shm(r), detail::needs_shm(r) || detail::needs_shm(flat));
     }
   }
-  // The measured crossovers: large allreduce and bcast only.
+  // The measured crossovers: large allreduce and bcast; allgather and reduce_scatter take allreduce's.
+  for (OpKind op : {OpKind::kAllreduce, OpKind::kAllgather, OpKind::kReduceScatter}) {
+    EXPECT_TRUE(detail::hier_by_default(op, std::int64_t{512} << 10)) << op_name(op);
+    EXPECT_FALSE(detail::hier_by_default(op, (std::int64_t{512} << 10) - 1)) << op_name(op);
+  }
   EXPECT_TRUE(detail::hier_by_default(OpKind::kAllreduce, std::int64_t{1} << 20));
   EXPECT_FALSE(detail::hier_by_default(OpKind::kAllreduce, 8));
   EXPECT_TRUE(detail::hier_by_default(OpKind::kBcast, std::int64_t{128} << 10));

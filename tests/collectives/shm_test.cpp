@@ -4,14 +4,22 @@
 // sendrecv also past the single-copy threshold and, sendrecv, past its chunk and its inline bytes, on every ring shift
 // (0: to itself). Run across hosts (multihost_collectives) the same bodies test the hierarchical path, every dtype,
 // with roots that do and do not lead their node. Also: the route is shm for what it implements (across hosts: what the
-// hierarchy implements) and MPI for the rest; nothing is left in /dev/shm.
+// hierarchy implements) and MPI for the rest; on auto across hosts, allgather and reduce_scatter take the hierarchy
+// from its table's crossover up (ShmAuto); nothing is left in /dev/shm.
 
 #include <sched.h>
+#include <stdlib.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
 #include <string>
 
 #include "collective_test_util.hpp"
+#include "flight_recorder.hpp"
+#include "routing.hpp"
 #include "shm/shm_cma.hpp"
 #include "shm/shm_pairs.hpp"
 #include "shm/shm_segment.hpp"
@@ -277,6 +285,74 @@ TEST(ShmSendrecv, AMessageLargerThanTheReceiveBufferIsNamed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDTypes, Shm, ::testing::ValuesIn(kAllDTypes), dtype_param_name);
+
+// This rank's flight-recorder records of communicator `name` for `op`: "<count> <backend>" each, oldest first (from a
+// dump of this rank alone).
+std::vector<std::string> recorded_routes(const std::string& name, OpKind op) {
+  static int dumps = 0;
+  char dir[] = "/tmp/shardkit-routes-XXXXXX";
+  if (mkdtemp(dir) == nullptr) return {"mkdtemp failed"};
+  setenv("SHARDKIT_DUMP_DIR", dir, 1);
+  const std::string path =
+      detail::dump_flight_records("routes of '" + name + "' #" + std::to_string(++dumps), /*local=*/false);
+  unsetenv("SHARDKIT_DUMP_DIR");
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  std::filesystem::remove_all(dir);
+  const std::string dump = text.str();
+  const std::size_t at = dump.find("\"name\": \"" + name + "\"");
+  if (at == std::string::npos) return {"no communicator '" + name + "' in the dump: " + dump};
+  const std::string mine = dump.substr(at, dump.find("]}", at) - at);
+  const std::regex record(std::string("\"op\": \"") + op_name(op) +
+                          R"re(", "dtype": "\w+", "count": (\d+), "peer": -?\d+, "backend": "(\w+)")re");
+  std::vector<std::string> out;
+  for (auto m = std::sregex_iterator(mine.begin(), mine.end(), record); m != std::sregex_iterator(); ++m)
+    out.push_back((*m)[1].str() + " " + (*m)[2].str());
+  return out;
+}
+
+// On the default route (auto), across hosts: allgather and reduce_scatter take the hierarchical path from their
+// crossover up (hier_by_default: at least the largest size here, past a chunk too) and MPI below it, with exact
+// results either way; the flight recorder says which route each call took. On one node the flat table routes them
+// (and GPU jobs stay off shm there): the results are checked, not the route.
+class ShmAuto : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ShmAuto, AllgatherAndReduceScatterRouteBySize) {
+  if (on_gpu()) GTEST_SKIP() << "host buffers only";
+  const DType dtype = GetParam();
+  CommOptions o;
+  o.name = "shm auto " + std::string(dtype_name(dtype));
+  o.backend = BackendKind::kAuto;
+  auto comm = Communicator::world(o);
+  Communicator& c = *comm;
+  const int rank = c.rank(), size = c.size();
+  const auto item = static_cast<std::int64_t>(dtype_size(dtype));
+  const std::int64_t large = static_cast<std::int64_t>(detail::ShmSegment::kSlotBytes) / item + 3;
+  std::vector<std::string> gathers, scatters;
+  for (std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{7}, large}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const Array x = input(dtype, {n}, rank, Pattern::kData);
+    Array want = Array::empty({size, n}, dtype);
+    for (int r = 0; r < size; ++r) want.slice(0, r, r + 1).copy_from(input(dtype, {1, n}, r, Pattern::kData));
+    EXPECT_TRUE(same(c.allgather(x).value, want));
+    const Array blocks = input(dtype, {size * n}, rank, Pattern::kArithmetic);
+    Array y = Array::empty({n}, dtype);
+    c.reduce_scatter(blocks, y, ReduceOp::kSum).wait();
+    EXPECT_TRUE(same(y, reference(dtype, {n}, ReduceOp::kSum, 0, size - 1, rank * n)));
+    const auto route = [](OpKind op, std::int64_t bytes) { return detail::hier_by_default(op, bytes) ? "shm" : "mpi"; };
+    gathers.push_back(std::to_string(n) + " " + route(OpKind::kAllgather, n * item));
+    scatters.push_back(std::to_string(size * n) + " " + route(OpKind::kReduceScatter, size * n * item));
+  }
+  if (world_on_one_node()) return;
+  EXPECT_EQ(gathers.back(), std::to_string(large) + " shm");
+  EXPECT_EQ(recorded_routes(o.name, OpKind::kAllgather), gathers);
+  EXPECT_EQ(recorded_routes(o.name, OpKind::kReduceScatter), scatters);
+}
+
+INSTANTIATE_TEST_SUITE_P(SomeDTypes, ShmAuto,
+                         ::testing::Values(DType::kInt8, DType::kBFloat16, DType::kInt32, DType::kFloat64,
+                                           DType::kComplex64),
+                         dtype_param_name);
 
 TEST(ShmFiles, NothingLeftInDevShmOnceMadeAndAfterAnError) {
   if (on_gpu()) GTEST_SKIP() << "host buffers only";

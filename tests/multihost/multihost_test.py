@@ -171,8 +171,9 @@ def case_collectives(build: Path) -> set[str]:
 def case_shm_hierarchy(build: Path) -> set[str]:
     """The shm backend across hosts (hierarchical: shm on each host, MPI between one leader per host), every dtype, with
     the ranks filling each host's slots in turn and then dealt round-robin over the hosts (a host's ranks not
-    contiguous in the communicator). The suite itself checks that those communicators took shm (backend_for); the
-    log line of SHARDKIT_VERBOSE=1 says that it was the hierarchical one."""
+    contiguous in the communicator, which allgather and reduce_scatter must put back in rank order). The suite itself
+    checks that those communicators took shm (backend_for; on auto, ShmAuto reads each call's route from the flight
+    recorder); the log line of SHARDKIT_VERBOSE=1 says that it was the hierarchical one."""
     tests = need_file(build / "tests/collectives/collectives_tests", "tests/collectives/collectives_tests")
     np = sum(s for _, s in hosts())
     seen = set()
@@ -187,6 +188,32 @@ def case_shm_hierarchy(build: Path) -> set[str]:
         print(f"  mapped by {mapping}: " + re.search(r"\[  PASSED  \] .*", output)[0], flush=True)
         seen |= hosts_in_map(output)
     return seen
+
+
+def case_shm_hierarchy_timeout(build: Path) -> set[str]:
+    """A rank that does not lead its host skips an allreduce on the hierarchical shm path (collectives_timeout shm: the
+    last rank skips, every rank has a 1.5 s timeout): the TimeoutError of its host's leader, waiting for it in shared
+    memory, names it by its rank in the communicator, not by its rank on the host. Ranks are dealt round-robin over
+    the hosts, so that the two differ: on slots 1,2,1 the last rank (3) is the second rank of a host that another
+    leads. Every other rank must time out too (the leaders in MPI), and the job must end."""
+    program = need_file(build / "tests/collectives/collectives_timeout", "tests/collectives/collectives_timeout")
+    np = sum(s for _, s in hosts())
+    skipper = np - 1
+    with tempfile.TemporaryDirectory() as dumps:
+        command = mpirun(np, [program, "shm"], forward=("SHARDKIT_DUMP_DIR",))
+        command[1:1] = ["--map-by", "node"]
+        output = run(command, "a rank skips an allreduce on shm", env={"SHARDKIT_DUMP_DIR": dumps}, expect_ok=False)
+    for r in range(np):
+        if r != skipper:
+            require(re.search(rf"rank {r}: caught after [0-9.]+ s: TimeoutError: allreduce #\d+ on communicator "
+                              r"'timeout-test'", output) is not None,
+                    f"rank {r} did not report a TimeoutError naming the allreduce:\n{output}")
+    named = re.findall(r"rank\(s\) ([0-9, ]+) did not arrive \(shared memory\)", output)
+    require(named != [] and all(n == str(skipper) for n in named),
+            f"the shared-memory waits should name rank {skipper} (its rank in the communicator) and only it; they "
+            f"named {named}:\n{output}")
+    print(f"  the shared-memory wait named rank {skipper}: {named}", flush=True)
+    return hosts_in_map(output)
 
 
 def case_collectives_latency(build: Path) -> set[str]:

@@ -80,11 +80,13 @@ unsigned char* bytes_of(const Array& a) { return static_cast<unsigned char*>(con
 
 class ShmBackend final : public Backend {
  public:
-  ShmBackend(ShmSegment seg, CmaPeers cma, WaitPolicy policy, int rank, std::shared_ptr<AbortState> abort)
+  ShmBackend(ShmSegment seg, CmaPeers cma, WaitPolicy policy, int rank, std::vector<int> names,
+             std::shared_ptr<AbortState> abort)
       : seg_(std::move(seg)),
         cma_(std::move(cma)),
         me_(rank),
         n_(seg_.ranks()),
+        names_(std::move(names)),
         abort_(std::move(abort)),
         policy_(policy),
         pairs_(seg_, cma_, me_, policy_, *abort_) {}
@@ -235,7 +237,8 @@ class ShmBackend final : public Backend {
     std::uintptr_t address = 0;
     std::memcpy(&address, l.data, sizeof address);
     if (!cma_read(cma_.pids[p], to, reinterpret_cast<const void*>(address + at), bytes))
-      raise_unfinished(ctx, *abort_, concat("process_vm_readv from rank ", p, " failed (", std::strerror(errno), ")"));
+      raise_unfinished(ctx, *abort_,
+                       concat("process_vm_readv from rank ", name(p), " failed (", std::strerror(errno), ")"));
   }
 
   void allgather(const Array& send, Array& recv, const OpContext& ctx) {
@@ -363,7 +366,8 @@ class ShmBackend final : public Backend {
     abort_->aborted = true;
     abort_->reason = concat(ctx.describe(), ": the ranks disagree on its size");
     request_abort_at_exit("the ranks disagree on a shared-memory operation's size");
-    throw MismatchError(concat(ctx.describe(), ": rank ", p, " posted ", theirs, " bytes, rank ", me_, " has ", mine,
+    throw MismatchError(concat(ctx.describe(), ": rank ", name(p), " posted ", theirs, " bytes, rank ", name(me_),
+                               " has ", mine,
                                " (shared memory): the ranks disagree on this operation. Rerun with SHARDKIT_CHECK=1 ",
                                "to have every rank name the mismatch; the job will end at exit"));
   }
@@ -372,13 +376,17 @@ class ShmBackend final : public Backend {
     std::string missing;
     for (int p = 0; p < n_; ++p)
       if (!reached(seg_.line(set, p).flag.load(std::memory_order_acquire), s))
-        missing += concat(missing.empty() ? "" : ", ", p);
+        missing += concat(missing.empty() ? "" : ", ", name(p));
     raise_unfinished(ctx, *abort_, concat("rank(s) ", missing, " did not arrive (shared memory)"));
   }
+
+  // Rank p as messages name it: its rank in the user's communicator (names_[p]) where this one is a node's part.
+  int name(int p) const { return names_.empty() ? p : names_[p]; }
 
   ShmSegment seg_;
   CmaPeers cma_;
   int me_, n_;
+  std::vector<int> names_;
   std::shared_ptr<AbortState> abort_;
   WaitPolicy policy_;
   ShmPairs pairs_;
@@ -407,7 +415,7 @@ bool shm_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept {
 }
 
 std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<AbortState> abort_state,
-                                          std::string* why) {
+                                          std::string* why, std::vector<int> rank_names) {
   MPI_Comm c = to_mpi<MPI_Comm>(comm);
   int rank = 0, size = 1, node_size = 0;
   SHARDKIT_MPI_CHECK(MPI_Comm_rank(c, &rank));
@@ -425,8 +433,10 @@ std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<Ab
   ShmSegment seg = ShmSegment::create(comm, why);
   if (!seg.valid()) return nullptr;
   CmaPeers cma = probe_cma(comm);
+  SHARDKIT_ASSERT(rank_names.empty() || static_cast<int>(rank_names.size()) == size, "rank names for ", size,
+                  " ranks, got ", rank_names.size());
   return std::make_unique<ShmBackend>(std::move(seg), std::move(cma), WaitPolicy::for_comm(comm), rank,
-                                      std::move(abort_state));
+                                      std::move(rank_names), std::move(abort_state));
 }
 
 }  // namespace shardkit::detail
