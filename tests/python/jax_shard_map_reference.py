@@ -43,7 +43,7 @@ def main():
     n, out = int(sys.argv[1]), sys.argv[2]
     jax.config.update("jax_enable_x64", True)
     results = {}
-    for name, (two_d, shapes, out_spec, body, ref) in vma_cases.cases(n, jnp).items():
+    for name, (two_d, shapes, out_spec, body, ref) in vma_cases.cases(n, jnp, jax).items():
         names, shape = vma_cases.mesh_of(n, two_d)
         mesh = Mesh(np.array(jax.devices()[:n]).reshape(shape), names)
         args = [jnp.asarray(a) for a in vma_cases.arguments(shapes, np)]

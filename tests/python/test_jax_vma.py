@@ -20,7 +20,7 @@ jax = require_jax()
 import jax.numpy as jnp  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NAMES = list(vma_cases.cases(1, np))
+NAMES = list(vma_cases.cases(1, np, jax))
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_grad_of_a_jitted_shard_map_is_the_global_gradient(sk, jax_answers, mode
     array: the whole gradient), against the plain global function and JAX's jax.shard_map."""
     names, check, sharded = MODES[mode]
     n = sk.size()
-    cases = vma_cases.cases(n, jnp)
+    cases = vma_cases.cases(n, jnp, jax)
     fs, ws, args, xs = {}, {}, {}, {}
     for name in names:
         two_d, shapes, out_spec, body, ref = cases[name]
@@ -160,9 +160,9 @@ def test_resharded_arguments(sk):
 
 def test_custom_derivative_rules_in_a_body(sk):
     """Functions with custom derivative rules in a body, check_vma on: their rules hold for jax.grad of the jitted
-    shard_map (jax.nn.relu's derivative 0 at 0, a custom_vjp's backward: such a body is traced with shardkit's
-    collectives), and a jax.grad inside the body through a custom_vjp follows JAX's rules (the gradient of the global
-    loss: JAX's differentiation leaves no call with custom rules in the body)."""
+    shard_map (jax.nn.relu's derivative 0 at 0, a custom_vjp's backward), and a jax.grad inside the body through a
+    custom_vjp follows JAX's rules (the gradient of the global loss). (vma_cases.custom and vma_cases.inside compare
+    more such bodies with JAX.)"""
     n = sk.size()
     mesh = sk.Mesh(np.arange(n), ("x",))
     P = sk.P
@@ -181,3 +181,16 @@ def test_custom_derivative_rules_in_a_body(sk):
     g, y = jax.jit(lambda a: (jax.grad(lambda a: outside(a).local)(a), sk.process_allgather(inside(a))))(x)
     np.testing.assert_allclose(g.local, block_of(jax.grad(loss)(x0), x.sharding), rtol=1e-12)
     np.testing.assert_allclose(y, np.full(x0.shape, 10.0), rtol=1e-12)
+
+
+def test_a_custom_call_shardkit_cannot_read_is_refused(sk, monkeypatch):
+    """Where shardkit cannot read the equation of a call with custom derivative rules (a JAX release whose parameters
+    differ), the traced body is refused with the function's name and what to do, not run with other rules."""
+    from shardkit import _jax_compat as jc  # noqa: PLC0415
+
+    monkeypatch.setattr(jc, "custom_call_jaxpr", lambda params: None)
+    mesh = sk.Mesh(np.arange(sk.size()), ("x",))
+    f = sk.shard_map(jax.nn.relu, mesh=mesh, in_specs=sk.P("x"), out_specs=sk.P("x"), check_vma=True)
+    x = sk.distribute(np.arange(2.0 * sk.size()), sk.NamedSharding(mesh, sk.P("x")))
+    with pytest.raises(NotImplementedError, match=r"'relu' has custom derivative rules.*check_vma=False"):
+        jax.jit(lambda a: f(a).local)(x)

@@ -21,8 +21,9 @@ def mesh_of(n, two_d):
     return ("a", "b"), ((2, n // 2) if n % 2 == 0 else (n, 1))
 
 
-def cases(n, jnp):
-    """name -> (two_d, [(global shape, spec entries)], out_spec entries, body(c, *blocks), ref(*global arrays))."""
+def cases(n, jnp, jax=None):
+    """name -> (two_d, [(global shape, spec entries)], out_spec entries, body(c, *blocks), ref(*global arrays)); with
+    `jax`, the cases of functions with custom derivative rules too (custom)."""
     k = 2 * n  # the block length along "x"
     r = lambda c: c.axis_index("x") + 1  # noqa: E731  (a per-rank weight: cotangents differ from rank to rank)
     blocks = lambda x: x.reshape(n, k)  # noqa: E731
@@ -56,6 +57,71 @@ def cases(n, jnp):
         "two_d_psum": (True, [((2 * a, 3), ("a",)), ((3, 2 * b), (None, "b")), ((2 * b, 2), ("b",))], ("a",),
                        lambda c, x, w, v: c.psum(jnp.tanh(x @ w) @ v, "b"),
                        lambda x, w, v: jnp.tanh(x @ w) @ v),
+        **(custom(n, jax, jnp) if jax is not None else {}),
+    }
+
+
+def square_sum(jax, c, axis):
+    """A custom_vjp: the psum over `axis` of v * v (without one: the sum over the leading dimension), its backward 3
+    times the derivative."""
+    @jax.custom_vjp
+    def f(v):
+        return c.psum(v * v, axis) if axis else (v * v).sum(0)
+
+    f.defvjp(lambda v: (f(v), v), lambda v, ct: (6 * v * ct,))
+    return f
+
+
+def custom(n, jax, jnp):
+    """Cases whose bodies call functions with custom derivative rules, which hold for the gradient of the shard_map:
+    jax.nn.relu (a custom_jvp: derivative 0 at 0, where max's is 1/2), a custom_vjp whose backward is not its
+    derivative, and custom_vjps with collectives in their forward and backward (check_vma=True's types: the backward
+    of a psum'ed, unvarying output gets the whole cotangent; a cotangent of an unvarying argument is psum'ed), on one
+    mesh axis and on two."""
+    k = 2 * n
+    r = lambda c: c.axis_index("x") + 1  # noqa: E731
+    blocks = lambda x: x.reshape(n, k)  # noqa: E731
+    idx = jnp.arange(1, n + 1)[:, None]
+    sharded = [((n * k,), ("x",))]
+    (_, (a, b)) = mesh_of(n, True)
+
+    def relu(x):  # relu at 0 (x - x with a tangent) and elsewhere
+        return jax.nn.relu(x) + 3 * jax.nn.relu(x - jax.lax.stop_gradient(x))
+
+    @jax.custom_vjp
+    def h(v):
+        return jnp.sin(v)
+
+    h.defvjp(lambda v: (jnp.sin(v), v), lambda v, ct: (ct * 10.0,))
+
+    def scaled(c, axis):  # s * sin(v) for an unvarying s: its cotangent psum'ed; v's 5 times the derivative
+        @jax.custom_vjp
+        def f(s, v):
+            return s * jnp.sin(v)
+
+        def bwd(res, ct):
+            s, v = res
+            ds = jnp.sum(ct * jnp.sin(v))
+            return c.psum(ds, axis) if axis else ds, 5 * ct * s
+
+        f.defvjp(lambda s, v: (f(s, v), (s, v)), bwd)
+        return f
+
+    return {
+        "relu": (False, sharded, ("x",), lambda c, x: relu(jnp.sin(x)) * r(c),
+                 lambda x: (blocks(relu(jnp.sin(x))) * idx).reshape(-1)),
+        "custom_vjp": (False, sharded, ("x",), lambda c, x: h(x * x) * r(c),
+                       lambda x: (blocks(h(x * x)) * idx).reshape(-1)),
+        "custom_vjp_psum": (False, sharded, (), lambda c, x: jnp.sin(square_sum(jax, c, "x")(x)),
+                            lambda x: jnp.sin(square_sum(jax, None, None)(blocks(x)))),
+        "custom_vjp_unvarying": (False, sharded, ("x",),
+                                 lambda c, x: scaled(c, "x")(c.psum(jnp.sum(x * x), "x"), x) * r(c),
+                                 lambda x: (blocks(scaled(None, None)(jnp.sum(x * x), x)) * idx).reshape(-1)),
+        # On the 2-D mesh: a psum over "b" only (unvarying over "b", varying over "a").
+        "custom_vjp_two_d": (True, [((2 * a, 3), ("a",)), ((3, 2 * b), (None, "b"))], ("a",),
+                             lambda c, x, w: square_sum(jax, c, "b")(jnp.sin(x @ w)),
+                             lambda x, w: square_sum(jax, None, None)(
+                                 jnp.sin(x @ w).reshape(2 * a, b, 2).transpose(1, 0, 2))),
     }
 
 
@@ -69,6 +135,12 @@ def inside(n, jax, jnp):
 
     def grad_of(loss):
         return lambda c, b: jax.grad(lambda v: loss(c, v))(b)
+
+    @jax.custom_vjp
+    def h(v):  # its backward: 10 times the cotangent
+        return jnp.sin(v)
+
+    h.defvjp(lambda v: (jnp.sin(v), v), lambda v, ct: (ct * 10.0,))
 
     def unvarying(c, b):  # the gradient with respect to an unvarying value that varying code reads
         s = c.psum(jnp.sum(b), "x")
@@ -92,6 +164,12 @@ def inside(n, jax, jnp):
             0, 2, lambda i, y: jnp.sin(c.ppermute(y, "x", ring)) * r(c), v)), "x")),
         "jit": grad_of(lambda c, v: c.psum(jax.jit(lambda u: jnp.sum(jnp.sin(
             c.all_gather(u * u, "x", axis=0, tiled=True))))(v), "x")),
+        # Functions with custom derivative rules, in the gradient and beside it (calls of them stay in the body).
+        "relu": lambda c, b: jax.nn.relu(b) + grad_of(lambda c, v: c.psum(jnp.sum(jax.nn.relu(jnp.sin(v)) * v * r(c)),
+                                                                          "x"))(c, b),
+        "custom_vjp": lambda c, b: h(b) + grad_of(lambda c, v: c.psum(jnp.sum(h(v) * v * r(c)), "x"))(c, b),
+        "custom_vjp_psum": lambda c, b: jnp.sin(square_sum(jax, c, "x")(b)) + grad_of(
+            lambda c, v: c.psum(jnp.sum(jnp.sin(v) * v * r(c)), "x"))(c, b),
     }
 
 

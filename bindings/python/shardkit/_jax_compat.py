@@ -15,10 +15,13 @@ difference, found by what the installed JAX offers rather than by its version nu
   parameters) in 0.8 and 0.9).
 - ``pvary``: ``jax.lax.pcast(x, axes, to="varying")`` from 0.10 on (0.8 and 0.9: ``jax.lax.pvary``).
 - ``keep_weak_type``: 0.8's axis collectives return a strongly typed value for a weakly typed one (0.10's keep it).
+- ``vma``: the mesh axes a value's type varies over (``aval.vma`` where the type has it, as on 0.8; 0.10: its
+  ``manual_axis_type``).
 - ``AXIS_COLLECTIVES``, ``INLINED_CALLS``, ``CUSTOM_DERIVATIVE_CALLS``: JAX's axis collectives (what shardkit runs
-  each as), call primitives and calls with custom derivative rules, in
-  the body of a shard_map that JAX traced with check_vma=True (shardkit._jax_shard_map); the ones a release lacks are
-  left out (0.8's psum_invariant and pvary live in lax.parallel, 0.10's pvary in core).
+  each as), call primitives and calls with custom derivative rules, in the body of a shard_map that JAX traced with
+  check_vma=True (shardkit._jax_shard_map); the ones a release lacks are left out (0.8's psum_invariant and pvary live
+  in lax.parallel, 0.10's pvary in core). ``custom_call_jaxpr``, ``custom_call_name`` and ``vma`` read such a call's
+  equation and a value's type there (the same on 0.8 to 0.10).
 
 Loaded only once JAX is (shardkit never imports JAX itself).
 """
@@ -41,9 +44,10 @@ from jax._src.lib.mlir.dialects import hlo
 from jax._src.lax import parallel as _parallel
 
 __all__ = ["AXIS_COLLECTIVES", "CUSTOM_DERIVATIVE_CALLS", "INLINED_CALLS", "TESTED_VERSIONS", "ArrayImpl",
-           "ClosedJaxpr", "bind_equation", "keep_weak_type", "pvary", "Jaxpr", "Literal", "Primitive", "ShapedArray",
-           "Token", "Tracer", "ad", "apply_primitive", "aval_to_ir_type", "batching", "hlo", "host_importer", "ir",
-           "mlir", "ordered_effect", "trace_probe", "trace_state_clean", "user_context"]
+           "ClosedJaxpr", "bind_equation", "custom_call_jaxpr", "custom_call_name", "keep_weak_type", "pvary", "Jaxpr",
+           "Literal", "Primitive", "ShapedArray", "Token", "Tracer", "ad", "apply_primitive", "aval_to_ir_type",
+           "batching", "hlo", "host_importer", "ir", "mlir", "ordered_effect", "trace_probe", "trace_state_clean",
+           "user_context", "vma"]
 
 TESTED_VERSIONS = ("0.8.3", "0.9.2", "0.10.2")
 
@@ -124,13 +128,46 @@ INLINED_CALLS = _call_primitives()
 def _custom_derivative_calls():
     from jax._src import custom_derivatives  # noqa: PLC0415
 
-    names = ("custom_jvp_call_p", "custom_vjp_call_p", "custom_vjp_call_jaxpr_p")
-    return frozenset(p for p in (getattr(custom_derivatives, n, None) for n in names) if isinstance(p, _core.Primitive))
+    out = {}
+    for name, kind in (("custom_jvp_call_p", "jvp"), ("custom_vjp_call_p", "vjp"), ("custom_vjp_call_jaxpr_p", "vjp")):
+        prim = getattr(custom_derivatives, name, None)
+        if isinstance(prim, _core.Primitive):
+            out[prim] = kind
+    return out
 
 
-# Calls of functions with custom derivative rules (jax.custom_jvp, jax.custom_vjp): their rules are traced in JAX's
-# context of the body (its types), which shardkit does not re-create to run them outside it.
+# Calls of functions with custom derivative rules -> "jvp" (jax.custom_jvp) or "vjp" (jax.custom_vjp). Their
+# equations hold the function's jaxpr (custom_call_jaxpr) and its rules as thunks that JAX traces in the context of
+# the body (its types) when it differentiates the call: shardkit._jax_shard_map binds such an equation again inside a
+# body JAX traces (bind_equation) to get the rules' jaxprs.
 CUSTOM_DERIVATIVE_CALLS = _custom_derivative_calls()
+
+
+def custom_call_jaxpr(params):
+    """The ClosedJaxpr of the function a custom derivative call's equation calls (None where its parameters are not
+    those of 0.8 to 0.10)."""
+    for name in ("call_jaxpr", "fun_jaxpr"):
+        if isinstance(params.get(name), _core.ClosedJaxpr):
+            return params[name]
+    return None
+
+
+def custom_call_name(params):
+    """The name of the function a custom derivative call's equation calls, for messages."""
+    for v in (params.get("call_jaxpr"), params.get("fun_jaxpr"), params.get("jvp_jaxpr_fun"),
+              params.get("fwd_jaxpr_thunk")):
+        info = getattr(getattr(v, "jaxpr", v), "debug_info", None)
+        if getattr(info, "func_name", None):
+            return str(info.func_name)
+    return str(params.get("name", "<unnamed>"))
+
+
+def vma(aval):
+    """The mesh axes a value of a body JAX traced with check_vma=True varies over (its type's vma: ``aval.vma`` where
+    the type has it, as on 0.8; 0.10's ``aval.manual_axis_type.varying``)."""
+    if hasattr(aval, "vma"):
+        return frozenset(aval.vma)
+    return frozenset(getattr(getattr(aval, "manual_axis_type", None), "varying", ()))
 
 
 def ordered_effect(name):

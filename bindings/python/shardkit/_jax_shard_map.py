@@ -24,12 +24,17 @@ collectives JAX's own (JaxContext, after shardkit's checks), so JAX types every 
 and applies its rules: psum of a varying value transposes to a copy, an unvarying value read by varying code (JAX's
 pvary) to a psum, and a psum'ed loss's gradient is that of the global loss. shardkit then runs the traced body's
 equations on this rank's blocks (_interpret): JAX's axis collectives (the transposes' included) as shardkit's
-collectives, pvary as the identity, calls inline, control-flow bodies run the same way. A body that calls a function
-with custom derivative rules (jax.custom_jvp, jax.custom_vjp: jax.nn.relu, ...) is traced with shardkit's collectives
-instead, as with check_vma=False (its rules stay for derivatives taken outside the body; jax.grad inside it follows
-pmap's rules). Bodies that jax.shard_map's
-check_vma=True refuses (a scan carry that starts unvarying and becomes varying, ...) are refused with JAX's message;
-the out_specs stay shardkit's (not checked against the values' types, as eagerly).
+collectives, pvary as the identity, calls inline, control-flow bodies run the same way. A call of a function with custom
+derivative rules (jax.custom_jvp, jax.custom_vjp: jax.nn.relu, ...) that stays in the traced body (one beside a
+jax.grad, or relu's value in its own derivative) runs as a function with the same rules (_custom_call), so that they
+hold for derivatives taken outside the shard_map while a jax.grad in the same body keeps JAX's rules: its value is its
+jaxpr run by shardkit, its rule JAX's jvp (custom_jvp) or vjp (custom_vjp) of the call traced as code of the body
+(JAX's types, the function's own collectives included) and run by shardkit; a custom_vjp's backward is given and gives
+whole cotangents, where shardkit's transposes carry each rank's share, and runs its forward again. Nothing falls back
+to pmap's rules: a call whose equation shardkit cannot read (another JAX release's parameters) is refused
+(NotImplementedError). Bodies that jax.shard_map's check_vma=True refuses (a scan carry that starts unvarying and
+becomes varying, ...) are refused with JAX's message; the out_specs stay shardkit's (not checked against the values'
+types, as eagerly).
 """
 
 from __future__ import annotations
@@ -306,8 +311,9 @@ def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack, check_vma=Fal
 # varies over and applies its derivative rules to a jax.grad called inside the body (psum of a varying value
 # transposes to a copy, an unvarying value read by varying code to a psum). shardkit then runs the traced body's
 # equations (_interpret) on this rank's blocks: JAX's axis collectives as shardkit's (TracedContext), pvary as the
-# identity, calls inline, control flow with its bodies run the same way. Derivatives taken outside the shard_map
-# follow shardkit's rules for the collectives it runs (exact per-rank transposes, the boundary marks).
+# identity, calls inline, control flow with its bodies run the same way, calls of functions with custom derivative
+# rules as functions with those rules (_custom_call). Derivatives taken outside the shard_map follow shardkit's rules
+# for the collectives it runs (exact per-rank transposes, the boundary marks) and the custom rules.
 
 
 class JaxContext(TracedContext):
@@ -349,24 +355,18 @@ _JAX_FORMS = {
 _UNTRACED = object()
 
 
-def _calls_custom_rules(jaxpr):
-    """Whether jaxpr (or one inside it) calls a function with custom derivative rules."""
-    for eqn in jaxpr.eqns:
-        if eqn.primitive in jc.CUSTOM_DERIVATIVE_CALLS:
-            return True
-        for v in eqn.params.values():
-            for j in (v if isinstance(v, (tuple, list)) else (v,)):
-                if isinstance(j, (jc.ClosedJaxpr, jc.Jaxpr)) and _calls_custom_rules(_closed(j)[0]):
-                    return True
-    return False
+class BodyContext(TracedContext):
+    """The collectives of a body JAX traced, run by shardkit (TracedContext), and what _in_body needs to trace more
+    code as that body: the abstract mesh and the stack of traced bodies' contexts."""
+
+    def __init__(self, mesh, abstract, stack):
+        super().__init__(mesh)
+        self.abstract, self.stack = abstract, stack
 
 
 def _traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack):
     """f's result on this rank's blocks, f traced by jax.shard_map (check_vma=True) on an abstract mesh like `mesh`
-    and its equations run by shardkit; _UNTRACED where the body calls a function with custom derivative rules (a
-    jax.custom_jvp or custom_vjp: JAX traced its rules with the body's types, which shardkit does not re-create to
-    run them outside the body, and inlined they would give the derivative of its implementation instead), for the
-    body to be traced with shardkit's collectives (pmap's rules inside it)."""
+    and its equations run by shardkit (_interpret)."""
     import jax  # noqa: PLC0415
     from jax.sharding import AbstractMesh, PartitionSpec  # noqa: PLC0415
 
@@ -386,30 +386,150 @@ def _traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack):
     def body(*bs):
         leaves, treedef = jax.tree.flatten(f(*rebuild_args(list(bs))))
         tree.append(treedef)
+        return leaves
+
+    ctx = BodyContext(mesh, abstract, stack)
+    closed = _traced_as_body(ctx, body, shapes, tuple(PartitionSpec(*s) for s in in_specs))
+    return tree[0].unflatten(_run_body(ctx, closed, blocks))
+
+
+def _traced_as_body(ctx, fn, shapes, in_specs):
+    """The jaxpr of jax.shard_map(fn) (check_vma=True) on ctx's abstract mesh, for arguments of these global shapes
+    cut by in_specs, the body's collectives JAX's own (JaxContext)."""
+    import jax  # noqa: PLC0415
+    from jax.sharding import PartitionSpec  # noqa: PLC0415
+
+    def body(*bs):
         # Out: each leaf behind a leading axis cut by every mesh axis, which JAX takes whether it varies or not (the
         # out_specs are shardkit's, applied by run).
-        return [jnp.expand_dims(jnp.asarray(x), 0) for x in leaves]
+        return [jnp.expand_dims(jnp.asarray(x), 0) for x in fn(*bs)]
 
-    every = PartitionSpec(names)
-    jsm = jax.shard_map(body, mesh=abstract, in_specs=tuple(PartitionSpec(*s) for s in in_specs),
-                        out_specs=every, check_vma=True)
-    stack.append(JaxContext(mesh))
+    jsm = jax.shard_map(body, mesh=ctx.abstract, in_specs=in_specs, out_specs=PartitionSpec(tuple(ctx.mesh.axis_names)),
+                        check_vma=True)
+    ctx.stack.append(JaxContext(ctx.mesh))
     try:
-        with _jax.mesh_key((mesh, "check_vma")):  # jit-compiled functions in the body are traced for this mesh
-            closed = jax.make_jaxpr(jsm)(*shapes)
+        with _jax.mesh_key((ctx.mesh, "check_vma")):  # jit-compiled functions in the body are traced for this mesh
+            return jax.make_jaxpr(jsm)(*shapes)
     finally:
-        stack.pop()
+        ctx.stack.pop()
+
+
+def _run_body(ctx, closed, args):
+    """The outputs of the shard_map body of `closed` (_traced_as_body) on this rank's values `args`."""
     top = closed.jaxpr
-    if _calls_custom_rules(top):
-        return _UNTRACED
     (eqn,) = [e for e in top.eqns if "jaxpr" in e.params and "in_specs" in e.params]
-    values = dict(zip(top.invars, blocks))
+    values = dict(zip(top.invars, args))
     values.update(zip(top.constvars, closed.consts))
-    inner = eqn.params["jaxpr"]
-    inner, consts = (inner.jaxpr, inner.consts) if isinstance(inner, jc.ClosedJaxpr) else (inner, ())
-    args = [v.val if isinstance(v, jc.Literal) else values[v] for v in eqn.invars]
-    outs = _interpret(TracedContext(mesh), inner, consts, args)
-    return tree[0].unflatten([o[0] for o in outs])
+    inner, consts = _closed(eqn.params["jaxpr"])
+    outs = _interpret(ctx, inner, consts, [v.val if isinstance(v, jc.Literal) else values[v] for v in eqn.invars])
+    return [o[0] for o in outs]
+
+
+def _in_body(ctx, fn, avals, args):
+    """fn's outputs on this rank's values `args`, fn traced as code of the body would be, on values of the body's types
+    `avals` (each unvarying in, then varying over the axes its type says), and run by shardkit."""
+    import jax  # noqa: PLC0415
+    from jax.sharding import PartitionSpec  # noqa: PLC0415
+
+    names = tuple(ctx.mesh.axis_names)
+
+    def typed(*xs):
+        return fn(*[jc.pvary(x, tuple(a for a in names if a in jc.vma(t))) if jc.vma(t) else x
+                    for x, t in zip(xs, avals)])
+
+    shapes = [jax.ShapeDtypeStruct(t.shape, t.dtype, weak_type=t.weak_type) for t in avals]
+    return _run_body(ctx, _traced_as_body(ctx, typed, shapes, (PartitionSpec(),) * len(avals)), args)
+
+
+def _differentiable(aval):
+    return bool(jnp.issubdtype(aval.dtype, jnp.inexact))
+
+
+def _float0s(aval):
+    import jax  # noqa: PLC0415
+
+    return np.zeros(aval.shape, jax.dtypes.float0)
+
+
+def _custom_call(ctx, eqn, ins):
+    """A call of a function with custom derivative rules (jax.custom_jvp, jax.custom_vjp) in a body JAX traced: run as
+    a function with the same rules, so that they hold for derivatives taken outside the shard_map (a jax.grad inside
+    the body has been applied by JAX already). Its value: its jaxpr run by shardkit. Its rules: JAX's jvp (custom_jvp)
+    or vjp (custom_vjp) of the call, traced as code of the body would be (_in_body: JAX's types, so the rules' own
+    collectives and varying values are those the function was written for), run by shardkit the same way.
+
+    A custom_jvp's rule is forward: its tangents are values like the primals, and its transpose outside is that of the
+    collectives shardkit runs, as the rest of the body's. A custom_vjp's backward takes and gives JAX's cotangents,
+    whole on every rank that holds a value alike, where shardkit's transposes carry shares (each rank's part of the
+    cotangent of a value it holds alike with others, _jax): the shares of an output's cotangent are psum'ed over the
+    mesh axes the output does not vary over, and the cotangent of an argument that k ranks hold alike is shared as 1/k
+    of it on each."""
+    import jax  # noqa: PLC0415
+
+    prim, params = eqn.primitive, eqn.params
+    call = jc.custom_call_jaxpr(params)
+    if call is None:
+        raise NotImplementedError(f"shard_map with check_vma=True: {jc.custom_call_name(params)!r} has custom "
+                                  f"derivative rules, and shardkit does not read their call's parameters on jax "
+                                  f"{jax.__version__}; use check_vma=False for this body (pmap's rules for a jax.grad "
+                                  f"inside it)")
+    kind = jc.CUSTOM_DERIVATIVE_CALLS[prim]
+    ins_t = [v.aval for v in eqn.invars]
+    outs_t = [v.aval for v in eqn.outvars]
+    d_in = [_differentiable(t) for t in ins_t]
+    d_out = [_differentiable(t) for t in outs_t]
+    n, m = len(ins_t), len(outs_t)
+
+    def called(*xs):
+        return jc.bind_equation(prim, xs, params)
+
+    def primal(*xs):
+        return _interpret(ctx, *_closed(call), list(xs))
+
+    if kind == "jvp":
+        f = jax.custom_jvp(primal)
+
+        def jvp(primals, tangents):
+            def jvp_in_body(*a):
+                it = iter(a[n:])
+                ts = [next(it) if d else _float0s(t) for t, d in zip(ins_t, d_in)]
+                outs, touts = jax.jvp(called, tuple(a[:n]), tuple(ts))
+                return [*outs, *(t for t, d in zip(touts, d_out) if d)]
+
+            got = _in_body(ctx, jvp_in_body, ins_t + [t for t, d in zip(ins_t, d_in) if d],
+                           [*primals, *(t for t, d in zip(tangents, d_in) if d)])
+            it = iter(got[m:])
+            return got[:m], [next(it) if d else _float0s(t) for t, d in zip(outs_t, d_out)]
+
+        f.defjvp(jvp)
+        return f(*ins)
+
+    names = tuple(ctx.mesh.axis_names)
+
+    def alike(t):  # the mesh axes whose ranks hold a value of type t alike
+        return [a for a in names if a not in jc.vma(t)]
+
+    f = jax.custom_vjp(primal)
+
+    def bwd(xs, cts):
+        whole = [ctx.psum(ct, alike(t)) if alike(t) else ct for ct, t, d in zip(cts, outs_t, d_out) if d]
+
+        def vjp_in_body(*a):
+            outs, pull = jax.vjp(called, *a[:n])
+            it = iter(a[n:])
+            got = pull([next(it) if d else _float0s(t) for t, d in zip(outs_t, d_out)])
+            return [g for g, d in zip(got, d_in) if d]
+
+        got = iter(_in_body(ctx, vjp_in_body, ins_t + [t for t, d in zip(outs_t, d_out) if d], [*xs, *whole]))
+        out = []
+        for t, d in zip(ins_t, d_in):
+            g = next(got) if d else None
+            k = int(ctx.mesh.axis_size(alike(t))) if d and alike(t) else 1
+            out.append(g / k if k != 1 else g)
+        return tuple(out)
+
+    f.defvjp(lambda *xs: (primal(*xs), xs), bwd)
+    return f(*ins)
 
 
 def _interpret(ctx, jaxpr, consts, args):
@@ -438,6 +558,8 @@ def _equation(ctx, eqn, ins):
     if kind is not None:
         run = [_collective(ctx, kind, x, params) for x in ins]
         return run if prim.multiple_results else run[0]
+    if prim in jc.CUSTOM_DERIVATIVE_CALLS:
+        return _custom_call(ctx, eqn, ins)
     param = jc.INLINED_CALLS.get(prim)
     if param is not None and param in params:
         outs = _interpret(ctx, *_closed(params[param]), ins)
