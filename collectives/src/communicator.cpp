@@ -123,6 +123,11 @@ bool CommunicatorImpl::nccl_usable_for(OpKind op) const {
   return nccl != nullptr && (op_spec(op).collective || nccl_for_p2p);
 }
 
+void CommunicatorImpl::describe_shm(RouteRequest& r) const {
+  r.shm_hierarchical = shm_hierarchical;
+  r.shm_crowded = shm && shm->crowded();
+}
+
 void CommunicatorImpl::ensure_usable() const {
   if (abort->aborted)
     throw BackendError("shardkit", 0,

@@ -8,6 +8,7 @@
 
 #include "backend.hpp"
 #include "flight_recorder.hpp"
+#include "routing.hpp"
 #include "shardkit/collectives/communicator.hpp"
 #include "shardkit/launch/mpi.hpp"
 
@@ -57,6 +58,8 @@ struct CommunicatorImpl {
   void require_nccl(OpKind op) const;
   /// Whether `op` may run on NCCL here (NCCL agreed on; for point-to-point, agreed on at creation).
   bool nccl_usable_for(OpKind op) const;
+  /// What the router reads of the shm backend as it stands (hierarchical, crowded; both false before it is made).
+  void describe_shm(RouteRequest& r) const;
   /// @throws BackendError once the communicator was aborted.
   void ensure_usable() const;
   /// Runs one operation through the pipeline (validate, route, check, stage, run, token).

@@ -1,6 +1,5 @@
 // The one pipeline every operation runs through: validate (before anything is sent) → route to a backend → checked
-// mode → order after the caller's token → make strided buffers contiguous → run on the backend → token
-// bookkeeping.
+// mode → order after the caller's token → make strided buffers contiguous → run on the backend → token bookkeeping.
 // What differs between operations comes from the operation table (op_table.cpp); the value forms allocate their
 // results by the table's value rule and run the same pipeline.
 
@@ -125,14 +124,12 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   req.reduce = a.reduce;
   req.named_peers = a.source != kAnySource && (a.dest == rank) == (a.source == rank);
   // Asynchronous communicators stay on MPI: shm operations complete before returning, and async asks for overlap.
-  req.shm_hierarchical = shm_hierarchical;
-  req.shm_crowded = shm && shm->crowded();
+  describe_shm(req);
   // Point-to-point operations never start the decision (the other ranks would not come): they use shm once it is made.
   if (!options.async &&
       (spec.collective ? (shm_decided ? needs_shm(req) : may_need_shm(req)) : shm_decided && needs_shm(req))) {
     if (!shm_decided) decide_shm(ctx);  // collective: every rank routes this operation alike
-    req.shm_hierarchical = shm_hierarchical;
-    req.shm_crowded = shm && shm->crowded();
+    describe_shm(req);
     // A hierarchical backend implements fewer operations, and a crowded one fewer by default: ask again once known.
     req.shm_available = shm != nullptr && needs_shm(req);
   }
@@ -280,8 +277,7 @@ BackendKind Communicator::backend_for(OpKind op, Device device) const {
   // Before the first collective routed to shm has decided, shm is assumed available to collectives (point-to-point
   // operations wait for that decision).
   req.shm_available = !m.options.async && (spec.collective ? m.shm != nullptr || !m.shm_decided : m.shm != nullptr);
-  req.shm_hierarchical = m.shm_hierarchical;
-  req.shm_crowded = m.shm && m.shm->crowded();
+  m.describe_shm(req);
   return detail::route(req);
 }
 
