@@ -220,6 +220,7 @@ void register_shard_map(nb::module_& m) {
       .def_ro("dest", &AxisPlan::dest)
       .def_ro("source", &AxisPlan::source)
       .def_ro("tag", &AxisPlan::tag)
+      .def_prop_ro("peers", [](const AxisPlan& p) { return static_cast<int>(p.peers); })
       .def_prop_ro("input", [](const AxisPlan& p) { return std::string(dtype_name(p.input)); })
       .def_prop_ro("output", [](const AxisPlan& p) { return std::string(dtype_name(p.output)); })
       .def_prop_ro("before", [](const AxisPlan& p) { return moves_to_py(p.before); })

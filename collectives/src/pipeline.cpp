@@ -123,11 +123,14 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   }
   req.reduce = a.reduce;
   req.named_peers = a.source != kAnySource && (a.dest == rank) == (a.source == rank);
+  req.peers = a.peers;
   // Asynchronous communicators stay on MPI: shm operations complete before returning, and async asks for overlap.
   describe_shm(req);
-  // Point-to-point operations never start the decision (the other ranks would not come): they use shm once it is made.
+  // Point-to-point operations never start the decision (the other ranks would not come): they use shm once it is made;
+  // a sendrecv that every rank runs (Peers::kAllSendrecv) is a collective here.
+  const bool all_come = spec.collective || (op == OpKind::kSendrecv && a.peers == Peers::kAllSendrecv);
   if (!options.async &&
-      (spec.collective ? (shm_decided ? needs_shm(req) : may_need_shm(req)) : shm_decided && needs_shm(req))) {
+      (all_come ? (shm_decided ? needs_shm(req) : may_need_shm(req)) : shm_decided && needs_shm(req))) {
     if (!shm_decided) decide_shm(ctx);  // collective: every rank routes this operation alike
     describe_shm(req);
     // A hierarchical backend implements fewer operations, and a crowded one fewer by default: ask again once known.

@@ -18,10 +18,11 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 // not measured; bcast above 8 KiB, allgathers past 256 KiB a rank and alltoall past 512 KiB went either way or to MPI.
 // A bcast below 512 B takes shm only where the ranks have a CPU each: crowded, MPI's root returns as soon as its
 // message is in the receiver's fast box while shm's waits for the previous bcast's readers (16-18x MPI at 3-4 ranks
-// on 2 cores), but with a CPU each shm took 0.10 us where the MPI route took 0.16 (raw MPI 0.09). Sendrecv stays on MPI
-// here although shm was faster or even at every size: shm pairs a sendrecv only with the peer's sendrecv, and on the
-// default route a program that answers a sendrecv with a plain send or recv (valid MPI; a ppermute that is not a
-// cycle does it) would hang. SHARDKIT_BACKEND=shm takes it to shm at every size.
+// on 2 cores), but with a CPU each shm took 0.10 us where the MPI route took 0.16 (raw MPI 0.09). Sendrecv was faster
+// or even at every size, but shm pairs a sendrecv only with the peer's sendrecv: the row serves only sendrecvs whose
+// peers are known to run one too (Peers::kAllSendrecv, a ppermute of every axis index). A program's own sendrecv,
+// which valid MPI may answer with a plain send or recv, takes shm only where SHARDKIT_BACKEND=shm forces it, and a
+// ppermute whose members send or receive alone (a chain) never.
 struct ShmWins {
   OpKind op;
   std::int64_t from, upto;  // bytes, inclusive
@@ -36,6 +37,7 @@ constexpr ShmWins kShmWins[] = {
     {OpKind::kAllgather, 0, std::int64_t{256} << 10},
     {OpKind::kAlltoall, 0, std::int64_t{512} << 10},
     {OpKind::kBarrier, 0, kAnySize},
+    {OpKind::kSendrecv, 0, kAnySize},
 };
 
 // The same for the hierarchical backend (communicators spanning nodes), measured against flat MPI in the same run
@@ -66,9 +68,10 @@ bool hier_by_default(OpKind op, std::int64_t bytes) noexcept { return wins(kHier
 
 bool needs_shm(const RouteRequest& r) noexcept {
   if (r.placement != Placement::kHost && r.placement != Placement::kNone) return false;
-  if (r.op == OpKind::kSendrecv && !r.named_peers) return false;
+  if (r.op == OpKind::kSendrecv && (!r.named_peers || r.peers == Peers::kMixed)) return false;
   const bool by_default =
-      r.shm_hierarchical ? hier_by_default(r.op, r.bytes) : shm_by_default(r.op, r.bytes, r.shm_crowded);
+      (r.op != OpKind::kSendrecv || r.peers == Peers::kAllSendrecv) &&
+      (r.shm_hierarchical ? hier_by_default(r.op, r.bytes) : shm_by_default(r.op, r.bytes, r.shm_crowded));
   if (r.setting != BackendKind::kShm && (r.setting != BackendKind::kAuto || !by_default)) return false;
   return r.shm_hierarchical ? hier_supports(r.op, r.dtype, r.reduce) : shm_supports(r.op, r.dtype, r.reduce);
 }

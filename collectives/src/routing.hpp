@@ -38,6 +38,9 @@ struct RouteRequest {
   /// sendrecv: both peers named (no wildcard source), and both this rank or neither (shm's channels pair a send with
   /// the peer's receive in the same call).
   bool named_peers = true;
+  /// sendrecv: what the peers run (OpArgs::peers). kAllSendrecv takes the table's sendrecv row; kUnknown takes shm
+  /// only where forced; kMixed never.
+  Peers peers = Peers::kUnknown;
 };
 
 /// True when `r` would take the shm backend if the communicator has one: host buffers (or none), an operation shm

@@ -85,6 +85,7 @@ void plan_ppermute(AxisPlan& p, const Axes& axes, std::int64_t n, std::int64_t m
     if (dst == me) p.source = src;
   }
   p.op = exchange_op(p.dest, p.source);
+  p.peers = std::ssize(sources) == n ? Peers::kAllSendrecv : Peers::kMixed;
   p.zeros = p.source < 0;
 }
 

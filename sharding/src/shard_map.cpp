@@ -87,7 +87,7 @@ Array ShardContext::run(AxisOp what, const Array& x, const Axes& axes, const Axi
     auto comm = mesh_.axis_comm(axes);
     // The value form binds `in` as its rule says; send and sendrecv read it as their send buffer.
     OpArgs a{.send = &in, .reduce = p.reduce, .root = p.root, .dest = p.dest, .source = p.source,
-             .send_tag = p.tag, .recv_tag = p.tag};
+             .send_tag = p.tag, .recv_tag = p.tag, .peers = p.peers};
     if (value_rule(*p.op) == ValueRule::kNone) {
       token_ = comm->run(*p.op, a, token_);
     } else {

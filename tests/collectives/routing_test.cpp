@@ -122,7 +122,9 @@ TEST(Routing, ShmSetting) {
         EXPECT_EQ(detail::route(r), BackendKind::kMpi);
         r.setting = BackendKind::kAuto;
         r.bytes = 8;
-        EXPECT_EQ(detail::needs_shm(r), host && kInShm.count(op) && detail::shm_by_default(op, 8));
+        // (a sendrecv takes the table only where its peers run one too: RoutesSendrecvByWhatThePeersRun)
+        EXPECT_EQ(detail::needs_shm(r),
+                  host && kInShm.count(op) && detail::shm_by_default(op, 8) && op != OpKind::kSendrecv);
       }
     }
   }
@@ -193,21 +195,43 @@ TEST(Routing, SmallBcastTakesShmOnlyWithACpuPerRank) {
 }
 
 // A sendrecv takes shm only between named peers, both this rank or neither: a wildcard source could be any rank's
-// message, and shm's channels pair each send with the peer's receive in the same call. Only where forced: on auto a
-// sendrecv answered by a plain send or recv on MPI would hang.
+// message, and shm's channels pair each send with the peer's receive in the same call.
 TEST(Routing, ShmSendrecvNeedsNamedPeers) {
-  RouteRequest r{OpKind::kSendrecv, BackendKind::kShm, Placement::kHost};
-  r.shm_available = true;
-  EXPECT_EQ(detail::route(r), BackendKind::kShm);
-  r.named_peers = false;
-  EXPECT_FALSE(detail::needs_shm(r));
-  EXPECT_EQ(detail::route(r), BackendKind::kMpi);
-  r.named_peers = true;
-  r.setting = BackendKind::kAuto;
-  for (std::int64_t bytes : {std::int64_t{8}, std::int64_t{1} << 20}) {
-    r.bytes = bytes;
-    EXPECT_FALSE(detail::needs_shm(r)) << bytes;
+  for (Peers peers : {Peers::kUnknown, Peers::kAllSendrecv}) {
+    RouteRequest r{OpKind::kSendrecv, BackendKind::kShm, Placement::kHost};
+    r.shm_available = true;
+    r.peers = peers;
+    EXPECT_EQ(detail::route(r), BackendKind::kShm);
+    r.named_peers = false;
+    EXPECT_FALSE(detail::needs_shm(r));
     EXPECT_EQ(detail::route(r), BackendKind::kMpi);
+  }
+}
+
+// And by what its peers run (OpArgs::peers), since shm pairs a sendrecv only with the peer's sendrecv: where every
+// rank runs one, by the table on auto (every size); a program's own (which MPI may answer with a plain send or recv)
+// only where forced; where some peers send or receive alone (on MPI), never. Not on the hierarchical backend.
+TEST(Routing, RoutesSendrecvByWhatThePeersRun) {
+  for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{1} << 20, std::int64_t{64} << 20}) {
+    SCOPED_TRACE(::testing::Message() << "bytes=" << bytes);
+    RouteRequest r{OpKind::kSendrecv, BackendKind::kAuto, Placement::kHost};
+    r.shm_available = true;
+    r.bytes = bytes;
+    const auto on = [&](BackendKind setting, Peers peers) {
+      r.setting = setting;
+      r.peers = peers;
+      return detail::route(r);
+    };
+    EXPECT_EQ(on(BackendKind::kAuto, Peers::kAllSendrecv), BackendKind::kShm);
+    EXPECT_EQ(on(BackendKind::kShm, Peers::kAllSendrecv), BackendKind::kShm);
+    EXPECT_EQ(on(BackendKind::kAuto, Peers::kUnknown), BackendKind::kMpi);
+    EXPECT_EQ(on(BackendKind::kShm, Peers::kUnknown), BackendKind::kShm);
+    EXPECT_EQ(on(BackendKind::kAuto, Peers::kMixed), BackendKind::kMpi);
+    EXPECT_EQ(on(BackendKind::kShm, Peers::kMixed), BackendKind::kMpi);
+    EXPECT_EQ(on(BackendKind::kMpi, Peers::kAllSendrecv), BackendKind::kMpi);
+    r.shm_hierarchical = true;
+    EXPECT_EQ(on(BackendKind::kAuto, Peers::kAllSendrecv), BackendKind::kMpi);
+    r.shm_hierarchical = false;
   }
 }
 

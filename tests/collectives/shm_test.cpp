@@ -354,6 +354,35 @@ INSTANTIATE_TEST_SUITE_P(SomeDTypes, ShmAuto,
                                            DType::kComplex64),
                          dtype_param_name);
 
+// Which sendrecvs take shm (OpArgs::peers): one that every rank runs (a ppermute of every axis index, a matmul ring)
+// by default, making the segment itself on auto; a program's own only where forced; one whose peers send or receive
+// alone (a ppermute chain) never, forced or not, since those peers are on MPI. The flight recorder says which route
+// each call took, in call order; the results are checked too.
+TEST(ShmSendrecv, RoutesByWhatThePeersRun) {
+  if (on_gpu()) GTEST_SKIP() << "host buffers only";
+  for (BackendKind setting : {BackendKind::kAuto, BackendKind::kShm}) {
+    CommOptions o;
+    o.name = setting == BackendKind::kAuto ? "peers on auto" : "peers forced to shm";
+    o.backend = setting;
+    auto c = Communicator::world(o);
+    const int right = (c->rank() + 1) % c->size(), left = (c->rank() + c->size() - 1) % c->size();
+    std::vector<std::string> want;
+    for (Peers peers : {Peers::kAllSendrecv, Peers::kUnknown, Peers::kMixed, Peers::kAllSendrecv}) {
+      SCOPED_TRACE(::testing::Message() << o.name << " peers=" << static_cast<int>(peers));
+      const Array x = input(DType::kFloat64, {5}, c->rank(), Pattern::kData);
+      Array y = Array::empty({5}, DType::kFloat64);
+      c->run(OpKind::kSendrecv,
+             {.send = &x, .recv = &y, .dest = right, .source = left, .send_tag = 3, .recv_tag = 3, .peers = peers})
+          .wait();
+      EXPECT_TRUE(same(y, input(DType::kFloat64, {5}, left, Pattern::kData)));
+      const bool shm = world_on_one_node() && (peers == Peers::kAllSendrecv ||
+                                               (peers == Peers::kUnknown && setting == BackendKind::kShm));
+      want.push_back(std::string("5 ") + (shm ? "shm" : "mpi"));
+    }
+    EXPECT_EQ(recorded_routes(o.name, OpKind::kSendrecv), want);
+  }
+}
+
 TEST(ShmFiles, NothingLeftInDevShmOnceMadeAndAfterAnError) {
   if (on_gpu()) GTEST_SKIP() << "host buffers only";
   CommOptions o;

@@ -209,7 +209,7 @@ def test_transpose_of_sendrecv_from_any_source(mpi, rank):
         jax.grad(lambda x: mpi.sendrecv(x, x, mpi.ANY_SOURCE, rank)[0].sum())(jnp.ones(3))
 
 
-@pytest.mark.parametrize("fields", [0, 9, 11])
+@pytest.mark.parametrize("fields", [0, 10, 12])
 def test_handler_refuses_a_malformed_call_attribute(mpi, fields):
     """The XLA handler reads its arguments from one int64 array; a program built by hand with another length is
     refused by name (not read past its end). Local to each rank: nothing is sent."""
@@ -217,6 +217,6 @@ def test_handler_refuses_a_malformed_call_attribute(mpi, fields):
 
     x = jnp.arange(3.0)
     call = jax.ffi.ffi_call("shardkit_collective_cpu", jax.ShapeDtypeStruct(x.shape, x.dtype), has_side_effect=True)
-    message = rf"shardkit\.InvalidArgument: .*attribute 'call' has {fields} values, expected 10"
+    message = rf"shardkit\.InvalidArgument: .*attribute 'call' has {fields} values, expected 11"
     with pytest.raises(jax.errors.JaxRuntimeError, match=message):
         jax.block_until_ready(jax.jit(lambda x: call(x, x, call=np.zeros(fields, np.int64)))(x))

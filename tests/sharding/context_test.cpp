@@ -115,6 +115,12 @@ TEST(ShardContext, PpermuteShiftsAndZeroFills) {
     std::vector<std::pair<int, int>> shift;
     for (int i = 0; i < k; ++i) shift.emplace_back(i, (i + 1) % k);
     EXPECT_TRUE(equal(ctx.ppermute(x, axes, shift), all[group[(me + k - 1) % k]]));
+    // A chain: the middle members send and receive, the ends only one of the two (and the first gets zeros). Each
+    // member's exchange must meet its peers' on one backend, shm forced or not (sharding_ppermute_shm).
+    std::vector<std::pair<int, int>> chain;
+    for (int i = 0; i + 1 < k; ++i) chain.emplace_back(i, i + 1);
+    const Array moved = ctx.ppermute(x, axes, chain);
+    EXPECT_TRUE(equal(moved, me == 0 ? Array::zeros({12, 6}, DType::kFloat64) : all[group[me - 1]]));
     // One pair only: the last member receives from the first; everyone else gets zeros.
     const Array got = ctx.ppermute(x, axes, {{0, k - 1}});
     if (me == k - 1) {

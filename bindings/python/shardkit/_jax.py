@@ -66,15 +66,16 @@ collective_p.def_impl(lambda *args, **params: jc.apply_primitive(collective_p, *
 
 
 def bind(*args, op, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0, recv_tag=-1, transpose=False,
-         sm=False, status=0, site=0):
+         sm=False, status=0, site=0, peers=0):
     """Binds the primitive: ``args`` are x (and sendbuf for sendrecv); returns the list of results. ``sm``: a
     collective of a shard_map body (shardkit._jax_shard_map), with the exact transposes of the derivative rules; the
     shard_map-only operation "ppermute" sends to ``dest`` and receives from ``source`` (-1: not); ``status``: the
     address of an MPI_Status (an mpi4py Status) the handler fills when the receive completes, as mpi4jax does, or 0;
-    ``site``: the traced call's file and line as _core's call-site id (0: none), for the flight recorder."""
+    ``site``: the traced call's file and line as _core's call-site id (0: none), for the flight recorder; ``peers``:
+    what the other ranks of a ppermute run (shardkit::Peers, the plan's), which decides whether it may take shm."""
     return collective_p.bind(*args, op=op, comm=comm, reduce=reduce, root=root, dest=dest, source=source,
                              send_tag=send_tag, recv_tag=recv_tag, transpose=transpose, sm=sm,
-                             status=status, site=site)
+                             status=status, site=site, peers=peers)
 
 
 def _out_shape(op, shape, comm, root):
@@ -99,14 +100,14 @@ def _layout(aval):
 
 def _lowering(target):
     def custom_call(ctx, op, args, avals_in, avals_out, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0,
-                    recv_tag=-1, status=0, site=0):
+                    recv_tag=-1, status=0, site=0, peers=0):
         token = ctx.tokens_in.get(_effect)
         result_types = [hlo.TokenType.get()] + [jc.aval_to_ir_type(ctx, a) for a in avals_out]
         # One array attribute in the handler's order (ffi_handlers.cpp's Attrs): XLA decodes attributes by name at
         # every call.
         attrs = {"call": ir.DenseI64ArrayAttr.get([_core._op_code(op), int(comm), int(reduce), int(root), int(dest),
                                                    int(source), int(send_tag), int(recv_tag), int(status),
-                                                   int(site)])}
+                                                   int(site), int(peers)])}
         call = mlir.custom_call(
             target, result_types=result_types, operands=[token, *args], backend_config=attrs, api_version=4,
             has_side_effect=True, operand_layouts=[()] + [_layout(a) for a in avals_in],
@@ -121,7 +122,7 @@ def _lowering(target):
         if op == "ppermute":  # this rank's exchange (shardkit::exchange_op): sendrecv, send, recv, or nothing
             (x,), (aval,) = args, ctx.avals_in
             exchange = _core._exchange_op(p["dest"], p["source"])
-            q = {k: p[k] for k in ("dest", "source", "send_tag", "recv_tag", "site")}
+            q = {k: p[k] for k in ("dest", "source", "send_tag", "recv_tag", "site", "peers")}
             if exchange == "sendrecv":
                 return custom_call(ctx, exchange, [x, x], [aval, aval], [aval], comm, **q)
             if exchange == "recv":

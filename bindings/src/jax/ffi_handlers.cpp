@@ -74,17 +74,17 @@ Array& wrap(ffi::AnyBuffer b, Device device, bool read_only, std::size_t slot) {
 // The arguments of one call: one int64 array attribute "call" in this order (shardkit/_jax.py writes it). One
 // attribute, not one per argument: XLA decodes attributes by name at every call, a string comparison each.
 // `status`: the address of the caller's MPI_Status (an mpi4py Status, as mpi4jax passes it), filled when a receive
-// completes inside the compiled program; 0 for none.
+// completes inside the compiled program; 0 for none. `peers`: OpArgs::peers.
 struct Attrs {
-  std::int64_t op, comm, reduce, root, dest, source, send_tag, recv_tag, status, site;
+  std::int64_t op, comm, reduce, root, dest, source, send_tag, recv_tag, status, site, peers;
 };
-constexpr std::size_t kCallFields = 10;
+constexpr std::size_t kCallFields = 11;
 
 Attrs read_call(ffi::Span<const std::int64_t> call) {
   if (call.size() != kCallFields)
     throw InvalidArgument(shardkit::detail::concat("shardkit's XLA handler: attribute 'call' has ", call.size(),
                                                    " values, expected ", kCallFields));
-  return {call[0], call[1], call[2], call[3], call[4], call[5], call[6], call[7], call[8], call[9]};
+  return {call[0], call[1], call[2], call[3], call[4], call[5], call[6], call[7], call[8], call[9], call[10]};
 }
 
 // Writes what a receive matched into the caller's MPI_Status: source, tag, and the count as bytes (so that
@@ -107,7 +107,8 @@ Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets 
   current_call_site() = call_site_of(at.site);  // where the traced call was written (flight recorder)
   OpArgs a{.reduce = static_cast<ReduceOp>(at.reduce), .root = static_cast<int>(at.root),
            .dest = static_cast<int>(at.dest), .source = static_cast<int>(at.source),
-           .send_tag = static_cast<int>(at.send_tag), .recv_tag = static_cast<int>(at.recv_tag)};
+           .send_tag = static_cast<int>(at.send_tag), .recv_tag = static_cast<int>(at.recv_tag),
+           .peers = static_cast<Peers>(at.peers)};
   if (at.status) a.status = status;
   auto arg = [&](std::size_t i) -> Array& {
     auto b = args.get<ffi::AnyBuffer>(i);

@@ -231,7 +231,8 @@ class MpiBackend final : public Backend {
     Buf r = stage(recv, p, nb, Use::kOut);
     if (fits_int(counts) && fits_int(displs)) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
-      // Owned by the pending operation: a nonblocking call reads the count arrays until it completes.
+      // Owned by the pending operation: a nonblocking call reads the count arrays until it completes (and for good
+      // once abandoned: PendingOp::keep_memory).
       auto v = std::make_shared<std::array<std::vector<int>, 2>>();
       (*v)[0].assign(counts.begin(), counts.end());
       (*v)[1].assign(displs.begin(), displs.end());
@@ -239,7 +240,7 @@ class MpiBackend final : public Backend {
       call_mpi<MPI_Allgatherv, MPI_Iallgatherv>(p, nb, static_cast<const void*>(s.data()), a[0][rank_], t, r.data(),
                                                 static_cast<const int*>(a[0].data()),
                                                 static_cast<const int*>(a[1].data()), t, c_);
-      if (nb) chain(p, [v](const std::vector<MPI_Status>&) {});
+      if (nb) p.keep_memory.push_back(v);
       return finish(std::move(p), ctx);
     }
     std::vector<Piece> sends, recvs;
@@ -269,7 +270,7 @@ class MpiBackend final : public Backend {
       auto ptr = [](const std::vector<int>& x) { return static_cast<const int*>(x.data()); };
       call_mpi<MPI_Alltoallv, MPI_Ialltoallv>(p, nb, static_cast<const void*>(s.data()), ptr(a[0]), ptr(a[1]), t,
                                               r.data(), ptr(a[2]), ptr(a[3]), t, c_);
-      if (nb) chain(p, [v](const std::vector<MPI_Status>&) {});
+      if (nb) p.keep_memory.push_back(v);
       return finish(std::move(p), ctx);
     }
     std::vector<Piece> sends, recvs;

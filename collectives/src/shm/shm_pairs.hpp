@@ -12,7 +12,8 @@
 // last chunk is posted; its next send first waits until that message was taken (the outbox and post line are free
 // again).
 //
-// A sendrecv on shm pairs with the peer's sendrecv on shm (never with a recv on MPI): the route sends both alike.
+// A sendrecv on shm pairs with the peer's sendrecv on shm (never with a recv on MPI): the route sends both alike, by
+// what the peers run (OpArgs::peers, routing.hpp).
 
 #include <cstdint>
 #include <vector>

@@ -34,7 +34,11 @@ Array allgather_ring(const Blocks& blocks) {
           device ? Token::from_stream(cuda::library_stream(own.device().index), own.device().index) : Token();
       t.emplace(
           [&, cur, next, after] {
-            return comm->sendrecv_into(*cur, left, *next, right, kAllGatherRingTag, kAllGatherRingTag, nullptr, after);
+            // Every rank of the ring runs this exchange (Peers::kAllSendrecv): it may take shm.
+            return comm->run(OpKind::kSendrecv,
+                             {.send = cur, .recv = next, .dest = left, .source = right, .send_tag = kAllGatherRingTag,
+                              .recv_tag = kAllGatherRingTag, .peers = Peers::kAllSendrecv},
+                             after);
           },
           device, blocks.overlap);
     }

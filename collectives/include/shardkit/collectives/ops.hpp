@@ -70,6 +70,15 @@ struct RecvStatus {
 /// The arguments of any operation; each operation reads the fields its table entry names and ignores the others.
 /// `send` and `recv` may be the same array (in place). Arrays may be strided: they are made contiguous for the
 /// backend and copied back.
+/// sendrecv: what the peers run at the same time. shm pairs a sendrecv only with the peer's sendrecv, so this decides
+/// whether shm may carry it (README, "Shared memory").
+enum class Peers : std::uint8_t {
+  kUnknown,       ///< a program's own sendrecv, which MPI may answer with a send or recv: shm only where forced
+  kAllSendrecv,   ///< every rank of the communicator runs a sendrecv now (a ppermute of every axis index): routed as
+                  ///< a collective, shm by default
+  kMixed,         ///< some peers send or receive alone, or sit out (any other ppermute): always MPI
+};
+
 struct OpArgs {
   const Array* send = nullptr;
   Array* recv = nullptr;
@@ -85,6 +94,7 @@ struct OpArgs {
   /// alltoallv: where rank j's elements start in `send` (empty: packed in rank order). The regions may overlap (the
   /// same elements sent to several ranks).
   std::span<const std::int64_t> send_displs;
+  Peers peers = Peers::kUnknown;  ///< sendrecv: what the peers run (shm's pairing)
 };
 
 /// How the value form of an operation makes its result from its input `x` (mpi4jax's per-rank shape rules).

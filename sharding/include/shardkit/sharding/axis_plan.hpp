@@ -77,6 +77,9 @@ struct AxisPlan {
   int dest = -1;    ///< ppermute: the axis index this rank sends to (-1: none)
   int source = -1;  ///< ppermute: the axis index this rank receives from (-1: none)
   int tag = kPpermuteTag;
+  /// ppermute: what the other members run (kAllSendrecv: the permutation moves every axis index; kMixed otherwise),
+  /// which decides whether the exchange may take shm (OpArgs::peers)
+  Peers peers = Peers::kUnknown;
   DType input = DType::kFloat32;
   DType output = DType::kFloat32;
   std::vector<ShapeMove> before;
