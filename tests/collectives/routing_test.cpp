@@ -154,15 +154,15 @@ TEST(Routing, HierarchicalShm) {
       EXPECT_EQ(detail::may_need_shm(r), detail::needs_shm(r) || detail::needs_shm(flat));
     }
   }
-  // The measured crossovers: large allreduce and bcast; allgather and reduce_scatter take allreduce's.
+  // The measured crossovers: allreduce, allgather and reduce_scatter at every size, bcast from 512 B; reduce and
+  // barrier not measured.
   for (OpKind op : {OpKind::kAllreduce, OpKind::kAllgather, OpKind::kReduceScatter}) {
-    EXPECT_TRUE(detail::hier_by_default(op, std::int64_t{512} << 10)) << op_name(op);
-    EXPECT_FALSE(detail::hier_by_default(op, (std::int64_t{512} << 10) - 1)) << op_name(op);
+    for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{1} << 20, std::int64_t{64} << 20})
+      EXPECT_TRUE(detail::hier_by_default(op, bytes)) << op_name(op) << " " << bytes;
   }
-  EXPECT_TRUE(detail::hier_by_default(OpKind::kAllreduce, std::int64_t{1} << 20));
-  EXPECT_FALSE(detail::hier_by_default(OpKind::kAllreduce, 8));
-  EXPECT_TRUE(detail::hier_by_default(OpKind::kBcast, std::int64_t{128} << 10));
-  EXPECT_FALSE(detail::hier_by_default(OpKind::kBcast, 8));
+  EXPECT_TRUE(detail::hier_by_default(OpKind::kBcast, 512));
+  EXPECT_FALSE(detail::hier_by_default(OpKind::kBcast, 511));
+  EXPECT_FALSE(detail::hier_by_default(OpKind::kReduce, std::int64_t{1} << 20));
   EXPECT_FALSE(detail::hier_by_default(OpKind::kBarrier, 0));
 }
 

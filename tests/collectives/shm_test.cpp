@@ -311,8 +311,8 @@ std::vector<std::string> recorded_routes(const std::string& name, OpKind op) {
   return out;
 }
 
-// On the default route (auto), across hosts: allgather and reduce_scatter take the hierarchical path from their
-// crossover up (hier_by_default: at least the largest size here, past a chunk too) and MPI below it, with exact
+// On the default route (auto), across hosts: allgather and reduce_scatter take the hierarchical path where its table
+// says (hier_by_default: at least the largest size here, past a chunk too) and MPI elsewhere, with exact
 // results either way; the flight recorder says which route each call took. On one node the flat table routes them
 // (and GPU jobs stay off shm there): the results are checked, not the route.
 class ShmAuto : public ::testing::TestWithParam<DType> {};
