@@ -19,23 +19,22 @@ cotangent is the psum of the shares over them), an output block "replicated" ove
 
 ``jax.grad`` called inside a body follows jax.shard_map's rules for the check_vma given. With check_vma=False the body
 is traced with shardkit's collectives (TracedContext): pmap's rules, psum's transpose a psum. With check_vma=True JAX
-traces the body (shardkit._jax_check_vma): jax.shard_map on an abstract mesh of the mesh's axis names and sizes, the body's
-collectives JAX's own (JaxContext, after shardkit's checks), so JAX types every value by the mesh axes it varies over
-and applies its rules: psum of a varying value transposes to a copy, an unvarying value read by varying code (JAX's
+traces the body (shardkit._jax_check_vma): jax.shard_map on an abstract mesh of the mesh's axis names and sizes, the
+body's collectives JAX's own (JaxContext, after shardkit's checks), so JAX types every value by the mesh axes it varies
+over and applies its rules: psum of a varying value transposes to a copy, an unvarying value read by varying code (JAX's
 pvary) to a psum, and a psum'ed loss's gradient is that of the global loss. shardkit then runs the traced body's
 equations on this rank's blocks (_interpret): JAX's axis collectives (the transposes' included) as shardkit's
 collectives, pvary as the identity, calls inline, control-flow bodies run the same way. A call of a function with custom
 derivative rules (jax.custom_jvp, jax.custom_vjp: jax.nn.relu, ...) that stays in the traced body (one beside a
 jax.grad, or relu's value in its own derivative) runs as a function with the same rules (_custom_call), so that they
 hold for derivatives taken outside the shard_map while a jax.grad in the same body keeps JAX's rules: its value is its
-jaxpr run by shardkit, its rule JAX's jvp (custom_jvp) or vjp (custom_vjp) of the call traced as code of the body
-(JAX's types, the function's own collectives included) and run by shardkit; a custom_vjp's backward is given and gives
-whole cotangents, where shardkit's transposes carry each rank's share, and runs its forward again. Nothing falls back
-to pmap's rules: a call whose equation shardkit cannot read (another JAX release's parameters) is refused
+jaxpr run by shardkit, its rule JAX's jvp (custom_jvp) or vjp (custom_vjp) of the call traced as code of the body (JAX's
+types, the function's own collectives included) and run by shardkit; a custom_vjp's backward is given and gives whole
+cotangents, where shardkit's transposes carry each rank's share, and runs its forward again. Nothing falls back to
+pmap's rules: a call whose equation shardkit cannot read (another JAX release's parameters) is refused
 (NotImplementedError). Bodies that jax.shard_map's check_vma=True refuses (a scan carry that starts unvarying and
 becomes varying, ...) are refused with JAX's message; the out_specs stay shardkit's (not checked against the values'
-types, as eagerly).
-"""
+types, as eagerly). """
 
 from __future__ import annotations
 
