@@ -73,15 +73,16 @@ struct Operand {
 Operand token() { return {XLA_FFI_DataType_TOKEN, nullptr, {}}; }
 Operand f32(void* data, std::int64_t n) { return {XLA_FFI_DataType_F32, data, {n}}; }
 
-// The handler's ten arguments, in the order shardkit/_jax.py writes them (no status, no call site).
-std::array<std::int64_t, 10> call_of(OpKind op, int root = 0) {
+// The handler's eleven arguments, in the order shardkit/_jax.py writes them (no status, no call site, the peers of a
+// program's own sendrecv).
+using Call = std::array<std::int64_t, 11>;
+Call call_of(OpKind op, int root = 0) {
   return {static_cast<std::int64_t>(op), 1, static_cast<std::int64_t>(ReduceOp::kSum), root, 0, -1, 0, -1,
-          /*status=*/0, /*site=*/0};
+          /*status=*/0, /*site=*/0, /*peers=*/static_cast<std::int64_t>(Peers::kUnknown)};
 }
 
 // Calls the handler as XLA would, on `stream`. Returns the handler's error message, "" on success.
-std::string call_handler(StreamHandle stream, std::vector<Operand> args, std::vector<Operand> rets,
-                         std::array<std::int64_t, 10> call) {
+std::string call_handler(StreamHandle stream, std::vector<Operand> args, std::vector<Operand> rets, Call call) {
   auto buffers = [](std::vector<Operand>& ops) {
     std::vector<XLA_FFI_Buffer> b(ops.size());
     for (std::size_t i = 0; i < ops.size(); ++i)
