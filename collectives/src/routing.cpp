@@ -44,8 +44,8 @@ constexpr ShmWins kShmWins[] = {
 // (bench_collectives, 4 ranks on two simulated hosts of scripts/multihost.sh, idle; README, "Shared memory"):
 // allreduce, allgather and reduce_scatter at every size (0.04-0.23x flat MPI from 8 B to 8 KiB, 0.09-0.46x from 8 KiB
 // to 8 MiB, two runs each; bytes of this rank's input: the whole input, a block, the whole input), bcast from 512 B
-// (1-130x below it: MPI's root returns once its small message is sent; 0.12-0.14x from 512 B to 512 KiB). Reduce and
-// barrier were not measured.
+// (1.2-124x below it: MPI's root returns once its small message is sent; 0.11-0.15x from 512 B to 512 KiB), medians.
+// Reduce and barrier were not measured.
 constexpr ShmWins kHierWins[] = {
     {OpKind::kAllreduce, 0, kAnySize},
     {OpKind::kBcast, 512, kAnySize},
