@@ -171,44 +171,34 @@ TEST_F(Chunked, StridedBuffersAreMadeContiguous) {
   EXPECT_EQ(m.to_vector<float>()[5], 5.0f);
 }
 
-// A pending operation dropped with requests still posted (an error between issuing and completing them, a timeout)
-// must not free the memory MPI may still read or write: it keeps its arrays (staged copies and their destinations
-// too) and its other memory (a v-collective's counts) for good. One that completed lets them go.
+// A pending operation dropped with requests still posted (an error between issuing and completing them) must not free
+// the memory MPI may still write: it keeps its arrays (staged copies and their destinations too) for good. One that
+// completed lets them go.
 TEST(PendingOperation, DroppedWithRequestsPostedKeepsItsArrays) {
   Array in = Array::zeros({4}, DType::kFloat32), staged = Array::zeros({4}, DType::kFloat32);
   Array dst = Array::zeros({4}, DType::kFloat32);
-  auto counts = std::make_shared<std::vector<int>>(4, 1);
   const std::weak_ptr<void> w_in = in.storage(), w_staged = staged.storage(), w_dst = dst.storage();
-  const std::weak_ptr<std::vector<int>> w_counts = counts;
   {
     detail::PendingOp p;
     p.keep_alive.push_back(in);
     p.copy_back.emplace_back(staged, dst);
-    p.keep_memory.push_back(counts);
     p.requests.push_back(MPI_REQUEST_NULL);  // stands for a request still posted
     in = staged = dst = Array();             // the callers let go of their handles
-    counts.reset();
   }
   EXPECT_FALSE(w_in.expired());
   EXPECT_FALSE(w_staged.expired());
   EXPECT_FALSE(w_dst.expired());
-  EXPECT_FALSE(w_counts.expired());
 
   Array done = Array::zeros({4}, DType::kFloat32);
-  auto done_counts = std::make_shared<std::vector<int>>(4, 1);
   const std::weak_ptr<void> w_done = done.storage();
-  const std::weak_ptr<std::vector<int>> w_done_counts = done_counts;
   {
     detail::PendingOp p;
     p.keep_alive.push_back(done);
-    p.keep_memory.push_back(done_counts);
     p.requests.push_back(MPI_REQUEST_NULL);
     done = Array();
-    done_counts.reset();
     p.finish({});  // completed: nothing is posted any more
   }
   EXPECT_TRUE(w_done.expired());
-  EXPECT_TRUE(w_done_counts.expired());
 }
 
 }  // namespace

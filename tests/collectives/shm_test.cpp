@@ -371,9 +371,7 @@ TEST(ShmSendrecv, RoutesByWhatThePeersRun) {
       SCOPED_TRACE(::testing::Message() << o.name << " peers=" << static_cast<int>(peers));
       const Array x = input(DType::kFloat64, {5}, c->rank(), Pattern::kData);
       Array y = Array::empty({5}, DType::kFloat64);
-      c->run(OpKind::kSendrecv,
-             {.send = &x, .recv = &y, .dest = right, .source = left, .send_tag = 3, .recv_tag = 3, .peers = peers})
-          .wait();
+      c->sendrecv_into(x, right, y, left, /*send_tag=*/3, /*recv_tag=*/3, nullptr, {}, peers).wait();
       EXPECT_TRUE(same(y, input(DType::kFloat64, {5}, left, Pattern::kData)));
       const bool shm = world_on_one_node() && (peers == Peers::kAllSendrecv ||
                                                (peers == Peers::kUnknown && setting == BackendKind::kShm));

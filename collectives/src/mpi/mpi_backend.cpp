@@ -10,6 +10,8 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <array>
 #include <climits>
 
 #include "backend.hpp"
@@ -231,16 +233,9 @@ class MpiBackend final : public Backend {
     Buf r = stage(recv, p, nb, Use::kOut);
     if (fits_int(counts) && fits_int(displs)) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
-      // Owned by the pending operation: a nonblocking call reads the count arrays until it completes (and for good
-      // once abandoned: PendingOp::keep_memory).
-      auto v = std::make_shared<std::array<std::vector<int>, 2>>();
-      (*v)[0].assign(counts.begin(), counts.end());
-      (*v)[1].assign(displs.begin(), displs.end());
-      auto& a = *v;
-      call_mpi<MPI_Allgatherv, MPI_Iallgatherv>(p, nb, static_cast<const void*>(s.data()), a[0][rank_], t, r.data(),
-                                                static_cast<const int*>(a[0].data()),
-                                                static_cast<const int*>(a[1].data()), t, c_);
-      if (nb) p.keep_memory.push_back(v);
+      const auto [n, at] = mpi_ints<2>(p, {counts, displs});
+      call_mpi<MPI_Allgatherv, MPI_Iallgatherv>(p, nb, static_cast<const void*>(s.data()), n[rank_], t, r.data(), n,
+                                                at, t, c_);
       return finish(std::move(p), ctx);
     }
     std::vector<Piece> sends, recvs;
@@ -261,16 +256,9 @@ class MpiBackend final : public Backend {
     Buf r = stage(recv, p, nb, Use::kOut);
     if (fits_int(send_counts) && fits_int(send_displs) && fits_int(recv_counts) && fits_int(recv_displs)) {
       const MPI_Datatype t = mpi_datatype(send.dtype());
-      auto v = std::make_shared<std::array<std::vector<int>, 4>>();
-      (*v)[0].assign(send_counts.begin(), send_counts.end());
-      (*v)[1].assign(send_displs.begin(), send_displs.end());
-      (*v)[2].assign(recv_counts.begin(), recv_counts.end());
-      (*v)[3].assign(recv_displs.begin(), recv_displs.end());
-      auto& a = *v;
-      auto ptr = [](const std::vector<int>& x) { return static_cast<const int*>(x.data()); };
-      call_mpi<MPI_Alltoallv, MPI_Ialltoallv>(p, nb, static_cast<const void*>(s.data()), ptr(a[0]), ptr(a[1]), t,
-                                              r.data(), ptr(a[2]), ptr(a[3]), t, c_);
-      if (nb) p.keep_memory.push_back(v);
+      const auto [sn, sat, rn, rat] = mpi_ints<4>(p, {send_counts, send_displs, recv_counts, recv_displs});
+      call_mpi<MPI_Alltoallv, MPI_Ialltoallv>(p, nb, static_cast<const void*>(s.data()), sn, sat, t, r.data(), rn, rat,
+                                              t, c_);
       return finish(std::move(p), ctx);
     }
     std::vector<Piece> sends, recvs;
@@ -339,6 +327,24 @@ class MpiBackend final : public Backend {
 
  private:
   static bool nonblocking(const OpContext& ctx) { return ctx.async || ctx.has_deadline(); }
+
+  // MPI's int copies of a v-collective's counts and displacements (`rows`, checked by fits_int), one after another in
+  // an array the pending operation keeps (keep_alive) while MPI may read it: through a blocking call, until a
+  // nonblocking one completes, and for good once abandoned. Returns where each row starts.
+  template <std::size_t N>
+  static std::array<const int*, N> mpi_ints(PendingOp& p, const std::array<std::span<const std::int64_t>, N>& rows) {
+    std::int64_t total = 0;
+    for (const auto& row : rows) total += std::ssize(row);
+    Array ints = Array::empty({total}, DType::kInt32);
+    int* out = static_cast<int*>(ints.data());
+    std::array<const int*, N> starts{};
+    for (std::size_t i = 0; i < N; ++i) {
+      starts[i] = out;
+      out = std::transform(rows[i].begin(), rows[i].end(), out, [](std::int64_t x) { return static_cast<int>(x); });
+    }
+    p.keep_alive.push_back(std::move(ints));
+    return starts;
+  }
 
   bool fits_int(std::span<const std::int64_t> v) const {
     for (std::int64_t x : v)

@@ -95,14 +95,6 @@ void keep_forever(std::vector<Array> arrays) {
   kept->push_back(std::move(arrays));
 }
 
-void keep_forever(std::vector<std::shared_ptr<const void>> memory) {
-  if (memory.empty()) return;
-  static std::mutex mu;
-  static auto* kept = new std::vector<std::shared_ptr<const void>>();  // never freed; reachable from here
-  std::lock_guard<std::mutex> lock(mu);
-  kept->insert(kept->end(), memory.begin(), memory.end());
-}
-
 PendingOp::~PendingOp() {
   if (!requests.empty()) abandon();
 }
@@ -114,15 +106,12 @@ void PendingOp::abandon() noexcept {
       keep_alive.push_back(std::move(dst));
     }
     keep_forever(std::move(keep_alive));
-    keep_forever(std::move(keep_memory));
   } catch (...) {
     // Out of memory: leaking without a trace still beats freeing memory MPI may write.
     new std::vector<Array>(std::move(keep_alive));
-    new std::vector<std::shared_ptr<const void>>(std::move(keep_memory));
   }
   copy_back.clear();
   keep_alive.clear();
-  keep_memory.clear();
   requests.clear();
   on_complete = nullptr;
 }

@@ -30,9 +30,6 @@ void cancel_receives(std::vector<MPI_Request>& requests) noexcept;
 struct PendingOp {
   std::vector<MPI_Request> requests;
   std::vector<Array> keep_alive;
-  /// Other memory the requests read until they complete (the count and displacement arrays of a v-collective): kept
-  /// alive with them, and for good when they are abandoned, as keep_alive.
-  std::vector<std::shared_ptr<const void>> keep_memory;
   /// (staged host copy, device destination) pairs copied after completion.
   std::vector<std::pair<Array, Array>> copy_back;
   /// Runs last, with one status per request when want_statuses is set.
@@ -55,8 +52,6 @@ struct PendingOp {
 /// Keeps `arrays` alive until the process ends (reachable, so leak checkers do not report them): the memory of
 /// operations left in flight.
 void keep_forever(std::vector<Array> arrays);
-/// The same for other memory.
-void keep_forever(std::vector<std::shared_ptr<const void>> memory);
 
 /// Completes `op` now (blocking until done or the deadline) and runs its completion step.
 /// @throws TimeoutError (after marking `abort` and cancelling) when the deadline passes, Interrupted on a signal.

@@ -35,10 +35,8 @@ Array allgather_ring(const Blocks& blocks) {
       t.emplace(
           [&, cur, next, after] {
             // Every rank of the ring runs this exchange (Peers::kAllSendrecv): it may take shm.
-            return comm->run(OpKind::kSendrecv,
-                             {.send = cur, .recv = next, .dest = left, .source = right, .send_tag = kAllGatherRingTag,
-                              .recv_tag = kAllGatherRingTag, .peers = Peers::kAllSendrecv},
-                             after);
+            return comm->sendrecv_into(*cur, left, *next, right, kAllGatherRingTag, kAllGatherRingTag, nullptr, after,
+                                       Peers::kAllSendrecv);
           },
           device, blocks.overlap);
     }

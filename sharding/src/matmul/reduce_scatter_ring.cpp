@@ -30,9 +30,8 @@ Array reduce_scatter_ring(const Blocks& blocks) {
     settle(acc);
     Transfer t(
         [&] {  // every rank of the ring runs this exchange (Peers::kAllSendrecv): it may take shm
-          return comm->run(OpKind::kSendrecv, {.send = &acc, .recv = &incoming, .dest = left, .source = right,
-                                               .send_tag = kReduceScatterRingTag, .recv_tag = kReduceScatterRingTag,
-                                               .peers = Peers::kAllSendrecv});
+          return comm->sendrecv_into(acc, left, incoming, right, kReduceScatterRingTag, kReduceScatterRingTag, nullptr,
+                                     {}, Peers::kAllSendrecv);
         },
         device, blocks.overlap);
     gemm(rows_of((i + s + 1) % k), b, partial);  // overlapped with the transfer

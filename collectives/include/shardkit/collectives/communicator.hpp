@@ -162,12 +162,14 @@ class Communicator {
   Token recv_into(Array& buf, int source, int tag = kAnyTag, RecvStatus* status = nullptr, const Token& after = {}) {
     return run(OpKind::kRecv, {.recv = &buf, .source = source, .recv_tag = tag, .status = status}, after);
   }
-  /// Sends `send` to dest and receives into `recv` from source at once (deadlock-free exchange).
+  /// Sends `send` to dest and receives into `recv` from source at once (deadlock-free exchange). `peers`: what the
+  /// other ranks run meanwhile (Peers::kAllSendrecv where every rank of the communicator runs a sendrecv, as a ring
+  /// does, which lets it take shm).
   Token sendrecv_into(const Array& send, int dest, Array& recv, int source, int send_tag = 0, int recv_tag = kAnyTag,
-                      RecvStatus* status = nullptr, const Token& after = {}) {
+                      RecvStatus* status = nullptr, const Token& after = {}, Peers peers = Peers::kUnknown) {
     return run(OpKind::kSendrecv,
                {.send = &send, .recv = &recv, .dest = dest, .source = source, .send_tag = send_tag,
-                .recv_tag = recv_tag, .status = status},
+                .recv_tag = recv_tag, .status = status, .peers = peers},
                after);
   }
   /// Waits until every rank has arrived.

@@ -67,9 +67,6 @@ struct RecvStatus {
   std::int64_t count = 0;  ///< elements received
 };
 
-/// The arguments of any operation; each operation reads the fields its table entry names and ignores the others.
-/// `send` and `recv` may be the same array (in place). Arrays may be strided: they are made contiguous for the
-/// backend and copied back.
 /// sendrecv: what the peers run at the same time. shm pairs a sendrecv only with the peer's sendrecv, so this decides
 /// whether shm may carry it (README, "Shared memory").
 enum class Peers : std::uint8_t {
@@ -79,6 +76,9 @@ enum class Peers : std::uint8_t {
   kMixed,         ///< some peers send or receive alone, or sit out (any other ppermute): always MPI
 };
 
+/// The arguments of any operation; each operation reads the fields its table entry names and ignores the others.
+/// `send` and `recv` may be the same array (in place). Arrays may be strided: they are made contiguous for the
+/// backend and copied back.
 struct OpArgs {
   const Array* send = nullptr;
   Array* recv = nullptr;
