@@ -344,6 +344,9 @@ def test_a_hang_inside_a_jitted_program_is_named_by_the_analyzer(tmp_path, np_):
     assert r.returncode != 0, r.stdout + r.stderr
     a = python(f"import sys, shardkit.trace as t; sys.exit(t.main(['analyze', {str(dumps)!r}]))")
     assert a.returncode == 1, a.stdout + a.stderr
+    # Every rank's recv, where it was written. Its state is a race between equal timeouts: a rank that timed out says
+    # "failed"; one asked for its dump by another's timeout while it still waits says "waits" (seen at 3 ranks on a
+    # loaded machine, 2026-11-26).
     for me in range(np_):
-        assert (f"communicator 'world (jax)': rank {me} failed in recv (3 x float32) peer/root {(me + 1) % np_} at "
-                f"{script}:5" in a.stdout), a.stdout
+        assert re.search(rf"communicator 'world \(jax\)': rank {me} (failed|waits) in recv \(3 x float32\) peer/root "
+                         rf"{(me + 1) % np_} at {re.escape(str(script))}:5\n", a.stdout), a.stdout
