@@ -320,30 +320,38 @@ def test_numpy_inputs_stay_on_the_native_path(mpi, size):
 
 
 def test_compiled_operations_of_mixed_shapes_and_dtypes(mpi, rank, size):
-    # The handler re-points its per-thread views when an operand's layout repeats: alternate layouts in one program
-    # and in a loop, so every view is both rebuilt and re-used, and check every value.
+    # The handler re-points its per-thread views when an operand's layout repeats (a few per operand position): five
+    # layouts in one program and in a loop, more than it keeps, so every view is rebuilt, re-used and replaced, and
+    # check every value.
     src, dst = (rank - 1) % size, (rank + 1) % size
 
     @jax.jit
-    def f(a, b, c):
+    def f(a, b, c, d, e):
         def body(i, carry):
-            a, b, c = carry
+            a, b, c, d, e = carry
             a = mpi.allreduce(a, op=MPI.SUM)[0] / size
             b = mpi.allgather(b)[0][rank] + 1
             c = mpi.sendrecv(c, c, src, dst)[0]
+            d = mpi.allreduce(d, op=MPI.MAX)[0]
+            e = mpi.allreduce(e, op=MPI.PROD)[0] - factorial + rank + 1  # back to rank + 1
             a = mpi.allreduce(a, op=MPI.SUM)[0] / size
-            return a, b, c
+            return a, b, c, d, e
 
-        return jax.lax.fori_loop(0, size, body, (a, b, c))
+        return jax.lax.fori_loop(0, size, body, (a, b, c, d, e))
 
     a = jnp.arange(3.0, dtype=jnp.float32) + rank
     b = jnp.arange(5, dtype=jnp.int64).reshape(5, 1) + rank
     c = jnp.full((2, 2), rank, dtype=jnp.float64)
+    d = jnp.arange(7.0, dtype=jnp.float32) * (rank + 1)
+    e = jnp.full((3,), rank + 1, dtype=jnp.int32)  # the dims of a, another dtype
+    factorial = int(np.prod(np.arange(1, size + 1)))
     for _ in range(2):
-        ga, gb, gc = f(a, b, c)
+        ga, gb, gc, gd, ge = f(a, b, c, d, e)
         np.testing.assert_allclose(ga, np.arange(3.0) + (size - 1) / 2, rtol=1e-6)
         np.testing.assert_array_equal(gb, np.arange(5).reshape(5, 1) + rank + size)
         np.testing.assert_array_equal(gc, np.full((2, 2), rank))  # size hops around the ring
+        np.testing.assert_array_equal(gd, np.arange(7.0) * size)
+        np.testing.assert_array_equal(ge, np.full((3,), rank + 1))
 
 
 def test_jax_internals_are_used_in_one_module_only():

@@ -55,18 +55,28 @@ DType dtype_of(ffi::DataType t) {
 }
 
 // An XLA buffer as a borrowed Array: XLA owns the memory for the duration of the call. An instruction gets buffers
-// of the same shapes every time it runs, so each thread keeps its last view per operand position and points it at
-// the new memory when the layout matches (building one allocates its shape and strides).
+// of the same shapes every time it runs, so each thread keeps its last few views per operand position (a program with
+// several collectives, or a loop over two shapes, alternates between them) and points a matching one at the new
+// memory (building one allocates its shape and strides); a miss replaces the views in turn.
 Array& wrap(ffi::AnyBuffer b, Device device, bool read_only, std::size_t slot) {
-  thread_local std::array<std::optional<Array>, 3> views;
-  std::optional<Array>& v = views[slot];
+  constexpr std::size_t kViews = 4;
+  struct Position {
+    std::array<std::optional<Array>, kViews> views;
+    std::size_t next = 0;  // the view a miss replaces
+  };
+  thread_local std::array<Position, 3> positions;
+  Position& p = positions[slot];
   auto dims = b.dimensions();
   const DType dtype = dtype_of(b.element_type());
-  if (v && v->dtype() == dtype && v->device() == device && v->read_only() == read_only &&
-      std::equal(dims.begin(), dims.end(), v->shape().begin(), v->shape().end())) {
-    v->retarget(b.untyped_data());
-    return *v;
+  for (std::optional<Array>& v : p.views) {
+    if (v && v->dtype() == dtype && v->device() == device && v->read_only() == read_only &&
+        std::equal(dims.begin(), dims.end(), v->shape().begin(), v->shape().end())) {
+      v->retarget(b.untyped_data());
+      return *v;
+    }
   }
+  std::optional<Array>& v = p.views[p.next];
+  p.next = (p.next + 1) % kViews;
   return v.emplace(
       Array::borrow(b.untyped_data(), Shape(dims.begin(), dims.end()), dtype, device, nullptr, {}, read_only));
 }
