@@ -12,10 +12,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <chrono>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "collective_test_util.hpp"
 #include "flight_recorder.hpp"
@@ -118,16 +120,19 @@ TEST_P(Shm, Bcast) {
   EXPECT_EQ(comm().backend_for(OpKind::kBcast, Device::cpu()), shm_route(OpKind::kBcast));
 }
 
-// A bcast's root returns without waiting for the readers: runs of back-to-back bcasts from one root (which could run
-// ahead of a slow reader and overwrite what it has not read yet), roots changing between runs, and now and then an
-// operation whose parts every rank writes, must still read what was sent (float32 only, a dtype the fixture runs at
-// 1-4 ranks: the rule is the same for every dtype).
+// A bcast's root returns without waiting for the readers, and runs up to two bcasts ahead of them: runs of
+// back-to-back bcasts from one root (which could run ahead of a slow reader and overwrite what it has not read yet),
+// roots changing between runs, sizes alternating between a flag line's inline bytes and a slot (n 0: alternating,
+// with the last rank late for every bcast it does not send), and now and then an operation whose parts every rank
+// writes, must still read what was sent (float32 only, a dtype the fixture runs at 1-4 ranks: the rule is the same for
+// every dtype). Without the wait for the bcast two back, the late rank reads a later bcast's value (seen at 2-4 ranks).
 TEST_P(Shm, BcastsBackToBackWithOtherOperations) {
   if (dtype() != DType::kFloat32) GTEST_SKIP() << "one dtype is enough";
-  for (std::int64_t n : {std::int64_t{3}, (std::int64_t{64} << 10) / 4}) {
-    const auto count = static_cast<std::size_t>(n);
+  for (std::int64_t n : {std::int64_t{3}, (std::int64_t{64} << 10) / 4, std::int64_t{0}}) {
     for (int i = 0; i < 48; ++i) {
+      const auto count = static_cast<std::size_t>(n != 0 ? n : i % 2 == 0 ? 3 : 1000);
       const int root = (i / 8) % size();
+      if (n == 0 && rank() == size() - 1 && rank() != root) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       const auto sent = static_cast<float>(i * 10 + root);
       Array x = Array::from_values<float>(std::vector<float>(count, rank() == root ? sent : -1.0f));
       comm().bcast_inplace(x, root).wait();

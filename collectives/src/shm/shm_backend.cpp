@@ -6,8 +6,10 @@
 // own flag line), posts the step on its flag and waits until every rank has posted it. Operations alternate between
 // the segment's two buffer sets, so a set is written again only after every rank has passed a step of the other set,
 // which it posts only once done reading this one. A bcast is one-way instead: the root posts its part and returns; the
-// others wait for it, read, and post that they have read; nobody waits for those readers then, but every rank's next
-// operation first waits until all have posted that step (settle()), which keeps the rule above. Messages larger than
+// others wait for it, read, and post that they have read; nobody waits for those readers then. Every rank's next
+// operation but a bcast first waits until all have posted that step (settle()), which keeps the rule above. A bcast
+// after a bcast waits only for the one before that (the last use of the set it writes), so that a root runs up to two
+// broadcasts ahead of its readers, as MPI's eager sends let it. Messages larger than
 // a slot are cut into slot-sized chunks. An allreduce (or reduce) chunk above kSplitBytes is reduced by all ranks in
 // parallel: each folds its share of the elements into the result slot, posts a second step, and then every rank copies
 // the result out. Smaller chunks are folded whole by every rank after the one step.
@@ -99,7 +101,7 @@ class ShmBackend final : public Backend {
     const OpArgs& a = *c.args;
     for (const Array* x : {c.send, static_cast<const Array*>(c.recv)})
       if (x) x->wait_ready();
-    if (owed_ != 0) settle(ctx);
+    if (c.op != OpKind::kBcast) settle(last_, ctx);  // then every rank is done with both sets' last uses
     size_ = operation_size(c);
     switch (c.op) {
       case OpKind::kAllreduce:
@@ -138,6 +140,14 @@ class ShmBackend final : public Backend {
   }
 
  private:
+  // A use of a buffer set: one-way (bcast) or full (a handshake every rank waited for), and its step while not every
+  // rank is known to have posted it (0: known).
+  struct SetUse {
+    std::uint32_t step = 0;
+    int set = 0;
+    bool one_way = false;
+  };
+
   // `out` (null off a reduce's root) = the element-wise reduction of every rank's `send`.
   void reduce(const Array& send, Array* out, ReduceOp op, const OpContext& ctx) {
     const std::size_t item = send.itemsize();
@@ -176,7 +186,7 @@ class ShmBackend final : public Backend {
     unsigned char* p = bytes_of(buf);
     chunks(buf.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
       const std::size_t bytes = m * item;
-      if (owed_ != 0) settle(ctx);
+      before_one_way(ctx);
       const int set = next_set();
       const std::uint32_t s = ++step_;
       if (me_ == root) {
@@ -193,6 +203,7 @@ class ShmBackend final : public Backend {
   // Single copy: the root posts its buffer's address; the others read it from the root's memory and post; the root
   // returns once all have read (its buffer is theirs until then).
   void bcast_cma(unsigned char* buf, std::size_t bytes, int root, const OpContext& ctx) {
+    before_one_way(ctx);
     const int set = next_set();
     const std::uint32_t s = ++step_;
     if (me_ == root) {
@@ -309,7 +320,12 @@ class ShmBackend final : public Backend {
     return bytes <= ShmSegment::kInlineBytes ? seg_.line(set, p).data : seg_.slot(set, p);
   }
 
-  int next_set() { return static_cast<int>(uses_++ & 1U); }
+  // The set of the next use; that use is full (a handshake every rank waits for) unless owe() says otherwise.
+  int next_set() {
+    before_ = last_;
+    last_ = SetUse{};
+    return static_cast<int>(uses_++ & 1U);
+  }
 
   // One handshake in `set`: post the next step, then wait until every rank has posted it.
   void step(int set, const OpContext& ctx) {
@@ -321,21 +337,34 @@ class ShmBackend final : public Backend {
   // Posts step s in `set` with the operation's size.
   void post(int set, std::uint32_t s) {
     ShmLine& l = seg_.line(set, me_);
-    l.size = size_;
+    l.size.store(size_, std::memory_order_relaxed);
     shm_post(l, s);
   }
 
-  // A one-way step (bcast): the next operation first waits until every rank has posted it (settle).
-  void owe(int set, std::uint32_t s) {
-    owed_ = s;
-    owed_set_ = set;
-    owed_size_ = size_;
+  // The last use was one-way (bcast): not every rank is known to have posted step s yet.
+  void owe(int set, std::uint32_t s) { last_ = SetUse{s, set, true}; }
+
+  // A one-way use writes the set that the use before the last one used: every rank must be done reading it. Readers
+  // of a one-way use post once done; those of a full one are done once they posted the next use's step.
+  void before_one_way(const OpContext& ctx) {
+    if (before_.one_way)
+      settle(before_, ctx);
+    else
+      settle(last_, ctx);
   }
 
-  // Waits until every rank has posted the last one-way step (bcast).
-  void settle(const OpContext& ctx) {
-    wait_all(owed_set_, owed_, owed_size_, ctx);
-    owed_ = 0;
+  // Waits until every rank has posted `u`'s step (nothing when known). Sizes are not compared here: a rank may be
+  // past that step by then (up to two broadcasts on) and posting the next one's, and each reader compared its size
+  // with the root's when it read.
+  void settle(SetUse& u, const OpContext& ctx) {
+    if (u.step == 0) return;
+    for (int p = 0; p < n_; ++p) {
+      ShmLine& l = seg_.line(u.set, p);
+      if (p != me_ && !reached(l.flag.load(std::memory_order_acquire), u.step) &&
+          !shm_wait(l, u.step, policy_, ctx.deadline))
+        fail(u.set, u.step, ctx);
+    }
+    u.step = 0;
   }
 
   void wait_all(int set, std::uint32_t s, std::uint64_t size, const OpContext& ctx) {
@@ -348,7 +377,8 @@ class ShmBackend final : public Backend {
     ShmLine& l = seg_.line(set, p);
     if (!reached(l.flag.load(std::memory_order_acquire), s) && !shm_wait(l, s, policy_, ctx.deadline))
       fail(set, s, ctx);
-    if (l.size != size) disagree(p, l.size, size, ctx);
+    const std::uint64_t theirs = l.size.load(std::memory_order_relaxed);
+    if (theirs != size) disagree(p, theirs, size, ctx);
   }
 
   // What every rank's operation must agree on: the bytes of its buffer (MPI reports a truncation where it sees one; a
@@ -392,9 +422,7 @@ class ShmBackend final : public Backend {
   ShmPairs pairs_;
   std::uint32_t step_ = 0;  // the last step posted (the same sequence on every rank)
   std::uint32_t uses_ = 0;  // buffer-set uses so far
-  std::uint32_t owed_ = 0;  // a one-way step not yet known to be posted by every rank (0: none), in set owed_set_
-  int owed_set_ = 0;
-  std::uint64_t owed_size_ = 0;  // the size of the operation that owes it
+  SetUse last_, before_;  // the last two uses of the buffer sets
   std::uint64_t size_ = 0;       // the size of the running operation (operation_size)
 };
 

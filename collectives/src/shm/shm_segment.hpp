@@ -26,10 +26,11 @@ namespace shardkit::detail {
 struct alignas(64) ShmLine {
   std::atomic<std::uint32_t> flag;      ///< the last step this rank posted in this set
   std::atomic<std::uint32_t> sleepers;  ///< ranks sleeping on `flag` (futex): the poster wakes them
-  std::uint64_t size;                   ///< collectives: the bytes of the poster's operation (readers compare theirs)
+  std::atomic<std::uint64_t> size;      ///< collectives: the bytes of the poster's operation (readers compare theirs)
   unsigned char data[48];               ///< inline data of small messages
 };
-static_assert(sizeof(ShmLine) == 64 && std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(sizeof(ShmLine) == 64 && std::atomic<std::uint32_t>::is_always_lock_free &&
+              std::atomic<std::uint64_t>::is_always_lock_free);
 
 /// A mapped segment; move-only, unmapped on destruction.
 class ShmSegment {
