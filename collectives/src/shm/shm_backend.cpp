@@ -140,12 +140,12 @@ class ShmBackend final : public Backend {
   }
 
  private:
-  // A use of a buffer set: one-way (bcast) or full (a handshake every rank waited for), and its step while not every
-  // rank is known to have posted it (0: known).
+  // A use of a buffer set: one-way (bcast) or full (a handshake every rank waited for), and its step.
   struct SetUse {
     std::uint32_t step = 0;
     int set = 0;
     bool one_way = false;
+    bool pending = false;  // not every rank is known to have posted `step` yet (steps wrap: 0 is a step too)
   };
 
   // `out` (null off a reduce's root) = the element-wise reduction of every rank's `send`.
@@ -208,7 +208,10 @@ class ShmBackend final : public Backend {
     const std::uint32_t s = ++step_;
     if (me_ == root) {
       post_address(set, s, buf);
-      wait_all(set, s, size_, ctx);
+      // Not a size-checked wait_all: a reader that went on (another root's next two bcasts) may post a later step of
+      // this set with another size meanwhile; each compared its size with the root's when it read.
+      SetUse readers{s, set, true, true};
+      settle(readers, ctx);
       return;
     }
     read_peer(buf, set, root, 0, bytes, s, ctx);
@@ -342,7 +345,7 @@ class ShmBackend final : public Backend {
   }
 
   // The last use was one-way (bcast): not every rank is known to have posted step s yet.
-  void owe(int set, std::uint32_t s) { last_ = SetUse{s, set, true}; }
+  void owe(int set, std::uint32_t s) { last_ = SetUse{s, set, true, true}; }
 
   // A one-way use writes the set that the use before the last one used: every rank must be done reading it. Readers
   // of a one-way use post once done; those of a full one are done once they posted the next use's step.
@@ -357,14 +360,14 @@ class ShmBackend final : public Backend {
   // past that step by then (up to two broadcasts on) and posting the next one's, and each reader compared its size
   // with the root's when it read.
   void settle(SetUse& u, const OpContext& ctx) {
-    if (u.step == 0) return;
+    if (!u.pending) return;
     for (int p = 0; p < n_; ++p) {
       ShmLine& l = seg_.line(u.set, p);
       if (p != me_ && !reached(l.flag.load(std::memory_order_acquire), u.step) &&
           !shm_wait(l, u.step, policy_, ctx.deadline))
         fail(u.set, u.step, ctx);
     }
-    u.step = 0;
+    u.pending = false;
   }
 
   void wait_all(int set, std::uint32_t s, std::uint64_t size, const OpContext& ctx) {
