@@ -210,8 +210,7 @@ class ShmBackend final : public Backend {
       post_address(set, s, buf);
       // Not a size-checked wait_all: a reader that went on (another root's next two bcasts) may post a later step of
       // this set with another size meanwhile; each compared its size with the root's when it read.
-      SetUse readers{s, set, true, true};
-      settle(readers, ctx);
+      wait_all_posted(set, s, ctx);
       return;
     }
     read_peer(buf, set, root, 0, bytes, s, ctx);
@@ -361,12 +360,7 @@ class ShmBackend final : public Backend {
   // with the root's when it read.
   void settle(SetUse& u, const OpContext& ctx) {
     if (!u.pending) return;
-    for (int p = 0; p < n_; ++p) {
-      ShmLine& l = seg_.line(u.set, p);
-      if (p != me_ && !reached(l.flag.load(std::memory_order_acquire), u.step) &&
-          !shm_wait(l, u.step, policy_, ctx.deadline))
-        fail(u.set, u.step, ctx);
-    }
+    wait_all_posted(u.set, u.step, ctx);
     u.pending = false;
   }
 
@@ -375,13 +369,24 @@ class ShmBackend final : public Backend {
       if (p != me_) wait_for(set, p, s, size, ctx);
   }
 
+  // wait_all without comparing sizes.
+  void wait_all_posted(int set, std::uint32_t s, const OpContext& ctx) {
+    for (int p = 0; p < n_; ++p)
+      if (p != me_) wait_posted(set, p, s, ctx);
+  }
+
   // Waits until rank p has posted step s in `set`, for an operation of `size` bytes as this rank's.
   void wait_for(int set, int p, std::uint32_t s, std::uint64_t size, const OpContext& ctx) {
+    wait_posted(set, p, s, ctx);
+    const std::uint64_t theirs = seg_.line(set, p).size.load(std::memory_order_relaxed);
+    if (theirs != size) disagree(p, theirs, size, ctx);
+  }
+
+  // Waits until rank p has posted step s in `set` (or the deadline passes: fail()).
+  void wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx) {
     ShmLine& l = seg_.line(set, p);
     if (!reached(l.flag.load(std::memory_order_acquire), s) && !shm_wait(l, s, policy_, ctx.deadline))
       fail(set, s, ctx);
-    const std::uint64_t theirs = l.size.load(std::memory_order_relaxed);
-    if (theirs != size) disagree(p, theirs, size, ctx);
   }
 
   // What every rank's operation must agree on: the bytes of its buffer (MPI reports a truncation where it sees one; a
@@ -426,7 +431,7 @@ class ShmBackend final : public Backend {
   std::uint32_t step_ = 0;  // the last step posted (the same sequence on every rank)
   std::uint32_t uses_ = 0;  // buffer-set uses so far
   SetUse last_, before_;  // the last two uses of the buffer sets
-  std::uint64_t size_ = 0;       // the size of the running operation (operation_size)
+  std::uint64_t size_ = 0;  // the size of the running operation (operation_size)
 };
 
 }  // namespace
