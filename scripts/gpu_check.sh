@@ -4,9 +4,12 @@
 #   2. runs the `gpu` tests (CUDA arrays, kernels, cuBLAS, the collectives suite on GPU buffers over NCCL, sharded
 #      arrays on the GPU) at one rank, and at 2 and 4 ranks on the one GPU where the NCCL in use allows several
 #      ranks per GPU (NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1);
-#   3. measures GEMM through shardkit against cuBLAS alone (bench_gemm);
-#   4. exchanges GPU arrays with CuPy, JAX and PyTorch through DLPack (scripts/gpu_dlpack_check.py);
-#   5. runs shardkit inside jax.jit on JAX's GPU backend (scripts/gpu_jax_check.py: the CUDA FFI handlers);
+#   3. exchanges GPU arrays with CuPy, JAX and PyTorch through DLPack (scripts/gpu_dlpack_check.py);
+#   4. runs shardkit inside jax.jit on JAX's GPU backend (scripts/gpu_jax_check.py: the CUDA FFI handlers);
+#   5. measures GEMM through shardkit against cuBLAS alone (bench_gemm);
+#   6. runs the collectives suite on GPU buffers in checked mode at 1, 2 and 4 ranks (as the ranks allow, as in 2).
+# SHARDKIT_GPU_BUDGET_S=<s> keeps the whole check within that time (steps that would not fit are reported skipped);
+# SHARDKIT_GPU_LOG_DIR=<dir> gets the logs (one .tgz) and the summary after every step.
 #
 # Without network access, bring the packages along in a bundle folder (made on a connected machine by
 # scripts/gpu_bundle.sh) and point SHARDKIT_BUNDLE at it: Debian packages in $SHARDKIT_BUNDLE/debs are unpacked
@@ -18,9 +21,36 @@ BUILD="${SHARDKIT_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 BUNDLE="${SHARDKIT_BUNDLE:-}"
 PYTHON="${PYTHON:-python3}"
 JOBS="${SHARDKIT_JOBS:-$(nproc)}"
+LOG_DIR="${SHARDKIT_GPU_LOG_DIR:-}"
 declare -a SUMMARY=()
 status=0
-note() { SUMMARY+=("$(printf '%-34s %-8s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && status=1; return 0; }
+# Each line is printed as it is known, too: a check cut short by its caller's time limit still shows what ran.
+note() {
+  SUMMARY+=("$(printf '%-34s %-8s %s' "$1" "$2" "$3")")
+  echo "gpu_check: ${SUMMARY[-1]}"
+  [ "$2" = FAIL ] && status=1
+  save_logs
+  return 0
+}
+# With SHARDKIT_GPU_LOG_DIR, the logs so far are packed there after each step (one file: a lent machine's caller
+# may take back only a few), and the summary written beside them.
+save_logs() {
+  [ -n "$LOG_DIR" ] || return 0
+  mkdir -p "$LOG_DIR"
+  tar czf "$LOG_DIR/gpu_check_logs.tgz" "$BUILD".*.log "$BUILD".*.json 2>/dev/null
+  printf '%s\n' "${SUMMARY[@]}" >"$LOG_DIR/gpu_check_summary.txt"
+}
+# With SHARDKIT_GPU_BUDGET_S, the whole check keeps within that many seconds (a lent machine's time is short): each
+# step after the build gets the time left, less a margin, and is reported skipped when too little is left.
+T0=$(date +%s)
+BUDGET="${SHARDKIT_GPU_BUDGET_S:-0}"
+# step_time <the step's own limit in s>: prints the limit to use, or nothing when the budget is spent.
+step_time() {
+  [ "$BUDGET" -gt 0 ] || { echo "$1"; return; }
+  local left=$(( BUDGET - ($(date +%s) - T0) - 10 ))
+  [ "$left" -ge 20 ] || return 0
+  echo $(( left < $1 ? left : $1 ))
+}
 
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_check: no GPU here (nvidia-smi finds none). Run it on a machine with one; CPU checks: scripts/test.sh"
@@ -53,6 +83,15 @@ if [ -n "$BUNDLE" ]; then
       dpkg -x "$deb" "$stage"
     done
     mkdir -p "${prefix:-/}"
+    # Older packages ship /lib, /bin or /sbin files; on a merged-/usr system those folders are links into /usr, and
+    # cp cannot put a folder over a link: their files go under /usr.
+    for top in lib bin sbin; do
+      if [ -d "$stage/$top" ] && [ -L "${prefix:-}/$top" ]; then
+        mkdir -p "${prefix:-}/usr/$top"
+        cp -a --update=none "$stage/$top/." "${prefix:-}/usr/$top" 2>/dev/null || cp -an "$stage/$top/." "${prefix:-}/usr/$top"
+        rm -rf "${stage:?}/$top"
+      fi
+    done
     cp -a --update=none "$stage/." "${prefix:-/}" 2>/dev/null || cp -an "$stage/." "${prefix:-/}"
     # The names update-alternatives makes on a real install (mpirun, mpicc, libblas.so.3, cblas.h, ...).
     if [ -f "$BUNDLE/links.txt" ]; then
@@ -115,8 +154,9 @@ if ! configure -DSHARDKIT_PYTHON=ON; then
   rm -f "$BUILD/CMakeCache.txt"
   configure -DSHARDKIT_PYTHON=OFF
 fi
+build_time=$(step_time 1200)
 if grep -q "Build files have been written" "$BUILD.configure.log" \
-   && cmake --build "$BUILD" -j "$JOBS" >"$BUILD.build.log" 2>&1; then
+   && timeout "${build_time:-1}" cmake --build "$BUILD" -j "$JOBS" >"$BUILD.build.log" 2>&1; then
   note "build (CUDA + NCCL + Python)" ok "$(( $(date +%s) - start )) s, $(grep -o 'NCCL=[01]' "$BUILD.configure.log" | head -1)"
 else
   note "build (CUDA + NCCL + Python)" FAIL "see $BUILD.configure.log / $BUILD.build.log"
@@ -126,7 +166,8 @@ else
     exit 1
   fi
   # What did build is still worth checking: build the rest past the failure (Makefiles: -k) and go on.
-  cmake --build "$BUILD" -j "$JOBS" -- -k >>"$BUILD.build.log" 2>&1
+  build_time=$(step_time 600)
+  timeout "${build_time:-1}" cmake --build "$BUILD" -j "$JOBS" -- -k >>"$BUILD.build.log" 2>&1
 fi
 export PYTHONPATH="$BUILD/python:${PYTHONPATH:-}"
 NCCL_VERSION=$(sed -n 's/#define SHARDKIT_NCCL_VERSION_STRING "\(.*\)"/\1/p' "$BUILD/generated/shardkit/config.hpp")
@@ -140,17 +181,65 @@ fi
 # The most ranks the GPU tests may use: one per GPU, or four on one GPU where NCCL allows several per GPU.
 max_np=$(( NGPUS < 4 ? NGPUS : 4 )); [ "$multi_rank" = 1 ] && max_np=4
 case "$max_np" in 1) exclude='np[234]$' ;; 2) exclude='np[34]$' ;; 3) exclude='np4$' ;; *) exclude='^$' ;; esac
-if ctest --test-dir "$BUILD" -L gpu -E "$exclude" --timeout 120 --output-on-failure >"$BUILD.gpu-tests.log" 2>&1; then
-  note "gpu tests (ctest -L gpu)" ok "$(grep -o '[0-9]*% tests passed.*' "$BUILD.gpu-tests.log" | tail -1)"
+# Several tests at once (each MPI test counts its ranks as processors): they share the GPU, as ranks of one job do.
+if t=$(step_time 300) && [ -n "$t" ]; then
+  if timeout "$t" ctest --test-dir "$BUILD" -L gpu -E "$exclude" -j "$(( JOBS > 1 ? JOBS / 2 : 1 ))" --timeout 120 \
+       --output-on-failure >"$BUILD.gpu-tests.log" 2>&1; then
+    note "gpu tests (ctest -L gpu)" ok "$(grep -o '[0-9]*% tests passed.*' "$BUILD.gpu-tests.log" | tail -1)"
+  else
+    note "gpu tests (ctest -L gpu)" FAIL "$(grep -o '[0-9]*% tests passed.*' "$BUILD.gpu-tests.log" | tail -1); log: $BUILD.gpu-tests.log"
+  fi
 else
-  note "gpu tests (ctest -L gpu)" FAIL "$(grep -o '[0-9]*% tests passed.*' "$BUILD.gpu-tests.log" | tail -1); log: $BUILD.gpu-tests.log"
+  note "gpu tests (ctest -L gpu)" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET)"
 fi
+
+# ---- 3. DLPack with CuPy, JAX, PyTorch on the GPU ------------------------------------------------------------------------
+if t=$(step_time 180) && [ -n "$t" ]; then
+  timeout "$t" "${MPIRUN[@]}" -np 1 "$PYTHON" "$ROOT/scripts/gpu_dlpack_check.py" >"$BUILD.dlpack.log" 2>&1
+  dl_status=$?
+  while read -r _ fw result detail; do note "DLPack $fw" "$result" "$detail"; done < <(grep '^dlpack ' "$BUILD.dlpack.log")
+  # A check that dies after printing some of its lines is a failure too, whatever those lines said.
+  [ "$dl_status" = 0 ] || note "DLPack exchange" FAIL "exit $dl_status; log: $BUILD.dlpack.log"
+else
+  note "DLPack exchange" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET)"
+fi
+
+# ---- 4. shardkit inside jax.jit on JAX's GPU backend (XLA's CUDA FFI handlers) ---------------------------------------
+if t=$(step_time 240) && [ -n "$t" ]; then
+  timeout "$t" "${MPIRUN[@]}" -np 1 "$PYTHON" "$ROOT/scripts/gpu_jax_check.py" >"$BUILD.jax.log" 2>&1
+  jax_status=$?
+  while read -r _ check result detail; do note "JAX on GPU: $check" "$result" "$detail"; done < <(grep '^jax ' "$BUILD.jax.log")
+  [ "$jax_status" = 0 ] || note "JAX on GPU" FAIL "exit $jax_status; log: $BUILD.jax.log"
+else
+  note "JAX on GPU" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET)"
+fi
+
+# ---- 5. GEMM through shardkit vs cuBLAS ----------------------------------------------------------------------------------
+if t=$(step_time 150) && [ -n "$t" ]; then
+  if timeout "$t" "$BUILD/examples/benchmarks/gemm/bench_gemm" --json "$BUILD.gemm.json" >"$BUILD.gemm.log" 2>&1; then
+    cat "$BUILD.gemm.log"
+    worst=$(awk '$1 ~ /^[0-9]+$/ {print $5}' "$BUILD.gemm.log" | sort -g | head -1)
+    best=$(awk '$1 ~ /^[0-9]+$/ && $2 == "bfloat16" {print $3}' "$BUILD.gemm.log" | sort -g | tail -1)
+    note "GEMM: shardkit vs cuBLAS" ok "worst ratio $worst (cuBLAS time / shardkit time); bf16 up to $best TF/s"
+  else
+    note "GEMM: shardkit vs cuBLAS" FAIL "log: $BUILD.gemm.log"
+  fi
+else
+  note "GEMM: shardkit vs cuBLAS" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET)"
+fi
+
+# ---- 6. the collectives suite on GPU buffers in checked mode, up to 4 ranks ----------------------------------------------
 for np in 1 2 4; do
   if [ "$np" -gt 1 ] && [ "$multi_rank" = 0 ] && [ "$NGPUS" -lt "$np" ]; then
     note "NCCL collectives, $np rank(s)" skipped "NCCL $NCCL_VERSION < 2.30: one rank per GPU"
     continue
   fi
-  if SHARDKIT_TEST_BUFFERS=cuda SHARDKIT_CHECK=1 SHARDKIT_TIMEOUT_S=120 timeout 300 \
+  t=$(step_time 300)
+  if [ -z "$t" ]; then
+    note "NCCL collectives, $np rank(s)" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET)"
+    continue
+  fi
+  if SHARDKIT_TEST_BUFFERS=cuda SHARDKIT_CHECK=1 SHARDKIT_TIMEOUT_S=120 timeout "$t" \
        "${MPIRUN[@]}" -np "$np" "$BUILD/tests/collectives/collectives_tests" >"$BUILD.nccl-np$np.log" 2>&1; then
     note "NCCL collectives, $np rank(s)" ok "$(grep -c '\[       OK \]' "$BUILD.nccl-np$np.log") tests passed on GPU buffers"
   else
@@ -158,29 +247,8 @@ for np in 1 2 4; do
   fi
 done
 
-# ---- 3. GEMM through shardkit vs cuBLAS ----------------------------------------------------------------------------------
-if timeout 150 "$BUILD/examples/benchmarks/gemm/bench_gemm" --json "$BUILD.gemm.json" | tee "$BUILD.gemm.log"; then
-  worst=$(awk '$1 ~ /^[0-9]+$/ {print $5}' "$BUILD.gemm.log" | sort -g | head -1)
-  best=$(awk '$1 ~ /^[0-9]+$/ && $2 == "bfloat16" {print $3}' "$BUILD.gemm.log" | sort -g | tail -1)
-  note "GEMM: shardkit vs cuBLAS" ok "worst ratio $worst (cuBLAS time / shardkit time); bf16 up to $best TF/s"
-else
-  note "GEMM: shardkit vs cuBLAS" FAIL "log: $BUILD.gemm.log"
-fi
-
-# ---- 4. DLPack with CuPy, JAX, PyTorch on the GPU ------------------------------------------------------------------------
-timeout 180 "${MPIRUN[@]}" -np 1 "$PYTHON" "$ROOT/scripts/gpu_dlpack_check.py" >"$BUILD.dlpack.log" 2>&1
-dl_status=$?
-while read -r _ fw result detail; do note "DLPack $fw" "$result" "$detail"; done < <(grep '^dlpack ' "$BUILD.dlpack.log")
-# A check that dies after printing some of its lines is a failure too, whatever those lines said.
-[ "$dl_status" = 0 ] || note "DLPack exchange" FAIL "exit $dl_status; log: $BUILD.dlpack.log"
-
-# ---- 5. shardkit inside jax.jit on JAX's GPU backend (XLA's CUDA FFI handlers) ---------------------------------------
-timeout 240 "${MPIRUN[@]}" -np 1 "$PYTHON" "$ROOT/scripts/gpu_jax_check.py" >"$BUILD.jax.log" 2>&1
-jax_status=$?
-while read -r _ check result detail; do note "JAX on GPU: $check" "$result" "$detail"; done < <(grep '^jax ' "$BUILD.jax.log")
-[ "$jax_status" = 0 ] || note "JAX on GPU" FAIL "exit $jax_status; log: $BUILD.jax.log"
-
 echo
 echo "==================== gpu_check summary: $GPU_NAME, NCCL ${NCCL_VERSION:-none} ===================="
 printf '%s\n' "${SUMMARY[@]}"
+save_logs
 exit $status

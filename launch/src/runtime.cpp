@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <cstdio>
 
@@ -112,6 +113,12 @@ Runtime::Runtime(int* argc, char*** argv, RuntimeOptions options) {
     if (mpi_initialized()) {
       SHARDKIT_MPI_CHECK(MPI_Query_thread(&provided));  // someone else (mpi4py, the application) owns MPI
     } else {
+      // A process started without a launcher (a singleton) discovers its topology itself, through hwloc, whose
+      // OpenCL plugin loads the OpenCL vendor libraries: on a CUDA image (H200, Ubuntu 24.04, Open MPI 4.1.6) one of
+      // them crashed the process at a null call inside MPI_Init. MPI needs no OpenCL devices in its topology: the
+      // plugin stays out unless the user chose hwloc's components (an empty value chooses nothing).
+      if (const char* chosen = std::getenv("HWLOC_COMPONENTS"); chosen == nullptr || *chosen == '\0')
+        setenv("HWLOC_COMPONENTS", "-opencl", /*overwrite=*/1);
       SHARDKIT_MPI_CHECK(MPI_Init_thread(argc, argv, to_mpi_level(options.requested_thread_level), &provided));
       owns_mpi_ = true;
     }

@@ -23,6 +23,30 @@ def test_import_without_mpirun():
     assert r.stdout.split() == ["0.1.0", "1"]
 
 
+@pytest.mark.parametrize("chosen", ["", "linux,x86"])
+def test_mpi_starts_without_hwlocs_opencl_plugin_unless_the_user_chose(chosen):
+    # That plugin loads the OpenCL vendor libraries during MPI_Init; on a CUDA image one crashed a singleton's import.
+    code = ("import ctypes, shardkit; libc = ctypes.CDLL(None); libc.getenv.restype = ctypes.c_char_p; "
+            "print(libc.getenv(b'HWLOC_COMPONENTS'))")
+    r = python(code, HWLOC_COMPONENTS=chosen)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == repr((chosen or "-opencl").encode())
+
+def test_the_module_exports_its_entry_point_alone():
+    """What shardkit._core links from static archives (shardkit's libraries, nanobind, and libstdc++.a where a
+    toolchain links it) stays private to it. On a GPU image whose GCC linked libstdc++.a, the module exported that
+    copy's functions, and the first error message it formatted crashed Python."""
+    import shutil
+    import subprocess
+
+    origin = importlib.util.find_spec("shardkit._core").origin
+    nm = shutil.which("nm")
+    assert nm, "binutils' nm is needed to read the module's symbol table"
+    out = subprocess.run([nm, "-D", "--defined-only", origin], capture_output=True, text=True, check=True).stdout
+    # Strong definitions (text, data, bss, read-only); weak template copies (W, V, u) are the module's own inlines.
+    strong = [f[-1] for f in (line.split() for line in out.splitlines()) if len(f) >= 3 and f[1] in "TDBR"]
+    assert strong == ["PyInit__core"], f"{len(strong)} strong exports besides the entry point, e.g. {strong[:8]}"
+
 def test_mpi4py_first_owns_mpi():
     code = textwrap.dedent("""
         from mpi4py import MPI
