@@ -7,7 +7,8 @@
 #   3. exchanges GPU arrays with CuPy, JAX and PyTorch through DLPack (scripts/gpu_dlpack_check.py);
 #   4. runs shardkit inside jax.jit on JAX's GPU backend (scripts/gpu_jax_check.py: the CUDA FFI handlers);
 #   5. measures GEMM through shardkit against cuBLAS alone (bench_gemm);
-#   6. runs the collectives suite on GPU buffers in checked mode at 1, 2 and 4 ranks (as the ranks allow, as in 2).
+#   6. runs the collectives suite on GPU buffers in checked mode at 1, 2 and 4 ranks (as the ranks allow, as in 2);
+#   7. runs the Python suite at one rank under the machine's own Python, NumPy and JAX.
 # SHARDKIT_GPU_BUDGET_S=<s> keeps the whole check within that time (steps that would not fit are reported skipped);
 # SHARDKIT_GPU_LOG_DIR=<dir> gets the logs (one .tgz) and the summary after every step.
 #
@@ -44,8 +45,12 @@ save_logs() {
 # step after the build gets the time left, less a margin, and is reported skipped when too little is left.
 T0=$(date +%s)
 BUDGET="${SHARDKIT_GPU_BUDGET_S:-0}"
-# step_time <the step's own limit in s>: prints the limit to use, or nothing when the budget is spent.
+# SHARDKIT_GPU_SKIP="gemm nccl ..." leaves those steps out (names: tests dlpack jax gemm nccl python).
+SKIP=" ${SHARDKIT_GPU_SKIP:-} "
+# step_time <the step's own limit in s> [step name]: prints the limit to use, or nothing when the budget is spent
+# or the step is skipped.
 step_time() {
+  [ -n "${2:-}" ] && [[ "$SKIP" == *" $2 "* ]] && return 0
   [ "$BUDGET" -gt 0 ] || { echo "$1"; return; }
   local left=$(( BUDGET - ($(date +%s) - T0) - 10 ))
   [ "$left" -ge 20 ] || return 0
@@ -182,7 +187,7 @@ fi
 max_np=$(( NGPUS < 4 ? NGPUS : 4 )); [ "$multi_rank" = 1 ] && max_np=4
 case "$max_np" in 1) exclude='np[234]$' ;; 2) exclude='np[34]$' ;; 3) exclude='np4$' ;; *) exclude='^$' ;; esac
 # Several tests at once (each MPI test counts its ranks as processors): they share the GPU, as ranks of one job do.
-if t=$(step_time 300) && [ -n "$t" ]; then
+if t=$(step_time 300 tests) && [ -n "$t" ]; then
   if timeout "$t" ctest --test-dir "$BUILD" -L gpu -E "$exclude" -j "$(( JOBS > 1 ? JOBS / 2 : 1 ))" --timeout 120 \
        --output-on-failure >"$BUILD.gpu-tests.log" 2>&1; then
     note "gpu tests (ctest -L gpu)" ok "$(grep -o '[0-9]*% tests passed.*' "$BUILD.gpu-tests.log" | tail -1)"
@@ -190,32 +195,32 @@ if t=$(step_time 300) && [ -n "$t" ]; then
     note "gpu tests (ctest -L gpu)" FAIL "$(grep -o '[0-9]*% tests passed.*' "$BUILD.gpu-tests.log" | tail -1); log: $BUILD.gpu-tests.log"
   fi
 else
-  note "gpu tests (ctest -L gpu)" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET)"
+  note "gpu tests (ctest -L gpu)" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
 fi
 
 # ---- 3. DLPack with CuPy, JAX, PyTorch on the GPU ------------------------------------------------------------------------
-if t=$(step_time 180) && [ -n "$t" ]; then
+if t=$(step_time 180 dlpack) && [ -n "$t" ]; then
   timeout "$t" "${MPIRUN[@]}" -np 1 "$PYTHON" "$ROOT/scripts/gpu_dlpack_check.py" >"$BUILD.dlpack.log" 2>&1
   dl_status=$?
   while read -r _ fw result detail; do note "DLPack $fw" "$result" "$detail"; done < <(grep '^dlpack ' "$BUILD.dlpack.log")
   # A check that dies after printing some of its lines is a failure too, whatever those lines said.
   [ "$dl_status" = 0 ] || note "DLPack exchange" FAIL "exit $dl_status; log: $BUILD.dlpack.log"
 else
-  note "DLPack exchange" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET)"
+  note "DLPack exchange" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
 fi
 
 # ---- 4. shardkit inside jax.jit on JAX's GPU backend (XLA's CUDA FFI handlers) ---------------------------------------
-if t=$(step_time 240) && [ -n "$t" ]; then
+if t=$(step_time 240 jax) && [ -n "$t" ]; then
   timeout "$t" "${MPIRUN[@]}" -np 1 "$PYTHON" "$ROOT/scripts/gpu_jax_check.py" >"$BUILD.jax.log" 2>&1
   jax_status=$?
   while read -r _ check result detail; do note "JAX on GPU: $check" "$result" "$detail"; done < <(grep '^jax ' "$BUILD.jax.log")
   [ "$jax_status" = 0 ] || note "JAX on GPU" FAIL "exit $jax_status; log: $BUILD.jax.log"
 else
-  note "JAX on GPU" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET)"
+  note "JAX on GPU" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
 fi
 
 # ---- 5. GEMM through shardkit vs cuBLAS ----------------------------------------------------------------------------------
-if t=$(step_time 150) && [ -n "$t" ]; then
+if t=$(step_time 150 gemm) && [ -n "$t" ]; then
   if timeout "$t" "$BUILD/examples/benchmarks/gemm/bench_gemm" --json "$BUILD.gemm.json" >"$BUILD.gemm.log" 2>&1; then
     cat "$BUILD.gemm.log"
     worst=$(awk '$1 ~ /^[0-9]+$/ {print $5}' "$BUILD.gemm.log" | sort -g | head -1)
@@ -225,7 +230,7 @@ if t=$(step_time 150) && [ -n "$t" ]; then
     note "GEMM: shardkit vs cuBLAS" FAIL "log: $BUILD.gemm.log"
   fi
 else
-  note "GEMM: shardkit vs cuBLAS" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET)"
+  note "GEMM: shardkit vs cuBLAS" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
 fi
 
 # ---- 6. the collectives suite on GPU buffers in checked mode, up to 4 ranks ----------------------------------------------
@@ -234,9 +239,9 @@ for np in 1 2 4; do
     note "NCCL collectives, $np rank(s)" skipped "NCCL $NCCL_VERSION < 2.30: one rank per GPU"
     continue
   fi
-  t=$(step_time 300)
+  t=$(step_time 300 nccl)
   if [ -z "$t" ]; then
-    note "NCCL collectives, $np rank(s)" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET)"
+    note "NCCL collectives, $np rank(s)" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
     continue
   fi
   if SHARDKIT_TEST_BUFFERS=cuda SHARDKIT_CHECK=1 SHARDKIT_TIMEOUT_S=120 timeout "$t" \
@@ -246,6 +251,21 @@ for np in 1 2 4; do
     note "NCCL collectives, $np rank(s)" FAIL "log: $BUILD.nccl-np$np.log"
   fi
 done
+
+# ---- 7. the Python suite at one rank, under this machine's Python, NumPy and JAX -------------------------------------------
+if t=$(step_time 300 python) && [ -n "$t" ]; then
+  (cd "$ROOT/tests/python" && timeout "$t" "${MPIRUN[@]}" -np 1 "$PYTHON" -m pytest -q -p no:cacheprovider . \
+     >"$BUILD.python-np1.log" 2>&1)
+  py_status=$?
+  py_line=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed).* =+$' "$BUILD.python-np1.log" | tail -1)
+  if [ "$py_status" = 0 ]; then
+    note "Python suite, 1 rank" ok "$py_line"
+  else
+    note "Python suite, 1 rank" FAIL "exit $py_status: $py_line; log: $BUILD.python-np1.log"
+  fi
+else
+  note "Python suite, 1 rank" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
+fi
 
 echo
 echo "==================== gpu_check summary: $GPU_NAME, NCCL ${NCCL_VERSION:-none} ===================="

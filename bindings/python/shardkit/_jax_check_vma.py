@@ -71,11 +71,11 @@ def traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack):
     """f's result on this rank's blocks, f traced by jax.shard_map (check_vma=True) on an abstract mesh like `mesh`
     and its equations run by shardkit (_interpret)."""
     import jax  # noqa: PLC0415
-    from jax.sharding import AbstractMesh, PartitionSpec  # noqa: PLC0415
+    from jax.sharding import PartitionSpec  # noqa: PLC0415
 
     names = tuple(mesh.axis_names)
     sizes = {a: int(mesh.axis_size([a])) for a in names}
-    abstract = AbstractMesh(tuple(sizes[a] for a in names), names)
+    abstract = jc.abstract_mesh([sizes[a] for a in names], names)
     # JAX's global shapes: each block times the sizes of the axes its spec names (each rank traces its own).
     shapes = []
     for b, spec in zip(blocks, in_specs):

@@ -14,6 +14,8 @@ difference, found by what the installed JAX offers rather than by its version nu
 - ``bind_equation``: a primitive's ``get_bind_params`` returns the parameters to bind in 0.10 ((subfunctions,
   parameters) in 0.8 and 0.9).
 - ``pvary``: ``jax.lax.pcast(x, axes, to="varying")`` from 0.10 on (0.8 and 0.9: ``jax.lax.pvary``).
+- ``abstract_mesh``: 0.11 made an ``AbstractMesh``'s axes Explicit by default (Auto before); the check_vma trace
+  asks for Auto.
 - ``keep_weak_type``: 0.8's axis collectives return a strongly typed value for a weakly typed one (0.10's keep it).
 - ``vma``: the mesh axes a value's type varies over (``aval.vma`` where the type has it, as on 0.8; 0.10: its
   ``manual_axis_type``).
@@ -69,6 +71,14 @@ def bind_equation(prim, args, params):
         subfuns, bound = bound
         return prim.bind(*subfuns, *args, **bound)
     return prim.bind(*args, **bound)
+
+
+def abstract_mesh(sizes, names):
+    """A device-less mesh of these axis sizes and names with every axis Auto: 0.8 to 0.10's default, which 0.11 made
+    Explicit (arguments then carry their sharding in their type, and shard_map refuses in_specs that type lacks)."""
+    from jax.sharding import AbstractMesh, AxisType  # noqa: PLC0415
+
+    return AbstractMesh(tuple(sizes), tuple(names), axis_types=(AxisType.Auto,) * len(names))
 
 
 def keep_weak_type(out, x):
