@@ -254,7 +254,8 @@ done
 
 # ---- 7. the Python suite at one rank, under this machine's Python, NumPy and JAX -------------------------------------------
 if t=$(step_time 300 python) && [ -n "$t" ]; then
-  (cd "$ROOT/tests/python" && timeout "$t" "${MPIRUN[@]}" -np 1 "$PYTHON" -m pytest -q -p no:cacheprovider . \
+  (cd "$ROOT/tests/python" && timeout "$t" "${MPIRUN[@]}" -np 1 "$PYTHON" -m pytest -q -p no:cacheprovider \
+     --maxfail=10 --tb=short -rf . \
      >"$BUILD.python-np1.log" 2>&1)
   py_status=$?
   py_line=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed).* =+$' "$BUILD.python-np1.log" | tail -1)
