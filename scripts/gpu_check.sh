@@ -198,26 +198,26 @@ else
   note "gpu tests (ctest -L gpu)" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
 fi
 
-# ---- 3. DLPack with CuPy, JAX, PyTorch on the GPU ------------------------------------------------------------------------
-if t=$(step_time 180 dlpack) && [ -n "$t" ]; then
-  timeout "$t" "${MPIRUN[@]}" -np 1 "$PYTHON" "$ROOT/scripts/gpu_dlpack_check.py" >"$BUILD.dlpack.log" 2>&1
-  dl_status=$?
-  while read -r _ fw result detail; do note "DLPack $fw" "$result" "$detail"; done < <(grep '^dlpack ' "$BUILD.dlpack.log")
+# A check script under mpirun at one rank that prints one line per check, "<step> <check> ok|FAIL|skipped <detail>":
+# py_check <step> <its own limit in s> <script> <label of its checks> <label of the whole>.
+py_check() {
+  local step=$1 limit=$2 script=$3 label=$4 whole=$5 t rc
+  if ! t=$(step_time "$limit" "$step") || [ -z "$t" ]; then
+    note "$whole" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
+    return
+  fi
+  timeout "$t" "${MPIRUN[@]}" -np 1 "$PYTHON" "$ROOT/scripts/$script" >"$BUILD.$step.log" 2>&1
+  rc=$?
+  while read -r _ check result detail; do note "$label$check" "$result" "$detail"; done < <(grep "^$step " "$BUILD.$step.log")
   # A check that dies after printing some of its lines is a failure too, whatever those lines said.
-  [ "$dl_status" = 0 ] || note "DLPack exchange" FAIL "exit $dl_status; log: $BUILD.dlpack.log"
-else
-  note "DLPack exchange" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
-fi
+  [ "$rc" = 0 ] || note "$whole" FAIL "exit $rc; log: $BUILD.$step.log"
+}
+
+# ---- 3. DLPack with CuPy, JAX, PyTorch on the GPU ------------------------------------------------------------------------
+py_check dlpack 180 gpu_dlpack_check.py "DLPack " "DLPack exchange"
 
 # ---- 4. shardkit inside jax.jit on JAX's GPU backend (XLA's CUDA FFI handlers) ---------------------------------------
-if t=$(step_time 240 jax) && [ -n "$t" ]; then
-  timeout "$t" "${MPIRUN[@]}" -np 1 "$PYTHON" "$ROOT/scripts/gpu_jax_check.py" >"$BUILD.jax.log" 2>&1
-  jax_status=$?
-  while read -r _ check result detail; do note "JAX on GPU: $check" "$result" "$detail"; done < <(grep '^jax ' "$BUILD.jax.log")
-  [ "$jax_status" = 0 ] || note "JAX on GPU" FAIL "exit $jax_status; log: $BUILD.jax.log"
-else
-  note "JAX on GPU" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
-fi
+py_check jax 240 gpu_jax_check.py "JAX on GPU: " "JAX on GPU"
 
 # ---- 5. GEMM through shardkit vs cuBLAS ----------------------------------------------------------------------------------
 if t=$(step_time 150 gemm) && [ -n "$t" ]; then
