@@ -66,6 +66,15 @@ NGPUS=$(nvidia-smi -L | grep -c "^GPU")
 echo "gpu_check: $NGPUS GPU(s): $GPU_NAME"
 
 # ---- offline bundle: Open MPI and friends from .deb files, Python wheels -------------------------------------------
+# Whether dpkg has this package installed, under its name or the one Ubuntu 24.04's 64-bit time_t transition gave it
+# (Debian's libopenmpi3 is Ubuntu's libopenmpi3t64).
+machine_has() {
+  local name
+  for name in "$1" "${1}t64"; do
+    dpkg-query -W -f='${Status}' "$name" 2>/dev/null | grep -q "ok installed" && return 0
+  done
+  return 1
+}
 if [ -n "$BUNDLE" ]; then
   BUNDLE="$(cd "$BUNDLE" && pwd)"
   if ls "$BUNDLE"/debs/*.deb >/dev/null 2>&1; then
@@ -81,7 +90,7 @@ if [ -n "$BUNDLE" ]; then
     mkdir -p "$stage"
     for deb in "$BUNDLE"/debs/*.deb; do
       # Installing into /: a package the machine already has (its own Open MPI, say) stays as it is.
-      if [ -z "$prefix" ] && dpkg-query -W -f='${Status}' "$(dpkg-deb -f "$deb" Package)" 2>/dev/null | grep -q "ok installed"; then
+      if [ -z "$prefix" ] && machine_has "$(dpkg-deb -f "$deb" Package)"; then
         echo "gpu_check: $(basename "$deb"): the machine has this package, kept"
         continue
       fi
