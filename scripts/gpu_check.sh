@@ -10,6 +10,7 @@
 #   6. runs the collectives suite on GPU buffers in checked mode at 1, 2 and 4 ranks (as the ranks allow, as in 2);
 #   7. runs the Python suite at one rank under the machine's own Python, NumPy and JAX.
 # SHARDKIT_GPU_BUDGET_S=<s> keeps the whole check within that time (steps that would not fit are reported skipped);
+# SHARDKIT_GPU_SKIP="gemm nccl" leaves steps out (tests dlpack jax gemm nccl python);
 # SHARDKIT_GPU_LOG_DIR=<dir> gets the logs (one .tgz) and the summary after every step.
 #
 # Without network access, bring the packages along in a bundle folder (made on a connected machine by
@@ -56,6 +57,10 @@ step_time() {
   [ "$left" -ge 20 ] || return 0
   echo $(( left < $1 ? left : $1 ))
 }
+# skipped <label>: the summary line of a step that step_time gave no time.
+skipped() { note "$1" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"; }
+# copy_keeping <from> <to>: copies a tree without replacing any file already there.
+copy_keeping() { cp -a --update=none "$1/." "$2" 2>/dev/null || cp -an "$1/." "$2"; }
 
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_check: no GPU here (nvidia-smi finds none). Run it on a machine with one; CPU checks: scripts/test.sh"
@@ -102,11 +107,11 @@ if [ -n "$BUNDLE" ]; then
     for top in lib bin sbin; do
       if [ -d "$stage/$top" ] && [ -L "${prefix:-}/$top" ]; then
         mkdir -p "${prefix:-}/usr/$top"
-        cp -a --update=none "$stage/$top/." "${prefix:-}/usr/$top" 2>/dev/null || cp -an "$stage/$top/." "${prefix:-}/usr/$top"
+        copy_keeping "$stage/$top" "${prefix:-}/usr/$top"
         rm -rf "${stage:?}/$top"
       fi
     done
-    cp -a --update=none "$stage/." "${prefix:-/}" 2>/dev/null || cp -an "$stage/." "${prefix:-/}"
+    copy_keeping "$stage" "${prefix:-/}"
     # The names update-alternatives makes on a real install (mpirun, mpicc, libblas.so.3, cblas.h, ...).
     if [ -f "$BUNDLE/links.txt" ]; then
       while read -r link target; do
@@ -204,7 +209,7 @@ if t=$(step_time 300 tests) && [ -n "$t" ]; then
     note "gpu tests (ctest -L gpu)" FAIL "$(grep -o '[0-9]*% tests passed.*' "$BUILD.gpu-tests.log" | tail -1); log: $BUILD.gpu-tests.log"
   fi
 else
-  note "gpu tests (ctest -L gpu)" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
+  skipped "gpu tests (ctest -L gpu)"
 fi
 
 # A check script under mpirun at one rank that prints one line per check, "<step> <check> ok|FAIL|skipped <detail>":
@@ -212,7 +217,7 @@ fi
 py_check() {
   local step=$1 limit=$2 script=$3 label=$4 whole=$5 t rc
   if ! t=$(step_time "$limit" "$step") || [ -z "$t" ]; then
-    note "$whole" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
+    skipped "$whole"
     return
   fi
   timeout "$t" "${MPIRUN[@]}" -np 1 "$PYTHON" "$ROOT/scripts/$script" >"$BUILD.$step.log" 2>&1
@@ -239,7 +244,7 @@ if t=$(step_time 150 gemm) && [ -n "$t" ]; then
     note "GEMM: shardkit vs cuBLAS" FAIL "log: $BUILD.gemm.log"
   fi
 else
-  note "GEMM: shardkit vs cuBLAS" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
+  skipped "GEMM: shardkit vs cuBLAS"
 fi
 
 # ---- 6. the collectives suite on GPU buffers in checked mode, up to 4 ranks ----------------------------------------------
@@ -250,7 +255,7 @@ for np in 1 2 4; do
   fi
   t=$(step_time 300 nccl)
   if [ -z "$t" ]; then
-    note "NCCL collectives, $np rank(s)" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
+    skipped "NCCL collectives, $np rank(s)"
     continue
   fi
   if SHARDKIT_TEST_BUFFERS=cuda SHARDKIT_CHECK=1 SHARDKIT_TIMEOUT_S=120 timeout "$t" \
@@ -274,11 +279,10 @@ if t=$(step_time 300 python) && [ -n "$t" ]; then
     note "Python suite, 1 rank" FAIL "exit $py_status: $py_line; log: $BUILD.python-np1.log"
   fi
 else
-  note "Python suite, 1 rank" skipped "out of time (SHARDKIT_GPU_BUDGET_S=$BUDGET) or SHARDKIT_GPU_SKIP"
+  skipped "Python suite, 1 rank"
 fi
 
 echo
 echo "==================== gpu_check summary: $GPU_NAME, NCCL ${NCCL_VERSION:-none} ===================="
 printf '%s\n' "${SUMMARY[@]}"
-save_logs
 exit $status

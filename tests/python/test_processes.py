@@ -6,6 +6,8 @@ import importlib.util
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import textwrap
 import time
@@ -32,13 +34,11 @@ def test_mpi_starts_without_hwlocs_opencl_plugin_unless_the_user_chose(chosen):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == repr((chosen or "-opencl").encode())
 
+
 def test_the_module_exports_its_entry_point_alone():
     """What shardkit._core links from static archives (shardkit's libraries, nanobind, and libstdc++.a where a
     toolchain links it) stays private to it. On a GPU image whose GCC linked libstdc++.a, the module exported that
     copy's functions, and the first error message it formatted crashed Python."""
-    import shutil
-    import subprocess
-
     origin = importlib.util.find_spec("shardkit._core").origin
     nm = shutil.which("nm")
     assert nm, "binutils' nm is needed to read the module's symbol table"
@@ -46,6 +46,7 @@ def test_the_module_exports_its_entry_point_alone():
     # Strong definitions (text, data, bss, read-only); weak template copies (W, V, u) are the module's own inlines.
     strong = [f[-1] for f in (line.split() for line in out.splitlines()) if len(f) >= 3 and f[1] in "TDBR"]
     assert strong == ["PyInit__core"], f"{len(strong)} strong exports besides the entry point, e.g. {strong[:8]}"
+
 
 def test_mpi4py_first_owns_mpi():
     code = textwrap.dedent("""
