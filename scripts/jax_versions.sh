@@ -11,8 +11,13 @@
 # version (0.2)", jax 0.10's headers under jaxlib 0.8). These builds leave CUDA and NCCL out (the suites run on the
 # CPU; the main build compiles the XLA:GPU handler).
 #
-#   scripts/jax_versions.sh              # 0.8 and 0.10 (the latest patch release of each; 0.10 not where the main
-#                                        # environment has it: scripts/test.sh ran the suites on it)
+# jax 0.11 and later need Python 3.12 or newer: their environments are made with $PYTHON312, else the first of
+# python3.12 / python3.13 on PATH, else a pyenv 3.12 / 3.13 (this image's Debian has Python 3.11 only). Where none is
+# found the run fails and says so: a version asked for is never skipped.
+#
+#   scripts/jax_versions.sh              # 0.8 and 0.11 (the oldest and the newest of the range, latest patch of
+#                                        # each), and 0.10 where the main environment lacks it (scripts/test.sh runs
+#                                        # the suites on the main environment's jax at 1-4 ranks)
 #   scripts/jax_versions.sh 0.9 0.10.1   # a minor release (its latest patch) or an exact release
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -20,9 +25,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 versions=("$@")
 PYTHON="${PYTHON:-python3}"
 if [ ${#versions[@]} -eq 0 ]; then
-  versions=(0.8)
-  # The newest is what scripts/setup.sh installs, and scripts/test.sh runs these suites on it at 1-4 ranks already:
-  # an environment of its own only where the main one holds another jax.
+  versions=(0.8 0.11)
+  # 0.10 is the newest that Python 3.11 installs: what scripts/setup.sh puts in the main environment, where
+  # scripts/test.sh runs these suites at 1-4 ranks already. An environment of its own only where the main one lacks it.
   main_jax=$("$PYTHON" -c "import jax; print(jax.__version__)" 2>/dev/null || true)
   if [[ "$main_jax" != 0.10.* ]]; then
     versions+=(0.10)
@@ -30,6 +35,26 @@ if [ ${#versions[@]} -eq 0 ]; then
     echo "jax_versions: jax $main_jax is the main environment's (scripts/test.sh ran its suites): not again"
   fi
 fi
+
+# The Python that makes the environment of jax version $1 (printed), or none (status 1).
+python_for() {
+  local minor="${1#0.}"
+  minor="${minor%%.*}"
+  if [ "$minor" -lt 11 ]; then
+    echo "$PYTHON"
+    return
+  fi
+  local candidates=("${PYTHON312:-}" python3.12 python3.13 "$HOME"/.pyenv/versions/3.1[23]*/bin/python3)
+  local c
+  for c in "${candidates[@]}"; do
+    [ -n "$c" ] || continue
+    if command -v "$c" >/dev/null && "$c" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then
+      command -v "$c"
+      return
+    fi
+  done
+  return 1
+}
 TEST_FILES=(test_jax.py test_jax_shard_map.py test_jax_eager.py test_jax_ops.py test_jax_pytree.py test_jax_vma.py)
 # What `pip install --no-build-isolation .` and the JAX suites need besides jax (pyproject.toml's build requirements).
 VENV_PACKAGES=(numpy pytest mpi4py ml_dtypes nanobind scikit-build-core apache-tvm-ffi)
@@ -47,12 +72,16 @@ prepare() {
   if [[ "$version" =~ ^[0-9]+\.[0-9]+$ ]]; then
     spec="jax[cpu]==$version.*"
   fi
-  local py="$venv/bin/python"
+  local py="$venv/bin/python" base
+  if ! base=$(python_for "$version"); then
+    echo "jax_versions: jax $version needs Python 3.12 or newer, and none was found (set PYTHON312)" >&2
+    return 1
+  fi
   if [ ! -f "$venv/jax-spec" ] || [ "$(cat "$venv/jax-spec")" != "$spec" ] || ! "$py" -c "import jax" 2>/dev/null; then
     local t=$SECONDS
     echo "jax_versions: making $venv ($spec)"
     rm -rf "$venv"
-    "$PYTHON" -m venv "$venv"
+    "$base" -m venv "$venv"
     "$py" -m pip install -q --disable-pip-version-check "$spec" "${VENV_PACKAGES[@]}"
     echo "$spec" > "$venv/jax-spec"
     echo "jax_versions: made $venv in $(( SECONDS - t )) s"

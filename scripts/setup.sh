@@ -14,7 +14,7 @@ DEB_PACKAGES=(g++ cmake make openmpi-bin libopenmpi-dev libopenblas-dev libscala
 # examples/benchmarks/jax_overhead.py.
 # apache-tvm-ffi ships the DLPack 1.x header (Debian's libdlpack-dev is 0.6, without versioned tensors).
 PY_PACKAGES=(numpy=numpy pytest=pytest mypy=mypy mpi4py=mpi4py nanobind=nanobind scikit_build_core=scikit-build-core
-             "jax=jax[cpu]>=0.8,<0.11" warp=warp-lang tvm_ffi=apache-tvm-ffi matplotlib=matplotlib ml_dtypes=ml_dtypes)
+             "jax=jax[cpu]>=0.8,<0.12" warp=warp-lang tvm_ffi=apache-tvm-ffi matplotlib=matplotlib ml_dtypes=ml_dtypes)
 # Benchmark baselines (examples/benchmarks/jax_overhead.py): built from source (no wheel), so a failure to build one
 # is reported and the benchmark runs without it, rather than failing the setup.
 BASELINE_PY_PACKAGES=(mpi4jax=mpi4jax)

@@ -1,9 +1,9 @@
 """Every JAX internal the JAX layer uses (``jax._src``, jaxlib's extension), in one module, as mpi4jax's
 ``_src/jax_compat.py``: shardkit._jax and shardkit._jax_shard_map import JAX's private names from here only.
 
-Tested on jax/jaxlib 0.8.3, 0.9.2 and 0.10.2 (``scripts/jax_versions.sh`` runs the JAX suites on the oldest and the
-newest; pyproject.toml declares the range). Where the internals differ between them, a small function here hides the
-difference, found by what the installed JAX offers rather than by its version number:
+Tested on jax/jaxlib 0.8.3, 0.9.2, 0.10.2 and 0.11.2 (``scripts/jax_versions.sh`` runs the JAX suites on the oldest
+and the newest; pyproject.toml declares the range). Where the internals differ between them, a small function here
+hides the difference, found by what the installed JAX offers rather than by its version number:
 
 - ``aval_to_ir_type``: jax 0.10's ``mlir.aval_to_ir_type`` takes the module context first; 0.8 and 0.9's take the
   abstract value only.
@@ -51,7 +51,7 @@ __all__ = ["AXIS_COLLECTIVES", "CUSTOM_DERIVATIVE_CALLS", "INLINED_CALLS", "TEST
            "batching", "hlo", "host_importer", "ir", "mlir", "ordered_effect", "trace_probe", "trace_state_clean",
            "user_context", "vma"]
 
-TESTED_VERSIONS = ("0.8.3", "0.9.2", "0.10.2")
+TESTED_VERSIONS = ("0.8.3", "0.9.2", "0.10.2", "0.11.2")
 
 Primitive = _core.Primitive
 ShapedArray = _core.ShapedArray
