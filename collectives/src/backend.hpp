@@ -48,6 +48,8 @@ struct OpContext {
   std::string describe() const;
 };
 
+struct WaitPolicy;  // shm/shm_segment.hpp
+
 /// Called when an operation timed out: marks the communicator aborted (shared with pending tokens).
 struct AbortState {
   bool aborted = false;
@@ -99,8 +101,11 @@ bool shm_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 /// mapped by every rank; else nullptr on every rank, with the reason in `why`. Collective, with blocking MPI calls on
 /// `comm`: every rank must be known to have arrived (agree_to_create) first. `rank_names`: the number its messages
 /// give each rank of `comm` (empty: its rank in `comm`), e.g. its rank in a communicator `comm` is a node's part of.
+/// `policy`: how its ranks wait (nullptr: WaitPolicy::for_comm; tests give one, e.g. a CPU per rank where the machine
+/// has fewer).
 std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<AbortState> abort_state,
-                                          std::string* why, std::vector<int> rank_names = {});
+                                          std::string* why, std::vector<int> rank_names = {},
+                                          const WaitPolicy* policy = nullptr);
 
 /// The MPI backend over `comm` (borrowed: it must outlive the backend). `internal` gives the communicator the
 /// backend uses for its own point-to-point traffic (large-count fallbacks), created on first use (collective).

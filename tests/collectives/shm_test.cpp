@@ -11,14 +11,17 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <filesystem>
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
 
+#include "backend.hpp"
 #include "collective_test_util.hpp"
 #include "flight_recorder.hpp"
 #include "routing.hpp"
@@ -165,6 +168,69 @@ TEST_P(Shm, TwoSmallBcastsFromAnotherRootAfterALargeOne) {
       Array small = Array::from_values<float>(std::vector<float>(3, rank() == other ? sent : -1.0f));
       comm().bcast_inplace(small, other).wait();
       EXPECT_EQ(small.to_vector<float>(), std::vector<float>(3, sent)) << "i=" << i << " k=" << k;
+    }
+  }
+}
+
+// A large allreduce (single copy) reads every rank's share of the result from that rank's output: a rank returns only
+// once all have read it. Here rank 0 overwrites its output as soon as the call returns, and every other rank must
+// still have the right sum (without the last handshake, rank 0 returned while rank 1 was still reading its share).
+// float32 at 1-4 ranks, in place and not.
+TEST_P(Shm, LargeAllreduceKeepsEachOutputUntilAllHaveReadIt) {
+  if (dtype() != DType::kFloat32) GTEST_SKIP() << "one dtype is enough";
+  const auto n = static_cast<std::int64_t>(2 * detail::kCmaReduceBytes / 4 + 3);
+  for (int i = 0; i < 24; ++i) {
+    const bool in_place = i % 2 == 1;
+    Array x = Array::from_values<float>(std::vector<float>(n, static_cast<float>(rank() + i)));
+    Array out = in_place ? x : Array::empty({n}, DType::kFloat32);
+    comm().allreduce(x, out, ReduceOp::kSum).wait();
+    if (rank() == 0) {
+      std::memset(out.data(), 0xff, out.nbytes());  // NaN
+      continue;
+    }
+    const auto want = static_cast<float>(size() * (size() - 1) / 2 + size() * i);
+    const auto got = out.to_vector<float>();
+    EXPECT_EQ(std::count(got.begin(), got.end(), want), n) << "i=" << i << (in_place ? " in place" : "");
+  }
+}
+
+// The single-copy allreduce runs only where every rank has a CPU; on a backend told so (this machine may have fewer
+// CPUs than ranks) it must give the exact sums at 2-4 ranks: dtypes of each width, a count that the ranks do not
+// share evenly, in place and not.
+TEST(ShmBackend, SingleCopyAllreduceWhereEveryRankHasACpu) {
+  auto world = Communicator::world();
+  if (world->size() < 2 || !world_on_one_node()) GTEST_SKIP() << "single copy needs 2 ranks or more on one node";
+  if (!detail::probe_cma(world->mpi_handle()).usable) GTEST_SKIP() << "the kernel refuses process_vm_readv here";
+  const WaitPolicy roomy = WaitPolicy::choose(1, 1, 1, 1);
+  ASSERT_FALSE(roomy.crowded);
+  world->barrier().wait();  // every rank has arrived: the backend's making blocks
+  std::string why;
+  auto backend = detail::make_shm_backend(world->mpi_handle(), std::make_shared<detail::AbortState>(), &why, {},
+                                          &roomy);
+  ASSERT_TRUE(backend) << why;
+  const std::string name = "single copy";
+  for (DType dtype : {DType::kInt8, DType::kBFloat16, DType::kFloat32, DType::kComplex128}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      if (!reduce_op_supports(op, dtype)) continue;
+      const auto n = static_cast<std::int64_t>(detail::kCmaReduceBytes / dtype_size(dtype)) * 3 / 2 + 7;
+      const Array want = reference(dtype, {n}, op, 0, world->size() - 1);
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << reduce_op_name(op) << " in place " << in_place);
+        const Array x = input(dtype, {n}, world->rank(), pattern_for(op));
+        Array buf = x.clone();
+        Array out = in_place ? buf : Array::empty({n}, dtype);
+        OpArgs args;
+        args.reduce = op;
+        const detail::BackendCall call{OpKind::kAllreduce, &buf, &out, &args};
+        const Token none;
+        auto ctx = detail::OpContext::for_step(OpKind::kAllreduce, "a test's allreduce", name, std::chrono::seconds(60));
+        ctx.after = &none;
+        backend->run(call, ctx);
+        EXPECT_TRUE(same(out, want));
+        if (!in_place) {
+          EXPECT_TRUE(same(buf, x));  // the input is not modified
+        }
+      }
     }
   }
 }

@@ -17,7 +17,11 @@
 // From kCmaBytes up (alltoall: kAlltoallCmaBytes per block), bcast, allgather and alltoall copy once instead of twice
 // where the ranks may read each other's memory (shm_cma.hpp): each rank posts its buffer's address in its flag line,
 // the others read it with process_vm_readv, and a second handshake (the bcast root's wait for every reader) keeps each
-// buffer in place until all have read it.
+// buffer in place until all have read it. From kCmaReduceBytes an allreduce does the same: every rank posts its input's
+// and its output's addresses, folds its share of the elements from the others' inputs straight into its output (piece
+// by piece, through a buffer that stays in cache), posts, reads the others' shares of the result from their outputs,
+// and posts again before it returns (its output is theirs to read until then). Only where every rank has a CPU: with
+// more ranks than CPUs (4 on 2 cores) the segment path measured faster (0.58-0.69x MPI against 0.69-0.89x).
 //
 // Reductions are MPI_Reduce_local on the MPI backend's datatypes and operations (mpi_types.hpp): the same arithmetic
 // as on MPI (float16/bfloat16 in float32, wrapping 8/16-bit integer sums, NaN-propagating min/max, bool logic), folded
@@ -30,7 +34,9 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend.hpp"
@@ -52,6 +58,9 @@ constexpr std::size_t kSplitBytes = std::size_t{16} << 10;
 // From this many bytes per block, alltoall reads peers' buffers directly where it may: lower than kCmaBytes, since
 // its segment path copies every block twice (measured at 2 ranks: slower than MPI from 16 KiB blocks).
 constexpr std::size_t kAlltoallCmaBytes = std::size_t{8} << 10;
+
+// The piece of each rank's input a single-copy allreduce reads at a time: the pieces of every rank stay in L2.
+constexpr std::size_t kCmaPieceBytes = std::size_t{128} << 10;
 
 // Parts up to this many bytes fold through shm_fold() where it covers the reduction.
 constexpr std::size_t kOwnFoldBytes = kSplitBytes;
@@ -105,7 +114,12 @@ class ShmBackend final : public Backend {
     size_ = operation_size(c);
     switch (c.op) {
       case OpKind::kAllreduce:
-      case OpKind::kReduce: reduce(*c.send, c.recv, a.reduce, ctx); break;  // reduce: recv set on the root only
+        if (cma_.usable && !policy_.crowded && c.send->nbytes() >= kCmaReduceBytes)
+          allreduce_cma(*c.send, *c.recv, a.reduce, ctx);
+        else
+          reduce(*c.send, c.recv, a.reduce, ctx);
+        break;
+      case OpKind::kReduce: reduce(*c.send, c.recv, a.reduce, ctx); break;  // recv set on the root only
       case OpKind::kBcast: {
         const Array& buf = c.send ? *c.send : *c.recv;
         if (cma_.usable && buf.nbytes() >= kCmaBytes)
@@ -181,6 +195,45 @@ class ShmBackend final : public Backend {
     });
   }
 
+  // Single copy: see the top of this file. In place (send and out one buffer), a rank writes only its own share before
+  // the second handshake, and the others read only theirs from its input then.
+  void allreduce_cma(const Array& send, Array& out, ReduceOp op, const OpContext& ctx) {
+    const std::size_t item = send.itemsize();
+    const std::int64_t m = send.numel();
+    const std::int64_t piece = std::max<std::int64_t>(1, static_cast<std::int64_t>(kCmaPieceBytes / item));
+    const Reducer fold_in(send.dtype(), op, std::min<std::size_t>(send.nbytes(), piece * item));
+    const unsigned char* in = bytes_of(send);
+    unsigned char* res = bytes_of(out);
+    const bool in_place = in == res;
+    const int set = next_set();
+    const std::uint32_t posted = ++step_;
+    post_addresses(set, posted, {in, res});
+    wait_all(set, posted, size_, ctx);
+    // Every rank's inputs for one piece: the others' read into the cache-sized buffer, this rank's own from its input
+    // (in place, copied there too: folding writes the output before it reads this rank's part).
+    pieces_.resize(static_cast<std::size_t>(n_) * piece * item);
+    auto share = [&](int p) { return std::pair{m * p / n_, m * (p + 1) / n_}; };
+    const auto [lo, hi] = share(me_);
+    for (std::int64_t off = lo; off < hi; off += piece) {
+      const std::int64_t k = std::min(piece, hi - off);
+      const std::size_t at = off * item, bytes = k * item;
+      auto held = [&](int p) { return pieces_.data() + static_cast<std::size_t>(p) * piece * item; };
+      for (int j = 1; j < n_; ++j) {  // each starts with its right neighbour: not all at rank 0 at once
+        const int p = (me_ + j) % n_;
+        read_posted(held(p), set, p, 0, at, bytes, ctx);
+      }
+      if (in_place) std::memcpy(held(me_), in + at, bytes);
+      fold(res + at, k, item, fold_in, [&](int p) { return p == me_ && !in_place ? in + at : held(p); });
+    }
+    step(set, ctx);  // every share is folded, and nobody reads an input any more
+    for (int j = 1; j < n_; ++j) {
+      const int p = (me_ + j) % n_;
+      const auto [plo, phi] = share(p);
+      read_posted(res + plo * item, set, p, 1, plo * item, (phi - plo) * item, ctx);
+    }
+    step(set, ctx);  // every rank has read this rank's share of the result
+  }
+
   void bcast(const Array& buf, int root, const OpContext& ctx) {
     const std::size_t item = buf.itemsize();
     unsigned char* p = bytes_of(buf);
@@ -235,10 +288,16 @@ class ShmBackend final : public Backend {
     step(set, ctx);
   }
 
-  void post_address(int set, std::uint32_t s, const void* buf) {
-    const auto at = reinterpret_cast<std::uintptr_t>(buf);
+  void post_address(int set, std::uint32_t s, const void* buf) { post_addresses(set, s, {buf}); }
+
+  // Posts step s in `set` with the addresses of up to kInlineBytes / 8 buffers in the flag line.
+  void post_addresses(int set, std::uint32_t s, std::initializer_list<const void*> bufs) {
     ShmLine& l = seg_.line(set, me_);
-    std::memcpy(l.data, &at, sizeof at);
+    std::size_t k = 0;
+    for (const void* b : bufs) {
+      const auto at = reinterpret_cast<std::uintptr_t>(b);
+      std::memcpy(l.data + k++ * sizeof at, &at, sizeof at);
+    }
     post(set, s);
   }
 
@@ -246,10 +305,15 @@ class ShmBackend final : public Backend {
   void read_peer(unsigned char* to, int set, int p, std::size_t at, std::size_t bytes, std::uint32_t s,
                  const OpContext& ctx) {
     wait_for(set, p, s, size_, ctx);
-    const ShmLine& l = seg_.line(set, p);
+    read_posted(to, set, p, 0, at, bytes, ctx);
+  }
+
+  // Copies `bytes` from offset `at` of the `which`-th buffer rank p posted in `set` (already known to be posted).
+  void read_posted(unsigned char* to, int set, int p, int which, std::size_t at, std::size_t bytes,
+                   const OpContext& ctx) {
     std::uintptr_t address = 0;
-    std::memcpy(&address, l.data, sizeof address);
-    if (!cma_read(cma_.pids[p], to, reinterpret_cast<const void*>(address + at), bytes))
+    std::memcpy(&address, seg_.line(set, p).data + which * sizeof address, sizeof address);
+    if (bytes != 0 && !cma_read(cma_.pids[p], to, reinterpret_cast<const void*>(address + at), bytes))
       raise_unfinished(ctx, *abort_,
                        concat("process_vm_readv from rank ", name(p), " failed (", std::strerror(errno), ")"));
   }
@@ -432,6 +496,7 @@ class ShmBackend final : public Backend {
   std::uint32_t uses_ = 0;  // buffer-set uses so far
   SetUse last_, before_;  // the last two uses of the buffer sets
   std::uint64_t size_ = 0;  // the size of the running operation (operation_size)
+  std::vector<unsigned char> pieces_;  // allreduce_cma's pieces of every rank's input
 };
 
 }  // namespace
@@ -451,7 +516,7 @@ bool shm_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept {
 }
 
 std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<AbortState> abort_state,
-                                          std::string* why, std::vector<int> rank_names) {
+                                          std::string* why, std::vector<int> rank_names, const WaitPolicy* policy) {
   MPI_Comm c = to_mpi<MPI_Comm>(comm);
   int rank = 0, size = 1, node_size = 0;
   SHARDKIT_MPI_CHECK(MPI_Comm_rank(c, &rank));
@@ -471,8 +536,9 @@ std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<Ab
   CmaPeers cma = probe_cma(comm);
   SHARDKIT_ASSERT(rank_names.empty() || static_cast<int>(rank_names.size()) == size, "rank names for ", size,
                   " ranks, got ", rank_names.size());
-  return std::make_unique<ShmBackend>(std::move(seg), std::move(cma), WaitPolicy::for_comm(comm), rank,
-                                      std::move(rank_names), std::move(abort_state));
+  const WaitPolicy waits = policy ? *policy : WaitPolicy::for_comm(comm);
+  return std::make_unique<ShmBackend>(std::move(seg), std::move(cma), waits, rank, std::move(rank_names),
+                                      std::move(abort_state));
 }
 
 }  // namespace shardkit::detail

@@ -1,7 +1,7 @@
 #pragma once
 
-// Single-copy reads of another rank's memory (Linux cross-memory attach, process_vm_readv): a large bcast or allgather
-// reads the sender's own buffer instead of copying through the segment twice. The kernel allows it only where this
+// Single-copy reads of another rank's memory (Linux cross-memory attach, process_vm_readv): a large bcast, allgather,
+// alltoall, sendrecv or allreduce reads the other ranks' own buffers instead of copying through the segment twice. The kernel allows it only where this
 // process may ptrace the other one (same user and no Yama restriction, or CAP_SYS_PTRACE); containers often forbid
 // it, so the ranks probe it once, when the backend is made, and fall back to the segment when any rank cannot.
 
@@ -18,6 +18,10 @@ namespace shardkit::detail {
 /// From this many bytes of one message (one rank's part of a bcast, allgather or alltoall; a sendrecv's message), the
 /// shm backend reads peers' buffers directly where it may.
 inline constexpr std::size_t kCmaBytes = std::size_t{64} << 10;
+
+/// From this many bytes an allreduce reads the others' buffers directly where it may (measured at 2 ranks: see the
+/// README's shm section).
+inline constexpr std::size_t kCmaReduceBytes = std::size_t{512} << 10;
 
 /// Every rank's process id, and whether every rank could read another's memory (collective, blocking MPI calls over
 /// `comm`; false at 1 rank, or where SHARDKIT_SHM_SINGLE_COPY=0 on any rank). `why` says why not, on every rank.

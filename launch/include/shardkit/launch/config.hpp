@@ -27,7 +27,7 @@ struct Config {
   /// SHARDKIT_VERBOSE = 1: log communicator creation and backend choices to stderr.
   bool verbose = false;
   /// SHARDKIT_SHM_SINGLE_COPY = 0: the shm backend never reads other ranks' memory (process_vm_readv) and copies large
-  /// bcasts and allgathers through its segment, as where the kernel refuses the reads.
+  /// messages of every operation through its segment, as where the kernel refuses the reads.
   bool shm_single_copy = true;
   /// SHARDKIT_TRACE_BUFFER: operations each communicator's flight recorder keeps (0: none).
   std::size_t trace_buffer = 2000;
