@@ -17,6 +17,10 @@ import pytest
 UNDER_MPIRUN = any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
 # The job's size, known before collection (the launcher's environment), for suites that sweep fewer cases at more ranks.
 WORLD_SIZE = int(next((os.environ[v] for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE") if v in os.environ), "1"))
+# Whether this run sweeps every dtype (and every refused dtype/reduction pair): at 2 ranks, unless
+# SHARDKIT_TEST_WIDE_SWEEP=0 (scripts/jax_versions.sh: another jax release's internals need one dtype of each kind;
+# scripts/test.sh sweeps them all on the main environment's jax).
+WIDE_SWEEP = WORLD_SIZE == 2 and os.environ.get("SHARDKIT_TEST_WIDE_SWEEP", "1") != "0"
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 

@@ -6,7 +6,7 @@ caught by checked mode. The derivatives mpi4jax does not define raise NotImpleme
 import numpy as np
 import pytest
 
-from conftest import WORLD_SIZE, require_jax
+from conftest import WIDE_SWEEP, require_jax
 
 jax = require_jax()
 import jax.numpy as jnp  # noqa: E402
@@ -34,8 +34,8 @@ REFUSED = ([(dt, red) for dt in ("float16", "bfloat16", "float32", "float64")
             for red in ("land", "lor", "lxor", "band", "bor", "bxor")]
            + [("complex64", red) for red in ("min", "max", "land", "lor", "lxor", "band", "bor", "bxor")]
            + [("bool", red) for red in ("sum", "prod", "min", "max")])
-# Every refused pair at 2 ranks; elsewhere (a refusal happens before anything is sent) one of each dtype.
-SWEPT_REFUSED = REFUSED if WORLD_SIZE == 2 else [next(p for p in REFUSED if p[0] == dt) for dt in DTYPES]
+# Every refused pair at 2 ranks (WIDE_SWEEP); elsewhere (a refusal happens before anything is sent) one of each dtype.
+SWEPT_REFUSED = REFUSED if WIDE_SWEEP else [next(p for p in REFUSED if p[0] == dt) for dt in DTYPES]
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX, "land": MPI.LAND, "lor": MPI.LOR,
            "lxor": MPI.LXOR, "band": MPI.BAND, "bor": MPI.BOR, "bxor": MPI.BXOR}
 

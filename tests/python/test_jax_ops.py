@@ -13,7 +13,7 @@ import functools
 import numpy as np
 import pytest
 
-from conftest import WORLD_SIZE, require_jax
+from conftest import WIDE_SWEEP, WORLD_SIZE, require_jax
 
 jax = require_jax()
 import jax.numpy as jnp  # noqa: E402
@@ -32,9 +32,9 @@ COMPLEX = ("complex64", "complex128")
 SHAPES = {"0": (0,), "1": (1,), "7": (7,), "3x5": (3, 5)}
 MODES = ("eager", "jit", "vmap", "jit_vmap")  # vmap: eager jax.vmap; jit_vmap: jax.jit(jax.vmap(...))
 EAGER_VMAP_DTYPES = ("float32", "bfloat16", "int8", "uint64", "complex128", "bool")
-# Every dtype at 2 ranks, the smallest exchange; at 1 (no peer) and at 3 and 4 (where the rank count, not the dtype,
-# is what is new) one of each kind.
-SWEPT_DTYPES = tuple(DTYPES) if WORLD_SIZE == 2 else EAGER_VMAP_DTYPES
+# Every dtype at 2 ranks, the smallest exchange (WIDE_SWEEP); at 1 (no peer) and at 3 and 4 (where the rank count, not
+# the dtype, is what is new) one of each kind.
+SWEPT_DTYPES = tuple(DTYPES) if WIDE_SWEEP else EAGER_VMAP_DTYPES
 BATCH = 2  # the vmap modes' batch size
 
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX, "land": MPI.LAND, "lor": MPI.LOR,
@@ -260,7 +260,7 @@ def test_data_movement(mpi, rank, size, op, dt, mode, shape):
 # ---- derivatives: allreduce with SUM and sendrecv, as mpi4jax defines them ------------------------------------------
 
 # Every dtype mpi4jax differentiates at 2 ranks; elsewhere one of each width and kind (the rank count is what is new).
-DIFF_DTYPES = (("float16", "bfloat16", "float32", "float64", "complex64") if WORLD_SIZE == 2
+DIFF_DTYPES = (("float16", "bfloat16", "float32", "float64", "complex64") if WIDE_SWEEP
                else ("bfloat16", "float64", "complex64"))
 TRANSFORMS = ("jvp", "vjp", "linear_transpose", "grad")
 _derivs = {}
