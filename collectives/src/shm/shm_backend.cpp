@@ -21,7 +21,7 @@
 // and its output's addresses, folds its share of the elements from the others' inputs straight into its output (piece
 // by piece, through a buffer that stays in cache), posts, reads the others' shares of the result from their outputs,
 // and posts again before it returns (its output is theirs to read until then). Only where every rank has a CPU: with
-// more ranks than CPUs (4 on 2 cores) the segment path measured faster (0.58-0.69x MPI against 0.69-0.89x).
+// more ranks than CPUs (4 on 2 cores) the segment path measured faster (0.61-0.68x MPI against 0.69-0.78x).
 //
 // Reductions are MPI_Reduce_local on the MPI backend's datatypes and operations (mpi_types.hpp): the same arithmetic
 // as on MPI (float16/bfloat16 in float32, wrapping 8/16-bit integer sums, NaN-propagating min/max, bool logic), folded
