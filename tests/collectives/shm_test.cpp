@@ -198,6 +198,7 @@ TEST_P(Shm, LargeAllreduceKeepsEachOutputUntilAllHaveReadIt) {
 // CPUs than ranks) it must give the exact sums at 2-4 ranks: dtypes of each width, a count that the ranks do not
 // share evenly, in place and not.
 TEST(ShmBackend, SingleCopyAllreduceWhereEveryRankHasACpu) {
+  if (on_gpu()) GTEST_SKIP() << "host buffers only";  // the helpers below make device arrays there
   auto world = Communicator::world();
   if (world->size() < 2 || !world_on_one_node()) GTEST_SKIP() << "single copy needs 2 ranks or more on one node";
   if (!detail::probe_cma(world->mpi_handle()).usable) GTEST_SKIP() << "the kernel refuses process_vm_readv here";
