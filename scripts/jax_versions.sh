@@ -47,7 +47,7 @@ python_for() {
     echo "$PYTHON"
     return
   fi
-  local candidates=("${PYTHON312:-}" python3.12 python3.13 "$HOME"/.pyenv/versions/3.1[23]*/bin/python3)
+  local candidates=("${PYTHON312:-}" python3.12 python3.13 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[23]*/bin/python3)
   local c
   for c in "${candidates[@]}"; do
     [ -n "$c" ] || continue
