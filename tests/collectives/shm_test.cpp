@@ -216,7 +216,8 @@ TEST(ShmBackend, SingleCopyAllreduceWhereEveryRankHasACpu) {
       const auto n = static_cast<std::int64_t>(detail::kCmaReduceBytes / dtype_size(dtype)) * 3 / 2 + 7;
       const Array want = reference(dtype, {n}, op, 0, world->size() - 1);
       for (bool in_place : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << reduce_op_name(op) << " in place " << in_place);
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << reduce_op_name(op)
+                                          << " in place " << in_place);
         const Array x = input(dtype, {n}, world->rank(), pattern_for(op));
         Array buf = x.clone();
         Array out = in_place ? buf : Array::empty({n}, dtype);
@@ -224,7 +225,8 @@ TEST(ShmBackend, SingleCopyAllreduceWhereEveryRankHasACpu) {
         args.reduce = op;
         const detail::BackendCall call{OpKind::kAllreduce, &buf, &out, &args};
         const Token none;
-        auto ctx = detail::OpContext::for_step(OpKind::kAllreduce, "a test's allreduce", name, std::chrono::seconds(60));
+        auto ctx =
+            detail::OpContext::for_step(OpKind::kAllreduce, "a test's allreduce", name, std::chrono::seconds(60));
         ctx.after = &none;
         backend->run(call, ctx);
         EXPECT_TRUE(same(out, want));

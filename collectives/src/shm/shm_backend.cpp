@@ -2,17 +2,10 @@
 // among the ranks of one node, through one shared segment per communicator (shm_segment.hpp). Sendrecv, the one
 // operation between two ranks rather than all, has its own channels (shm_pairs.hpp).
 //
-// Every step of every operation is the same handshake: a rank writes its part into its slot (or, when small, into its
-// own flag line), posts the step on its flag and waits until every rank has posted it. Operations alternate between
-// the segment's two buffer sets, so a set is written again only after every rank has passed a step of the other set,
-// which it posts only once done reading this one. A bcast is one-way instead: the root posts its part and returns; the
-// others wait for it, read, and post that they have read; nobody waits for those readers then. Every rank's next
-// operation but a bcast first waits until all have posted that step (settle()), which keeps the rule above. A bcast
-// after a bcast waits only for the one before that (the last use of the set it writes), so that a root runs up to two
-// broadcasts ahead of its readers, as MPI's eager sends let it. Messages larger than
-// a slot are cut into slot-sized chunks. An allreduce (or reduce) chunk above kSplitBytes is reduced by all ranks in
-// parallel: each folds its share of the elements into the result slot, posts a second step, and then every rank copies
-// the result out. Smaller chunks are folded whole by every rank after the one step.
+// Every step of every operation is the same handshake over the segment's two buffer sets (shm_steps.hpp). Messages
+// larger than a slot are cut into slot-sized chunks. An allreduce (or reduce) chunk above kSplitBytes is reduced by
+// all ranks in parallel: each folds its share of the elements into the result slot, posts a second step, and then
+// every rank copies the result out. Smaller chunks are folded whole by every rank after the one step.
 //
 // From kCmaBytes up (alltoall: kAlltoallCmaBytes per block), bcast, allgather and alltoall copy once instead of twice
 // where the ranks may read each other's memory (shm_cma.hpp): each rank posts its buffer's address in its flag line,
@@ -43,11 +36,11 @@
 #include "mpi/mpi_request.hpp"
 #include "mpi/mpi_types.hpp"
 #include "shardkit/core/error.hpp"
-#include "shardkit/launch/runtime.hpp"
 #include "shm/shm_cma.hpp"
 #include "shm/shm_fold.hpp"
 #include "shm/shm_pairs.hpp"
 #include "shm/shm_segment.hpp"
+#include "shm/shm_steps.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -97,9 +90,9 @@ class ShmBackend final : public Backend {
         cma_(std::move(cma)),
         me_(rank),
         n_(seg_.ranks()),
-        names_(std::move(names)),
         abort_(std::move(abort)),
         policy_(policy),
+        steps_(seg_, me_, policy_, std::move(names), *abort_),
         pairs_(seg_, cma_, me_, policy_, *abort_) {}
 
   BackendKind kind() const noexcept override { return BackendKind::kShm; }
@@ -110,8 +103,7 @@ class ShmBackend final : public Backend {
     const OpArgs& a = *c.args;
     for (const Array* x : {c.send, static_cast<const Array*>(c.recv)})
       if (x) x->wait_ready();
-    if (c.op != OpKind::kBcast) settle(last_, ctx);  // then every rank is done with both sets' last uses
-    size_ = operation_size(c);
+    steps_.begin(operation_size(c), c.op == OpKind::kBcast, ctx);
     switch (c.op) {
       case OpKind::kAllreduce:
         if (cma_.usable && !policy_.crowded && c.send->nbytes() >= kCmaReduceBytes)
@@ -144,7 +136,7 @@ class ShmBackend final : public Backend {
           alltoall(*c.send, *c.recv, ctx);
         break;
       }
-      case OpKind::kBarrier: step(next_set(), ctx); break;
+      case OpKind::kBarrier: steps_.step(steps_.next_set(), ctx); break;
       case OpKind::kSendrecv:
         pairs_.sendrecv(*c.send, a.dest, a.send_tag, *c.recv, a.source, a.recv_tag, a.status, ctx);
         break;
@@ -154,14 +146,6 @@ class ShmBackend final : public Backend {
   }
 
  private:
-  // A use of a buffer set: one-way (bcast) or full (a handshake every rank waited for), and its step.
-  struct SetUse {
-    std::uint32_t step = 0;
-    int set = 0;
-    bool one_way = false;
-    bool pending = false;  // not every rank is known to have posted `step` yet (steps wrap: 0 is a step too)
-  };
-
   // `out` (null off a reduce's root) = the element-wise reduction of every rank's `send`.
   void reduce(const Array& send, Array* out, ReduceOp op, const OpContext& ctx) {
     const std::size_t item = send.itemsize();
@@ -170,10 +154,10 @@ class ShmBackend final : public Backend {
     unsigned char* res = out ? bytes_of(*out) : nullptr;
     chunks(send.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
       const std::size_t bytes = m * item, at = off * item;
-      const int set = next_set();
+      const int set = steps_.next_set();
       if (bytes <= kSplitBytes || n_ == 1) {
         std::memcpy(part(set, me_, bytes), in + at, bytes);
-        step(set, ctx);
+        steps_.step(set, ctx);
         if (res) fold(res + at, m, item, fold_in, [&](int p) { return part(set, p, bytes); });
         return;
       }
@@ -184,13 +168,13 @@ class ShmBackend final : public Backend {
       unsigned char* mine = seg_.slot(set, me_);
       std::memcpy(mine, in + at, lo * item);
       std::memcpy(mine + hi * item, in + at + hi * item, (m - hi) * item);
-      step(set, ctx);
+      steps_.step(set, ctx);
       unsigned char* result = seg_.slot(set, n_);
       if (hi > lo) {
         fold(result + lo * item, hi - lo, item, fold_in,
              [&](int p) { return (p == me_ ? in + at : seg_.slot(set, p)) + lo * item; });
       }
-      step(set, ctx);
+      steps_.step(set, ctx);
       if (res) std::memcpy(res + at, result, bytes);
     });
   }
@@ -205,10 +189,10 @@ class ShmBackend final : public Backend {
     const unsigned char* in = bytes_of(send);
     unsigned char* res = bytes_of(out);
     const bool in_place = in == res;
-    const int set = next_set();
-    const std::uint32_t posted = ++step_;
+    const int set = steps_.next_set();
+    const std::uint32_t posted = steps_.next_step();
     post_addresses(set, posted, {in, res});
-    wait_all(set, posted, size_, ctx);
+    steps_.wait_all(set, posted, ctx);
     // Every rank's inputs for one piece: the others' read into the cache-sized buffer, this rank's own from its input
     // (in place, copied there too: folding writes the output before it reads this rank's part).
     pieces_.resize(static_cast<std::size_t>(n_) * piece * item);
@@ -225,13 +209,13 @@ class ShmBackend final : public Backend {
       if (in_place) std::memcpy(held(me_), in + at, bytes);
       fold(res + at, k, item, fold_in, [&](int p) { return p == me_ && !in_place ? in + at : held(p); });
     }
-    step(set, ctx);  // every share is folded, and nobody reads an input any more
+    steps_.step(set, ctx);  // every share is folded, and nobody reads an input any more
     for (int j = 1; j < n_; ++j) {
       const int p = (me_ + j) % n_;
       const auto [plo, phi] = share(p);
       read_posted(res + plo * item, set, p, 1, plo * item, (phi - plo) * item, ctx);
     }
-    step(set, ctx);  // every rank has read this rank's share of the result
+    steps_.step(set, ctx);  // every rank has read this rank's share of the result
   }
 
   void bcast(const Array& buf, int root, const OpContext& ctx) {
@@ -239,36 +223,36 @@ class ShmBackend final : public Backend {
     unsigned char* p = bytes_of(buf);
     chunks(buf.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
       const std::size_t bytes = m * item;
-      before_one_way(ctx);
-      const int set = next_set();
-      const std::uint32_t s = ++step_;
+      steps_.before_one_way(ctx);
+      const int set = steps_.next_set();
+      const std::uint32_t s = steps_.next_step();
       if (me_ == root) {
         std::memcpy(part(set, root, bytes), p + off * item, bytes);
       } else {
-        wait_for(set, root, s, size_, ctx);
+        steps_.wait_for(set, root, s, ctx);
         std::memcpy(p + off * item, part(set, root, bytes), bytes);
       }
-      post(set, s);
-      owe(set, s);
+      steps_.post(set, s);
+      steps_.owe(set, s);
     });
   }
 
   // Single copy: the root posts its buffer's address; the others read it from the root's memory and post; the root
   // returns once all have read (its buffer is theirs until then).
   void bcast_cma(unsigned char* buf, std::size_t bytes, int root, const OpContext& ctx) {
-    before_one_way(ctx);
-    const int set = next_set();
-    const std::uint32_t s = ++step_;
+    steps_.before_one_way(ctx);
+    const int set = steps_.next_set();
+    const std::uint32_t s = steps_.next_step();
     if (me_ == root) {
       post_address(set, s, buf);
       // Not a size-checked wait_all: a reader that went on (another root's next two bcasts) may post a later step of
       // this set with another size meanwhile; each compared its size with the root's when it read.
-      wait_all_posted(set, s, ctx);
+      steps_.wait_all_posted(set, s, ctx);
       return;
     }
     read_peer(buf, set, root, 0, bytes, s, ctx);
-    post(set, s);
-    owe(set, s);
+    steps_.post(set, s);
+    steps_.owe(set, s);
   }
 
   // Single copy: every rank posts its send buffer's address, reads `bytes` at offset `at` of every other rank's
@@ -276,16 +260,16 @@ class ShmBackend final : public Backend {
   // read before returning (its send buffer is theirs until then).
   void gather_cma(const unsigned char* send, unsigned char* recv, std::size_t bytes, std::size_t at,
                   const OpContext& ctx) {
-    const int set = next_set();
-    const std::uint32_t s = ++step_;
+    const int set = steps_.next_set();
+    const std::uint32_t s = steps_.next_step();
     post_address(set, s, send);
-    wait_all(set, s, size_, ctx);
+    steps_.wait_all(set, s, ctx);
     std::memmove(recv + me_ * bytes, send + at, bytes);  // allgather in place: the two may be one
     for (int k = 1; k < n_; ++k) {  // each rank starts with its right neighbour: not all at rank 0 at once
       const int p = (me_ + k) % n_;
       read_peer(recv + p * bytes, set, p, at, bytes, s, ctx);
     }
-    step(set, ctx);
+    steps_.step(set, ctx);
   }
 
   void post_address(int set, std::uint32_t s, const void* buf) { post_addresses(set, s, {buf}); }
@@ -298,13 +282,13 @@ class ShmBackend final : public Backend {
       const auto at = reinterpret_cast<std::uintptr_t>(b);
       std::memcpy(l.data + k++ * sizeof at, &at, sizeof at);
     }
-    post(set, s);
+    steps_.post(set, s);
   }
 
   // Copies `bytes` from offset `at` of the buffer rank p posted at step s of `set` (waiting for it).
   void read_peer(unsigned char* to, int set, int p, std::size_t at, std::size_t bytes, std::uint32_t s,
                  const OpContext& ctx) {
-    wait_for(set, p, s, size_, ctx);
+    steps_.wait_for(set, p, s, ctx);
     read_posted(to, set, p, 0, at, bytes, ctx);
   }
 
@@ -315,7 +299,7 @@ class ShmBackend final : public Backend {
     std::memcpy(&address, seg_.line(set, p).data + which * sizeof address, sizeof address);
     if (bytes != 0 && !cma_read(cma_.pids[p], to, reinterpret_cast<const void*>(address + at), bytes))
       raise_unfinished(ctx, *abort_,
-                       concat("process_vm_readv from rank ", name(p), " failed (", std::strerror(errno), ")"));
+                       concat("process_vm_readv from rank ", steps_.name(p), " failed (", std::strerror(errno), ")"));
   }
 
   void allgather(const Array& send, Array& recv, const OpContext& ctx) {
@@ -325,9 +309,9 @@ class ShmBackend final : public Backend {
     unsigned char* r = bytes_of(recv);
     chunks(n, ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
       const std::size_t bytes = m * item;
-      const int set = next_set();
+      const int set = steps_.next_set();
       std::memcpy(part(set, me_, bytes), s + off * item, bytes);
-      step(set, ctx);
+      steps_.step(set, ctx);
       for (int p = 0; p < n_; ++p) std::memcpy(r + (p * n + off) * item, part(set, p, bytes), bytes);
     });
   }
@@ -359,10 +343,10 @@ class ShmBackend final : public Backend {
   void exchange_blocks(const unsigned char* s, std::int64_t n, std::size_t item, const OpContext& ctx, Take&& take) {
     chunks(n, ShmSegment::kSlotBytes / (item * n_), [&](std::int64_t off, std::int64_t m) {
       const std::size_t bytes = m * item, whole = bytes * n_;
-      const int set = next_set();
+      const int set = steps_.next_set();
       unsigned char* mine = part(set, me_, whole);
       for (int b = 0; b < n_; ++b) std::memcpy(mine + b * bytes, s + (b * n + off) * item, bytes);
-      step(set, ctx);
+      steps_.step(set, ctx);
       take(off, m, [&](int p) { return part(set, p, whole) + me_ * bytes; });
     });
   }
@@ -386,73 +370,6 @@ class ShmBackend final : public Backend {
     return bytes <= ShmSegment::kInlineBytes ? seg_.line(set, p).data : seg_.slot(set, p);
   }
 
-  // The set of the next use; that use is full (a handshake every rank waits for) unless owe() says otherwise.
-  int next_set() {
-    before_ = last_;
-    last_ = SetUse{};
-    return static_cast<int>(uses_++ & 1U);
-  }
-
-  // One handshake in `set`: post the next step, then wait until every rank has posted it.
-  void step(int set, const OpContext& ctx) {
-    const std::uint32_t s = ++step_;
-    post(set, s);
-    wait_all(set, s, size_, ctx);
-  }
-
-  // Posts step s in `set` with the operation's size.
-  void post(int set, std::uint32_t s) {
-    ShmLine& l = seg_.line(set, me_);
-    l.size.store(size_, std::memory_order_relaxed);
-    shm_post(l, s);
-  }
-
-  // The last use was one-way (bcast): not every rank is known to have posted step s yet.
-  void owe(int set, std::uint32_t s) { last_ = SetUse{s, set, true, true}; }
-
-  // A one-way use writes the set that the use before the last one used: every rank must be done reading it. Readers
-  // of a one-way use post once done; those of a full one are done once they posted the next use's step.
-  void before_one_way(const OpContext& ctx) {
-    if (before_.one_way)
-      settle(before_, ctx);
-    else
-      settle(last_, ctx);
-  }
-
-  // Waits until every rank has posted `u`'s step (nothing when known). Sizes are not compared here: a rank may be
-  // past that step by then (up to two broadcasts on) and posting the next one's, and each reader compared its size
-  // with the root's when it read.
-  void settle(SetUse& u, const OpContext& ctx) {
-    if (!u.pending) return;
-    wait_all_posted(u.set, u.step, ctx);
-    u.pending = false;
-  }
-
-  void wait_all(int set, std::uint32_t s, std::uint64_t size, const OpContext& ctx) {
-    for (int p = 0; p < n_; ++p)
-      if (p != me_) wait_for(set, p, s, size, ctx);
-  }
-
-  // wait_all without comparing sizes.
-  void wait_all_posted(int set, std::uint32_t s, const OpContext& ctx) {
-    for (int p = 0; p < n_; ++p)
-      if (p != me_) wait_posted(set, p, s, ctx);
-  }
-
-  // Waits until rank p has posted step s in `set`, for an operation of `size` bytes as this rank's.
-  void wait_for(int set, int p, std::uint32_t s, std::uint64_t size, const OpContext& ctx) {
-    wait_posted(set, p, s, ctx);
-    const std::uint64_t theirs = seg_.line(set, p).size.load(std::memory_order_relaxed);
-    if (theirs != size) disagree(p, theirs, size, ctx);
-  }
-
-  // Waits until rank p has posted step s in `set` (or the deadline passes: fail()).
-  void wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx) {
-    ShmLine& l = seg_.line(set, p);
-    if (!reached(l.flag.load(std::memory_order_acquire), s) && !shm_wait(l, s, policy_, ctx.deadline))
-      fail(set, s, ctx);
-  }
-
   // What every rank's operation must agree on: the bytes of its buffer (MPI reports a truncation where it sees one; a
   // reduction or a gather of mismatched sizes would read past what the smaller rank wrote, or the chunk counts differ).
   static std::uint64_t operation_size(const BackendCall& c) {
@@ -464,38 +381,13 @@ class ShmBackend final : public Backend {
     }
   }
 
-  [[noreturn]] void disagree(int p, std::uint64_t theirs, std::uint64_t mine, const OpContext& ctx) {
-    abort_->aborted = true;
-    abort_->reason = concat(ctx.describe(), ": the ranks disagree on its size");
-    request_abort_at_exit("the ranks disagree on a shared-memory operation's size");
-    throw MismatchError(concat(ctx.describe(), ": rank ", name(p), " posted ", theirs, " bytes, rank ", name(me_),
-                               " has ", mine,
-                               " (shared memory): the ranks disagree on this operation. Rerun with SHARDKIT_CHECK=1 ",
-                               "to have every rank name the mismatch; the job will end at exit"));
-  }
-
-  [[noreturn]] void fail(int set, std::uint32_t s, const OpContext& ctx) {
-    std::string missing;
-    for (int p = 0; p < n_; ++p)
-      if (!reached(seg_.line(set, p).flag.load(std::memory_order_acquire), s))
-        missing += concat(missing.empty() ? "" : ", ", name(p));
-    raise_unfinished(ctx, *abort_, concat("rank(s) ", missing, " did not arrive (shared memory)"));
-  }
-
-  // Rank p as messages name it: its rank in the user's communicator (names_[p]) where this one is a node's part.
-  int name(int p) const { return names_.empty() ? p : names_[p]; }
-
   ShmSegment seg_;
   CmaPeers cma_;
   int me_, n_;
-  std::vector<int> names_;
   std::shared_ptr<AbortState> abort_;
   WaitPolicy policy_;
+  ShmSteps steps_;
   ShmPairs pairs_;
-  std::uint32_t step_ = 0;  // the last step posted (the same sequence on every rank)
-  std::uint32_t uses_ = 0;  // buffer-set uses so far
-  SetUse last_, before_;  // the last two uses of the buffer sets
-  std::uint64_t size_ = 0;  // the size of the running operation (operation_size)
   std::vector<unsigned char> pieces_;  // allreduce_cma's pieces of every rank's input
 };
 

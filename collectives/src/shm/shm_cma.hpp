@@ -1,9 +1,10 @@
 #pragma once
 
 // Single-copy reads of another rank's memory (Linux cross-memory attach, process_vm_readv): a large bcast, allgather,
-// alltoall, sendrecv or allreduce reads the other ranks' own buffers instead of copying through the segment twice. The kernel allows it only where this
-// process may ptrace the other one (same user and no Yama restriction, or CAP_SYS_PTRACE); containers often forbid
-// it, so the ranks probe it once, when the backend is made, and fall back to the segment when any rank cannot.
+// alltoall, sendrecv or allreduce reads the other ranks' own buffers instead of copying through the segment twice.
+// The kernel allows it only where this process may ptrace the other one (same user and no Yama restriction, or
+// CAP_SYS_PTRACE); containers often forbid it, so the ranks probe it once, when the backend is made, and fall back to
+// the segment when any rank cannot.
 
 #include <sys/types.h>
 

@@ -1,0 +1,81 @@
+#pragma once
+
+// How the ranks of one shm backend take turns over its segment's two buffer sets (shm_segment.hpp): the handshake
+// every step of every collective is.
+//
+// A rank writes its part into its slot (or, when small, into its own flag line), posts the step on its flag and waits
+// until every rank has posted it. Operations alternate between the two buffer sets, so a set is written again only
+// after every rank has passed a step of the other set, which it posts only once done reading this one. A bcast is
+// one-way instead: the root posts its part and returns; the others wait for it, read, and post that they have read;
+// nobody waits for those readers then (owe()). Every rank's next operation but a bcast first waits until all have
+// posted that step (begin()), which keeps the rule above. A bcast after a bcast waits only for the one before that
+// (the last use of the set it writes: before_one_way()), so that a root runs up to two broadcasts ahead of its
+// readers, as MPI's eager sends let it.
+//
+// Every post carries the size of the operation (what every rank's must agree on); a reader that sees another size
+// raises MismatchError, and a rank that does not come by the deadline gives the TimeoutError naming it.
+
+#include <cstdint>
+#include <vector>
+
+#include "backend.hpp"
+#include "shm/shm_segment.hpp"
+
+namespace shardkit::detail {
+
+class ShmSteps {
+ public:
+  /// `names`: the number messages give each rank (empty: its rank here).
+  ShmSteps(const ShmSegment& seg, int rank, const WaitPolicy& policy, std::vector<int> names, AbortState& abort);
+
+  /// Begins an operation whose ranks must agree on `size` bytes; all but a bcast (`one_way`) first wait until every
+  /// rank has posted the last use's step (then every rank is done with both sets' last uses).
+  void begin(std::uint64_t size, bool one_way, const OpContext& ctx);
+  /// The set of the next use; that use is full (a handshake every rank waits for) unless owe() says otherwise.
+  int next_set();
+  /// The next step number (the same sequence on every rank).
+  std::uint32_t next_step() { return ++step_; }
+  /// One handshake in `set`: post the next step, then wait until every rank has posted it.
+  void step(int set, const OpContext& ctx);
+  /// Posts step s in `set` with the operation's size.
+  void post(int set, std::uint32_t s);
+  /// The last use was one-way (bcast): not every rank is known to have posted step s yet.
+  void owe(int set, std::uint32_t s) { last_ = SetUse{s, set, true, true}; }
+  /// A one-way use writes the set that the use before the last one used: every rank must be done reading it.
+  /// Readers of a one-way use post once done; those of a full one are done once they posted the next use's step.
+  void before_one_way(const OpContext& ctx);
+  /// Waits until every other rank has posted step s in `set` for an operation of this rank's size.
+  void wait_all(int set, std::uint32_t s, const OpContext& ctx);
+  /// wait_all without comparing sizes.
+  void wait_all_posted(int set, std::uint32_t s, const OpContext& ctx);
+  /// Waits until rank p has posted step s in `set`, for an operation of this rank's size.
+  void wait_for(int set, int p, std::uint32_t s, const OpContext& ctx);
+  /// Rank p as messages name it: its rank in the user's communicator where this one is a node's part.
+  int name(int p) const { return names_.empty() ? p : names_[p]; }
+
+ private:
+  // A use of a buffer set: one-way (bcast) or full (a handshake every rank waited for), and its step.
+  struct SetUse {
+    std::uint32_t step = 0;
+    int set = 0;
+    bool one_way = false;
+    bool pending = false;  // not every rank is known to have posted `step` yet (steps wrap: 0 is a step too)
+  };
+
+  void settle(SetUse& u, const OpContext& ctx);
+  void wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx);
+  [[noreturn]] void disagree(int p, std::uint64_t theirs, const OpContext& ctx);
+  [[noreturn]] void fail(int set, std::uint32_t s, const OpContext& ctx);
+
+  const ShmSegment& seg_;
+  int me_, n_;
+  WaitPolicy policy_;
+  std::vector<int> names_;
+  AbortState& abort_;
+  std::uint32_t step_ = 0;  // the last step posted
+  std::uint32_t uses_ = 0;  // buffer-set uses so far
+  SetUse last_, before_;    // the last two uses of the buffer sets
+  std::uint64_t size_ = 0;  // the size of the running operation
+};
+
+}  // namespace shardkit::detail
