@@ -8,6 +8,11 @@
 #   (for Python: COMMAND ${Python_EXECUTABLE} -m pytest ...).
 include_guard(GLOBAL)
 
+# The ctest slots (PROCESSORS) of a test whose ranks spend it waiting rather than computing: on a rank that never
+# arrives, until a timeout, or for a killed peer to end the job. Their waits spin briefly, then yield, then sleep
+# (mpi_request.cpp, the shm WaitPolicy), so one slot each lets `ctest -j2` run two of them side by side on 2 cores.
+set(SHARDKIT_WAITING_SLOTS 1)
+
 # Launcher flags, worked out once.
 execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _mpiexec_version ERROR_QUIET)
 set(SHARDKIT_MPIEXEC_FLAGS "")
