@@ -111,16 +111,18 @@ cmake -S "$SHARDKIT_ROOT" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSH
       -DSHARDKIT_CUDA=OFF -DSHARDKIT_NCCL=OFF -DSHARDKIT_PYTHON=OFF -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=OFF
 # Only the executables of the suites run below (the MPI test main comes with them).
 cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target core_tests launch_unit_tests runtime_tests collectives_tests \
-      sharding_tests
+      sharding_tests sanitizer_leak_canary
 shardkit_mpirun_setup
 
 sanitizer_env ":detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1"
 
-# The core and launch unit tests, the Runtime at 1-4 ranks (and with GPUs hidden), the sharding layer (meshes, specs,
-# shard_map, matmul) at 1-4 ranks, and the collectives on host buffers at 1 and 2 ranks. Under the sanitizers the
-# collectives take about 35 s at 1 rank, 100 s at 2, but 220 s each at 3 and 4 on a 2-core machine; those (odd sizes, more peers) pass clean too and are left to an explicit
-# `scripts/test.sh --sanitize -R 'collectives\.np[34]'`, to keep this run well under a quarter of an hour in CI.
-tests='^(core_tests|launch_unit_tests|runtime\.np[1-4]|runtime_hidden_gpus\.np[12]|collectives\.np[12]|sharding\.np[1-4])$'
+# The leak check's own canary (a leak of ours must be reported, MPI's kept allocations not), the core and launch unit
+# tests, the Runtime at 1-4 ranks (and with GPUs hidden), the sharding layer (meshes, specs, shard_map, matmul) at 1-4
+# ranks, and the collectives on host buffers at 1 and 2 ranks. Under the sanitizers the collectives take about 50 s at
+# 1 rank and 100 s at 2 on a 2-core machine, and more at 3 and 4; those (odd sizes, more peers) pass clean too and are
+# left to an explicit `scripts/test.sh --sanitize -R 'collectives\.np[34]'` (but for the shm suites, below).
+tests='^(sanitizer_leak_canary|core_tests|launch_unit_tests|runtime\.np[1-4]|runtime_hidden_gpus\.np[12]|'
+tests+='collectives\.np[12]|sharding\.np[1-4])$'
 start=$(date +%s)
 ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure -R "$tests" "${ctest_args[@]}"
 # The shm backend's own tests at 3 and 4 ranks as well (odd rank counts; more ranks than cores: the crowded wait), and
