@@ -123,7 +123,8 @@ TEST_P(Shm, Bcast) {
   EXPECT_EQ(comm().backend_for(OpKind::kBcast, Device::cpu()), shm_route(OpKind::kBcast));
 }
 
-// A bcast's root returns without waiting for the readers, and runs up to two bcasts ahead of them: runs of
+// A bcast's root returns without waiting for the readers, and runs up to two bcasts ahead of them (small ones, which
+// fit a flag line: a ring ahead, the next test): runs of
 // back-to-back bcasts from one root (which could run ahead of a slow reader and overwrite what it has not read yet),
 // roots changing between runs, sizes alternating between a flag line's inline bytes and a slot (n 0: alternating,
 // with the last rank late for every bcast it does not send), and now and then an operation whose parts every rank
@@ -146,6 +147,27 @@ TEST_P(Shm, BcastsBackToBackWithOtherOperations) {
         const auto want = static_cast<float>(size() * (size() - 1) / 2 + size() * i);
         EXPECT_EQ(y.to_vector<float>(), std::vector<float>(count, want)) << "i=" << i;
       }
+    }
+  }
+}
+
+// Small bcasts go through each root's ring of flag lines, and a root waits only before writing a line again, until
+// every rank has read that line's last bcast: here the last rank comes late (a sleep before its first bcast), and the
+// root sends three rings' worth of distinct values, with the root changing every fifth bcast (a line's last use was
+// another root's), sizes 0 to 48 bytes; every rank must read every value in order. Without that wait the late rank
+// reads a later bcast's value. float32, 1-4 ranks.
+TEST_P(Shm, SmallBcastsRunAWholeRingAheadOfALateReader) {
+  if (dtype() != DType::kFloat32) GTEST_SKIP() << "one dtype is enough";
+  constexpr int kLines = detail::ShmSegment::kRingLines;
+  for (int round = 0; round < 2; ++round) {
+    if (rank() == size() - 1 && size() > 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int i = 0; i < 3 * kLines; ++i) {
+      const int root = round == 0 ? 0 : (i / 5) % size();
+      const auto count = static_cast<std::size_t>(i % (detail::ShmSegment::kInlineBytes / 4 + 1));
+      const auto sent = static_cast<float>(1000 * round + 10 * i + root);
+      Array x = Array::from_values<float>(std::vector<float>(count, rank() == root ? sent : -1.0f));
+      comm().bcast_inplace(x, root).wait();
+      EXPECT_EQ(x.to_vector<float>(), std::vector<float>(count, sent)) << "round=" << round << " i=" << i;
     }
   }
 }

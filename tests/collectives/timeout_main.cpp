@@ -10,6 +10,10 @@
 //   timeout_main shm             on the shm backend (set up by a barrier first): the flags name the rank that did
 //                                not arrive, and no segment is left in /dev/shm
 //   timeout_main shm-sendrecv    the same with a sendrecv between each waiting rank and the last one
+//   timeout_main shm-bcast       the same with small bcasts (through the roots' rings): rank 0 sends one more than a
+//                                ring holds, which the last rank never reads (rank 0 waits to reuse the line), and
+//                                the other ranks read them too and wait in the next (rank 0 waits: they name it
+//                                and the last rank)
 //   timeout_main shm-kill        on the shm backend, the last rank is killed (SIGKILL) while the others wait in an
 //                                allreduce: the job ends (run through expect_no_shm_left.cmake, which then looks
 //                                for the segment in /dev/shm)
@@ -28,6 +32,7 @@
 
 #include "shardkit/collectives/communicator.hpp"
 #include "shardkit/launch/runtime.hpp"
+#include "shm/shm_segment.hpp"
 #include "shm_files.hpp"
 
 int main(int argc, char** argv) {
@@ -97,6 +102,12 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::strcmp(argv[1], "shm-sendrecv") == 0) {
       Array y = Array::zeros({16}, DType::kFloat32);
       token = comm->sendrecv_into(Array::zeros({16}, DType::kFloat32), skipper, y, skipper, 0, 0);
+    } else if (argc > 1 && std::strcmp(argv[1], "shm-bcast") == 0) {
+      Array x = Array::zeros({4}, DType::kFloat32);
+      for (int i = 0; i <= shardkit::detail::ShmSegment::kRingLines + 1; ++i) {
+        token = comm->bcast_inplace(x, 0);
+        token.wait();
+      }
     } else {
       token = comm->allreduce(Array::zeros({16}, DType::kFloat32, where), ReduceOp::kSum).token;
     }

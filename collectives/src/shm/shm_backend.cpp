@@ -221,6 +221,20 @@ class ShmBackend final : public Backend {
   void bcast(const Array& buf, int root, const OpContext& ctx) {
     const std::size_t item = buf.itemsize();
     unsigned char* p = bytes_of(buf);
+    if (buf.nbytes() <= ShmSegment::kInlineBytes) {  // through the root's ring (shm_steps.hpp)
+      const int j = steps_.next_ring_line();
+      const std::uint32_t s = steps_.next_step();
+      if (me_ == root) {
+        steps_.before_ring_write(j, ctx);
+        std::memcpy(seg_.ring_line(root, j).data, p, buf.nbytes());
+        steps_.post_ring(j, s);
+      } else {
+        steps_.wait_ring(root, j, s, ctx);
+        std::memcpy(p, seg_.ring_line(root, j).data, buf.nbytes());
+      }
+      steps_.ring_read(j, s);
+      return;
+    }
     chunks(buf.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
       const std::size_t bytes = m * item;
       steps_.before_one_way(ctx);

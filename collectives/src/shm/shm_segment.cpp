@@ -75,8 +75,9 @@ ShmSegment ShmSegment::create(MpiCommHandle handle, std::string* why) {
   ShmSegment s;
   s.ranks_ = size;
   const auto n = static_cast<std::size_t>(size);
-  // Two lines per rank (the sets), then two per ordered pair; two slots per rank and set, plus results, plus outboxes.
-  s.data_offset_ = round_up(kLinesOffset + (2 * n + 2 * n * n) * sizeof(ShmLine), 4096);
+  // Two lines per rank (the sets), then two per ordered pair, then each rank's ring and its read line; two slots per
+  // rank and set, plus results, plus outboxes.
+  s.data_offset_ = round_up(kLinesOffset + (2 * n + 2 * n * n + n * (kRingLines + 1)) * sizeof(ShmLine), 4096);
   s.bytes_ = s.data_offset_ + (2 * (n + 1) + n) * kSlotBytes;
 
   // Rank 0 names and sizes the file; the name is unique to this process and call.

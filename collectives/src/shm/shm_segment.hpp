@@ -9,6 +9,8 @@
 // a rank may fill one set while slower ranks still read the other. Point-to-point exchanges (shm_pairs.hpp) have
 // their own part after that: two lines per ordered pair of ranks (the sender's post, the receiver's acknowledgement)
 // and one outbox per rank (kSlotBytes), so they never touch what a collective of other ranks may still be reading.
+// Small bcasts have a ring of their own (kRingLines lines per rank as root, and one line per rank saying the last of
+// them it has read), so that a root may run that many ahead of its readers (shm_steps.hpp).
 //
 // The segment is made by the communicator's rank 0 (shm_open with a unique name), mapped by every rank and unlinked
 // as soon as all have mapped it: from then on nothing is left in /dev/shm, whatever happens to the processes.
@@ -37,6 +39,8 @@ class ShmSegment {
  public:
   static constexpr std::size_t kInlineBytes = sizeof(ShmLine::data);
   static constexpr std::size_t kSlotBytes = std::size_t{1} << 20;
+  /// Lines in each rank's ring of small bcasts.
+  static constexpr int kRingLines = 16;
 
   ShmSegment() = default;
   ShmSegment(ShmSegment&& o) noexcept;
@@ -62,6 +66,14 @@ class ShmSegment {
   ShmLine& post_line(int from, int to) const noexcept { return pair_lines()[from * ranks_ + to]; }
   /// The line `to` acknowledges what it took of `from`'s messages on.
   ShmLine& ack_line(int from, int to) const noexcept { return pair_lines()[(ranks_ + to) * ranks_ + from]; }
+  /// Line j of the ring of small bcasts rank `root` sends.
+  ShmLine& ring_line(int root, int j) const noexcept {
+    return pair_lines()[2 * ranks_ * ranks_ + root * kRingLines + j];
+  }
+  /// The line rank `rank` posts the step of each small bcast it has read (or sent) on.
+  ShmLine& read_line(int rank) const noexcept {
+    return pair_lines()[2 * ranks_ * ranks_ + ranks_ * kRingLines + rank];
+  }
   /// Rank `rank`'s outbox for point-to-point messages (kSlotBytes).
   unsigned char* outbox(int rank) const noexcept {
     return base_ + data_offset_ + (2 * (static_cast<std::size_t>(ranks_) + 1) + rank) * kSlotBytes;

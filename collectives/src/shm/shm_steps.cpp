@@ -63,15 +63,63 @@ void ShmSteps::wait_all_posted(int set, std::uint32_t s, const OpContext& ctx) {
 
 void ShmSteps::wait_for(int set, int p, std::uint32_t s, const OpContext& ctx) {
   wait_posted(set, p, s, ctx);
-  const std::uint64_t theirs = seg_.line(set, p).size.load(std::memory_order_relaxed);
+  check_size(seg_.line(set, p), p, ctx);
+}
+
+void ShmSteps::check_size(const ShmLine& line, int p, const OpContext& ctx) {
+  const std::uint64_t theirs = line.size.load(std::memory_order_relaxed);
   if (theirs != size_) disagree(p, theirs, ctx);
 }
 
-// Waits until rank p has posted step s in `set` (or the deadline passes: fail()).
+// Waits until rank p has posted step s in `set`.
 void ShmSteps::wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx) {
-  ShmLine& l = seg_.line(set, p);
-  if (!reached(l.flag.load(std::memory_order_acquire), s) && !shm_wait(l, s, policy_, ctx.deadline))
-    fail(set, s, ctx);
+  wait_line(seg_.line(set, p), s, ctx, [&] { return behind([&](int q) -> ShmLine& { return seg_.line(set, q); }, s); });
+}
+
+template <typename Missing>
+void ShmSteps::wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing) {
+  if (reached(line.flag.load(std::memory_order_acquire), s) || shm_wait(line, s, policy_, ctx.deadline)) return;
+  raise_unfinished(ctx, abort_, concat("rank(s) ", missing(), " did not arrive (shared memory)"));
+}
+
+template <typename LineOf>
+std::string ShmSteps::behind(LineOf&& line_of, std::uint32_t s) const {
+  std::string names;
+  for (int q = 0; q < n_; ++q)
+    if (!reached(line_of(q).flag.load(std::memory_order_acquire), s))
+      names += concat(names.empty() ? "" : ", ", name(q));
+  return names;
+}
+
+void ShmSteps::before_ring_write(int j, const OpContext& ctx) {
+  SetUse& u = ring_[j];
+  if (!u.pending) return;
+  auto missing = [&] { return behind([&](int q) -> ShmLine& { return seg_.read_line(q); }, u.step); };
+  for (int p = 0; p < n_; ++p)
+    if (p != me_) wait_line(seg_.read_line(p), u.step, ctx, missing);
+  u.pending = false;
+}
+
+void ShmSteps::post_ring(int j, std::uint32_t s) {
+  ShmLine& l = seg_.ring_line(me_, j);
+  l.size.store(size_, std::memory_order_relaxed);
+  shm_post(l, s);
+}
+
+void ShmSteps::wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx) {
+  ShmLine& l = seg_.ring_line(root, j);
+  // The root may itself be waiting to reuse the line, for ranks that have not read its last use: those are named too.
+  wait_line(l, s, ctx, [&] {
+    const std::string late =
+        ring_[j].pending ? behind([&](int q) -> ShmLine& { return seg_.read_line(q); }, ring_[j].step) : "";
+    return concat(name(root), late.empty() ? "" : ", ", late);
+  });
+  check_size(l, root, ctx);
+}
+
+void ShmSteps::ring_read(int j, std::uint32_t s) {
+  ring_[j] = SetUse{s, 0, true, true};
+  shm_post(seg_.read_line(me_), s);
 }
 
 void ShmSteps::disagree(int p, std::uint64_t theirs, const OpContext& ctx) {
@@ -82,14 +130,6 @@ void ShmSteps::disagree(int p, std::uint64_t theirs, const OpContext& ctx) {
                              " has ", size_,
                              " (shared memory): the ranks disagree on this operation. Rerun with SHARDKIT_CHECK=1 ",
                              "to have every rank name the mismatch; the job will end at exit"));
-}
-
-void ShmSteps::fail(int set, std::uint32_t s, const OpContext& ctx) {
-  std::string missing;
-  for (int p = 0; p < n_; ++p)
-    if (!reached(seg_.line(set, p).flag.load(std::memory_order_acquire), s))
-      missing += concat(missing.empty() ? "" : ", ", name(p));
-  raise_unfinished(ctx, abort_, concat("rank(s) ", missing, " did not arrive (shared memory)"));
 }
 
 }  // namespace shardkit::detail

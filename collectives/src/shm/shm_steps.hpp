@@ -10,12 +10,17 @@
 // nobody waits for those readers then (owe()). Every rank's next operation but a bcast first waits until all have
 // posted that step (begin()), which keeps the rule above. A bcast after a bcast waits only for the one before that
 // (the last use of the set it writes: before_one_way()), so that a root runs up to two broadcasts ahead of its
-// readers, as MPI's eager sends let it.
+// readers, as MPI's eager sends let it. A bcast small enough to travel in a flag line uses no buffer set: the root
+// writes the next line of its own ring (kRingLines lines; the same line on every rank) and returns; each reader waits
+// for it, reads it and posts the step on its read line. Only before writing a ring line again does the root wait until
+// every rank's read line has passed that line's last use, so that a root may run a whole ring ahead of its readers.
 //
 // Every post carries the size of the operation (what every rank's must agree on); a reader that sees another size
 // raises MismatchError, and a rank that does not come by the deadline gives the TimeoutError naming it.
 
+#include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend.hpp"
@@ -50,6 +55,17 @@ class ShmSteps {
   void wait_all_posted(int set, std::uint32_t s, const OpContext& ctx);
   /// Waits until rank p has posted step s in `set`, for an operation of this rank's size.
   void wait_for(int set, int p, std::uint32_t s, const OpContext& ctx);
+  /// Small bcasts through the roots' rings: the ring line the next one uses (the same on every rank).
+  int next_ring_line() { return static_cast<int>(ring_uses_++ % ShmSegment::kRingLines); }
+  /// Before the root writes line j of its ring: waits until every rank has read the last small bcast that used line j
+  /// (of any root's ring).
+  void before_ring_write(int j, const OpContext& ctx);
+  /// The root posts step s on line j of its ring, with the operation's size.
+  void post_ring(int j, std::uint32_t s);
+  /// Waits until `root` has posted step s on line j of its ring, for an operation of this rank's size.
+  void wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx);
+  /// Every rank, root included, once it has read (or sent) the small bcast of step s on line j.
+  void ring_read(int j, std::uint32_t s);
   /// Rank p as messages name it: its rank in the user's communicator where this one is a node's part.
   int name(int p) const { return names_.empty() ? p : names_[p]; }
 
@@ -64,8 +80,14 @@ class ShmSteps {
 
   void settle(SetUse& u, const OpContext& ctx);
   void wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx);
+  // Waits until `line` reaches step s; else raises the TimeoutError (or the interruption), naming missing()'s ranks.
+  template <typename Missing>
+  void wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing);
+  // The ranks whose line_of(rank) has not reached step s.
+  template <typename LineOf>
+  std::string behind(LineOf&& line_of, std::uint32_t s) const;
+  void check_size(const ShmLine& line, int p, const OpContext& ctx);
   [[noreturn]] void disagree(int p, std::uint64_t theirs, const OpContext& ctx);
-  [[noreturn]] void fail(int set, std::uint32_t s, const OpContext& ctx);
 
   const ShmSegment& seg_;
   int me_, n_;
@@ -76,6 +98,8 @@ class ShmSteps {
   std::uint32_t uses_ = 0;  // buffer-set uses so far
   SetUse last_, before_;    // the last two uses of the buffer sets
   std::uint64_t size_ = 0;  // the size of the running operation
+  std::uint32_t ring_uses_ = 0;                        // small bcasts so far
+  std::array<SetUse, ShmSegment::kRingLines> ring_{};  // each ring line's last use (`set` unused)
 };
 
 }  // namespace shardkit::detail
