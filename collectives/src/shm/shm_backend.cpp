@@ -232,7 +232,7 @@ class ShmBackend final : public Backend {
         steps_.wait_ring(root, j, s, ctx);
         std::memcpy(p, seg_.ring_line(root, j).data, buf.nbytes());
       }
-      steps_.ring_read(j, s);
+      steps_.ring_read(j, s, root);
       return;
     }
     chunks(buf.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {

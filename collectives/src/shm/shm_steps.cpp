@@ -83,21 +83,25 @@ void ShmSteps::wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, M
 }
 
 template <typename LineOf>
-std::string ShmSteps::behind(LineOf&& line_of, std::uint32_t s) const {
+std::string ShmSteps::behind(LineOf&& line_of, std::uint32_t s, int skip) const {
   std::string names;
   for (int q = 0; q < n_; ++q)
-    if (!reached(line_of(q).flag.load(std::memory_order_acquire), s))
+    if (q != skip && !reached(line_of(q).flag.load(std::memory_order_acquire), s))
       names += concat(names.empty() ? "" : ", ", name(q));
   return names;
 }
 
 void ShmSteps::before_ring_write(int j, const OpContext& ctx) {
-  SetUse& u = ring_[j];
+  RingUse& u = ring_[j];
   if (!u.pending) return;
-  auto missing = [&] { return behind([&](int q) -> ShmLine& { return seg_.read_line(q); }, u.step); };
   for (int p = 0; p < n_; ++p)
-    if (p != me_) wait_line(seg_.read_line(p), u.step, ctx, missing);
+    if (p != me_ && p != u.root) wait_line(seg_.read_line(p), u.step, ctx, [&] { return ring_behind(u); });
   u.pending = false;
+}
+
+// The readers of ring use u that have not posted that they read it.
+std::string ShmSteps::ring_behind(const RingUse& u) const {
+  return behind([&](int q) -> ShmLine& { return seg_.read_line(q); }, u.step, u.root);
 }
 
 void ShmSteps::post_ring(int j, std::uint32_t s) {
@@ -110,16 +114,15 @@ void ShmSteps::wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx)
   ShmLine& l = seg_.ring_line(root, j);
   // The root may itself be waiting to reuse the line, for ranks that have not read its last use: those are named too.
   wait_line(l, s, ctx, [&] {
-    const std::string late =
-        ring_[j].pending ? behind([&](int q) -> ShmLine& { return seg_.read_line(q); }, ring_[j].step) : "";
+    const std::string late = ring_[j].pending ? ring_behind(ring_[j]) : "";
     return concat(name(root), late.empty() ? "" : ", ", late);
   });
   check_size(l, root, ctx);
 }
 
-void ShmSteps::ring_read(int j, std::uint32_t s) {
-  ring_[j] = SetUse{s, 0, true, true};
-  shm_post(seg_.read_line(me_), s);
+void ShmSteps::ring_read(int j, std::uint32_t s, int root) {
+  ring_[j] = RingUse{s, root, true};
+  if (me_ != root) shm_post(seg_.read_line(me_), s);
 }
 
 void ShmSteps::disagree(int p, std::uint64_t theirs, const OpContext& ctx) {

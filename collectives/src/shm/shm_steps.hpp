@@ -64,8 +64,9 @@ class ShmSteps {
   void post_ring(int j, std::uint32_t s);
   /// Waits until `root` has posted step s on line j of its ring, for an operation of this rank's size.
   void wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx);
-  /// Every rank, root included, once it has read (or sent) the small bcast of step s on line j.
-  void ring_read(int j, std::uint32_t s);
+  /// Every rank, root included, once it has read (or sent) the small bcast of step s on line j: the readers post it on
+  /// their read lines (the root has nothing to post: nobody waits for it to read its own).
+  void ring_read(int j, std::uint32_t s, int root);
   /// Rank p as messages name it: its rank in the user's communicator where this one is a node's part.
   int name(int p) const { return names_.empty() ? p : names_[p]; }
 
@@ -83,9 +84,9 @@ class ShmSteps {
   // Waits until `line` reaches step s; else raises the TimeoutError (or the interruption), naming missing()'s ranks.
   template <typename Missing>
   void wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing);
-  // The ranks whose line_of(rank) has not reached step s.
+  // The ranks but `skip` whose line_of(rank) has not reached step s.
   template <typename LineOf>
-  std::string behind(LineOf&& line_of, std::uint32_t s) const;
+  std::string behind(LineOf&& line_of, std::uint32_t s, int skip = -1) const;
   void check_size(const ShmLine& line, int p, const OpContext& ctx);
   [[noreturn]] void disagree(int p, std::uint64_t theirs, const OpContext& ctx);
 
@@ -98,8 +99,16 @@ class ShmSteps {
   std::uint32_t uses_ = 0;  // buffer-set uses so far
   SetUse last_, before_;    // the last two uses of the buffer sets
   std::uint64_t size_ = 0;  // the size of the running operation
-  std::uint32_t ring_uses_ = 0;                        // small bcasts so far
-  std::array<SetUse, ShmSegment::kRingLines> ring_{};  // each ring line's last use (`set` unused)
+  // A use of a ring line: its step and root (whose readers must have read it before the line is written again).
+  struct RingUse {
+    std::uint32_t step = 0;
+    int root = 0;
+    bool pending = false;
+  };
+  std::string ring_behind(const RingUse& u) const;
+
+  std::uint32_t ring_uses_ = 0;                         // small bcasts so far
+  std::array<RingUse, ShmSegment::kRingLines> ring_{};  // each ring line's last use
 };
 
 }  // namespace shardkit::detail
