@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -22,6 +23,10 @@ WORLD_SIZE = int(next((os.environ[v] for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE
 # scripts/test.sh sweeps them all on the main environment's jax).
 WIDE_SWEEP = WORLD_SIZE == 2 and os.environ.get("SHARDKIT_TEST_WIDE_SWEEP", "1") != "0"
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# The flight-recorder dumps that tests provoke (a mismatch in checked mode, a truncation) go to the temporary directory
+# rather than into the working directory (by default `shardkit-dump-<job>` there: the source tree), unless the caller
+# or the test names a folder. The jobs tests start inherit it (clean_env).
+os.environ.setdefault("SHARDKIT_DUMP_DIR", os.path.join(tempfile.gettempdir(), f"shardkit-test-dumps-{os.getuid()}"))
 
 
 def has_module(name):
