@@ -148,19 +148,22 @@ def test_sigint_ends_a_recv_in_a_compiled_jax_program(tmp_path):
     check_interrupted(2, "jit", signal.SIGINT, tmp_path)
 
 
-@pytest.mark.parametrize("backend", ["mpi", "shm"])
-def test_a_truncation_outside_checked_mode_says_to_rerun_checked_and_ends_the_job(backend):
+# On shm, bcasts of up to 48 B go through the root's ring and larger ones through the buffer sets: the sizes are
+# compared whichever way each side went (16/32 B: both the ring; 64/16: the root a set, the reader the ring; 16/64:
+# the other way round). MPI reports only a truncation (the root sending more than a reader takes).
+@pytest.mark.parametrize("backend,root_n,other_n", [("mpi", 4, 2), ("shm", 4, 2), ("shm", 8, 2), ("shm", 2, 8)])
+def test_a_truncation_outside_checked_mode_says_to_rerun_checked_and_ends_the_job(backend, root_n, other_n):
     """Rank 1 catches the error and would finish normally while rank 0 may wait in a later operation: the job ends
     at exit. MPI reports the truncation; shm compares the sizes the ranks post."""
     code = textwrap.dedent("""
         import numpy as np, shardkit as sk
-        n = 4 if sk.rank() == 0 else 2  # the root sends 4 elements, the others expect 2
+        n = ROOT_N if sk.rank() == 0 else OTHER_N  # float64 elements the root sends, the others expect
         try:
             sk.mpi.bcast(np.arange(n, dtype=np.float64), root=0)
             print(f"rank {sk.rank()}: bcast returned", flush=True)
         except sk.Error as e:
             print(f"rank {sk.rank()}: {type(e).__name__}: {e}", flush=True)
-    """)
+    """).replace("ROOT_N", str(root_n)).replace("OTHER_N", str(other_n))
     launcher = os.environ.get("MPIEXEC", "mpirun")
     start = time.time()
     r = subprocess.run([launcher, "--oversubscribe", "--bind-to", "none", "-np", "2", sys.executable, "-c", code],
@@ -171,7 +174,8 @@ def test_a_truncation_outside_checked_mode_says_to_rerun_checked_and_ends_the_jo
     if backend == "mpi":
         assert "rank 1: BackendError: MPI error" in out and "MPI_ERR_TRUNCATE" in out, out
     else:
-        want = "rank 1: MismatchError: bcast #1 on communicator 'world': rank 0 posted 32 bytes, rank 1 has 16"
+        want = (f"rank 1: MismatchError: bcast #1 on communicator 'world': rank 0 posted {8 * root_n} bytes, rank 1 "
+                f"has {8 * other_n}")
         assert want in out, out
     assert "Rerun with SHARDKIT_CHECK=1 to have every rank name the mismatch" in out, out
     assert "ending the job (MPI_Abort)" in out, out

@@ -243,7 +243,7 @@ class ShmBackend final : public Backend {
       if (me_ == root) {
         std::memcpy(part(set, root, bytes), p + off * item, bytes);
       } else {
-        steps_.wait_for(set, root, s, ctx);
+        steps_.wait_root(set, root, s, ctx);
         std::memcpy(p + off * item, part(set, root, bytes), bytes);
       }
       steps_.post(set, s);
@@ -264,7 +264,8 @@ class ShmBackend final : public Backend {
       steps_.wait_all_posted(set, s, ctx);
       return;
     }
-    read_peer(buf, set, root, 0, bytes, s, ctx);
+    steps_.wait_root(set, root, s, ctx);
+    read_posted(buf, set, root, 0, 0, bytes, ctx);
     steps_.post(set, s);
     steps_.owe(set, s);
   }

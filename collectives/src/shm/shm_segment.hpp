@@ -111,9 +111,10 @@ struct WaitPolicy {
 /// Posts `step` on `line` and wakes its sleepers.
 void shm_post(ShmLine& line, std::uint32_t step) noexcept;
 
-/// Waits until `line` reaches `step` or `deadline` passes or a signal arrives (shardkit/core/interrupt.hpp); true when
-/// it reached it. Spins, then yields, then sleeps on the flag's futex.
+/// Waits until `line` (or `also`, where given) reaches `step` or `deadline` passes or a signal arrives
+/// (shardkit/core/interrupt.hpp); true when one of them reached it. Spins, then yields, then sleeps on `line`'s futex
+/// (`also` is seen within 50 ms then).
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
-              std::chrono::steady_clock::time_point deadline) noexcept;
+              std::chrono::steady_clock::time_point deadline, const ShmLine* also = nullptr) noexcept;
 
 }  // namespace shardkit::detail

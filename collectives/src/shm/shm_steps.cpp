@@ -71,15 +71,27 @@ void ShmSteps::check_size(const ShmLine& line, int p, const OpContext& ctx) {
   if (theirs != size_) disagree(p, theirs, ctx);
 }
 
-// Waits until rank p has posted step s in `set`.
-void ShmSteps::wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx) {
-  wait_line(seg_.line(set, p), s, ctx, [&] { return behind([&](int q) -> ShmLine& { return seg_.line(set, q); }, s); });
+// Waits until rank p has posted step s in `set` (true), or `also` has reached it first (false).
+bool ShmSteps::wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx, const ShmLine* also) {
+  return wait_line(
+      seg_.line(set, p), s, ctx, [&] { return behind([&](int q) -> ShmLine& { return seg_.line(set, q); }, s); },
+      also);
 }
 
 template <typename Missing>
-void ShmSteps::wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing) {
-  if (reached(line.flag.load(std::memory_order_acquire), s) || shm_wait(line, s, policy_, ctx.deadline)) return;
+bool ShmSteps::wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing,
+                         const ShmLine* also) {
+  auto posted = [&] { return reached(line.flag.load(std::memory_order_acquire), s); };
+  if (posted()) return true;
+  // Where `also` reached s, `line` may have too since it was last read (its poster went on): read again.
+  if (shm_wait(line, s, policy_, ctx.deadline, also)) return posted();
   raise_unfinished(ctx, abort_, concat("rank(s) ", missing(), " did not arrive (shared memory)"));
+}
+
+void ShmSteps::wait_root(int set, int root, std::uint32_t s, const OpContext& ctx) {
+  const ShmLine& ring = seg_.ring_line(root, static_cast<int>(ring_uses_ % ShmSegment::kRingLines));
+  if (!wait_posted(set, root, s, ctx, &ring)) disagree(root, ring.size.load(std::memory_order_relaxed), ctx);
+  check_size(seg_.line(set, root), root, ctx);
 }
 
 template <typename LineOf>
@@ -113,10 +125,16 @@ void ShmSteps::post_ring(int j, std::uint32_t s) {
 void ShmSteps::wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx) {
   ShmLine& l = seg_.ring_line(root, j);
   // The root may itself be waiting to reuse the line, for ranks that have not read its last use: those are named too.
-  wait_line(l, s, ctx, [&] {
-    const std::string late = ring_[j].pending ? ring_behind(ring_[j]) : "";
-    return concat(name(root), late.empty() ? "" : ", ", late);
-  });
+  // A root whose bcast is larger posts on its set line instead (the set its next use takes): the sizes disagree.
+  const ShmLine& set_line = seg_.line(static_cast<int>(uses_ & 1U), root);
+  const bool posted = wait_line(
+      l, s, ctx,
+      [&] {
+        const std::string late = ring_[j].pending ? ring_behind(ring_[j]) : "";
+        return concat(name(root), late.empty() ? "" : ", ", late);
+      },
+      &set_line);
+  if (!posted) disagree(root, set_line.size.load(std::memory_order_relaxed), ctx);
   check_size(l, root, ctx);
 }
 

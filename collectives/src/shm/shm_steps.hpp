@@ -62,7 +62,11 @@ class ShmSteps {
   void before_ring_write(int j, const OpContext& ctx);
   /// The root posts step s on line j of its ring, with the operation's size.
   void post_ring(int j, std::uint32_t s);
-  /// Waits until `root` has posted step s on line j of its ring, for an operation of this rank's size.
+  /// A bcast reader whose bcast is too large for the ring: waits until `root` has posted step s in `set`, for an
+  /// operation of this rank's size (a root that posted on its ring instead disagrees on the size).
+  void wait_root(int set, int root, std::uint32_t s, const OpContext& ctx);
+  /// Waits until `root` has posted step s on line j of its ring, for an operation of this rank's size (a root that
+  /// posted on its set line instead disagrees on the size).
   void wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx);
   /// Every rank, root included, once it has read (or sent) the small bcast of step s on line j: the readers post it on
   /// their read lines (the root has nothing to post: nobody waits for it to read its own).
@@ -80,10 +84,12 @@ class ShmSteps {
   };
 
   void settle(SetUse& u, const OpContext& ctx);
-  void wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx);
-  // Waits until `line` reaches step s; else raises the TimeoutError (or the interruption), naming missing()'s ranks.
+  bool wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx, const ShmLine* also = nullptr);
+  // Waits until `line` reaches step s (true), or `also`, where given, reaches it first (false); else raises the
+  // TimeoutError (or the interruption), naming missing()'s ranks.
   template <typename Missing>
-  void wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing);
+  bool wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing,
+                 const ShmLine* also = nullptr);
   // The ranks but `skip` whose line_of(rank) has not reached step s.
   template <typename LineOf>
   std::string behind(LineOf&& line_of, std::uint32_t s, int skip = -1) const;
