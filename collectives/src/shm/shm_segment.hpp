@@ -70,7 +70,7 @@ class ShmSegment {
   ShmLine& ring_line(int root, int j) const noexcept {
     return pair_lines()[2 * ranks_ * ranks_ + root * kRingLines + j];
   }
-  /// The line rank `rank` posts the step of each small bcast it has read (or sent) on.
+  /// The line rank `rank` posts the step of each small bcast it has read on (not of those it sent).
   ShmLine& read_line(int rank) const noexcept {
     return pair_lines()[2 * ranks_ * ranks_ + ranks_ * kRingLines + rank];
   }

@@ -71,11 +71,13 @@ void ShmSteps::check_size(const ShmLine& line, int p, const OpContext& ctx) {
   if (theirs != size_) disagree(p, theirs, ctx);
 }
 
-// Waits until rank p has posted step s in `set` (true), or `also` has reached it first (false).
-bool ShmSteps::wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx, const ShmLine* also) {
-  return wait_line(
-      seg_.line(set, p), s, ctx, [&] { return behind([&](int q) -> ShmLine& { return seg_.line(set, q); }, s); },
-      also);
+// Waits until rank p has posted step s in `set`.
+void ShmSteps::wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx) {
+  wait_line(seg_.line(set, p), s, ctx, [&] { return set_behind(set, s); });
+}
+
+std::string ShmSteps::set_behind(int set, std::uint32_t s) const {
+  return behind([&](int q) -> ShmLine& { return seg_.line(set, q); }, s);
 }
 
 template <typename Missing>
@@ -89,9 +91,17 @@ bool ShmSteps::wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, M
 }
 
 void ShmSteps::wait_root(int set, int root, std::uint32_t s, const OpContext& ctx) {
-  const ShmLine& ring = seg_.ring_line(root, static_cast<int>(ring_uses_ % ShmSegment::kRingLines));
-  if (!wait_posted(set, root, s, ctx, &ring)) disagree(root, ring.size.load(std::memory_order_relaxed), ctx);
-  check_size(seg_.line(set, root), root, ctx);
+  wait_bcast_root(seg_.line(set, root), seg_.ring_line(root, static_cast<int>(ring_uses_ % ShmSegment::kRingLines)),
+                  root, s, ctx, [&] { return set_behind(set, s); });
+}
+
+// A bcast reader: waits until `root` has posted step s on `line`, for an operation of this rank's size. A root that
+// posted on `other` (the line of the other path: the ring, or its set line) disagrees on the size.
+template <typename Missing>
+void ShmSteps::wait_bcast_root(ShmLine& line, const ShmLine& other, int root, std::uint32_t s, const OpContext& ctx,
+                               Missing&& missing) {
+  if (!wait_line(line, s, ctx, missing, &other)) disagree(root, other.size.load(std::memory_order_relaxed), ctx);
+  check_size(line, root, ctx);
 }
 
 template <typename LineOf>
@@ -122,20 +132,13 @@ void ShmSteps::post_ring(int j, std::uint32_t s) {
   shm_post(l, s);
 }
 
+// A root whose bcast is larger posts on its set line instead (the set its next use takes). The root may itself be
+// waiting to reuse the line, for ranks that have not read its last use: those are named too.
 void ShmSteps::wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx) {
-  ShmLine& l = seg_.ring_line(root, j);
-  // The root may itself be waiting to reuse the line, for ranks that have not read its last use: those are named too.
-  // A root whose bcast is larger posts on its set line instead (the set its next use takes): the sizes disagree.
-  const ShmLine& set_line = seg_.line(static_cast<int>(uses_ & 1U), root);
-  const bool posted = wait_line(
-      l, s, ctx,
-      [&] {
-        const std::string late = ring_[j].pending ? ring_behind(ring_[j]) : "";
-        return concat(name(root), late.empty() ? "" : ", ", late);
-      },
-      &set_line);
-  if (!posted) disagree(root, set_line.size.load(std::memory_order_relaxed), ctx);
-  check_size(l, root, ctx);
+  wait_bcast_root(seg_.ring_line(root, j), seg_.line(static_cast<int>(uses_ & 1U), root), root, s, ctx, [&] {
+    const std::string late = ring_[j].pending ? ring_behind(ring_[j]) : "";
+    return concat(name(root), late.empty() ? "" : ", ", late);
+  });
 }
 
 void ShmSteps::ring_read(int j, std::uint32_t s, int root) {

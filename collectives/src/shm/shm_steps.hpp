@@ -13,7 +13,7 @@
 // readers, as MPI's eager sends let it. A bcast small enough to travel in a flag line uses no buffer set: the root
 // writes the next line of its own ring (kRingLines lines; the same line on every rank) and returns; each reader waits
 // for it, reads it and posts the step on its read line. Only before writing a ring line again does the root wait until
-// every rank's read line has passed that line's last use, so that a root may run a whole ring ahead of its readers.
+// the read line of every reader of that line's last use has passed it, so that a root may run a whole ring ahead.
 //
 // Every post carries the size of the operation (what every rank's must agree on); a reader that sees another size
 // raises MismatchError, and a rank that does not come by the deadline gives the TimeoutError naming it.
@@ -84,12 +84,17 @@ class ShmSteps {
   };
 
   void settle(SetUse& u, const OpContext& ctx);
-  bool wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx, const ShmLine* also = nullptr);
+  void wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx);
+  // The ranks that have not posted step s in `set`.
+  std::string set_behind(int set, std::uint32_t s) const;
   // Waits until `line` reaches step s (true), or `also`, where given, reaches it first (false); else raises the
   // TimeoutError (or the interruption), naming missing()'s ranks.
   template <typename Missing>
   bool wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing,
                  const ShmLine* also = nullptr);
+  template <typename Missing>
+  void wait_bcast_root(ShmLine& line, const ShmLine& other, int root, std::uint32_t s, const OpContext& ctx,
+                       Missing&& missing);
   // The ranks but `skip` whose line_of(rank) has not reached step s.
   template <typename LineOf>
   std::string behind(LineOf&& line_of, std::uint32_t s, int skip = -1) const;
