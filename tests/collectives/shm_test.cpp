@@ -194,11 +194,12 @@ TEST_P(Shm, TwoSmallBcastsFromAnotherRootAfterALargeOne) {
   }
 }
 
-// A large allreduce (single copy) reads every rank's share of the result from that rank's output: a rank returns only
-// once all have read it. Here rank 0 overwrites its output as soon as the call returns, and every other rank must
-// still have the right sum (without the last handshake, rank 0 returned while rank 1 was still reading its share).
-// float32 at 1-4 ranks, in place and not.
-TEST_P(Shm, LargeAllreduceKeepsEachOutputUntilAllHaveReadIt) {
+// A large allreduce (single copy) reads every rank's share of the inputs from that rank's input and writes its share of
+// the result into every output: a rank returns only once every other rank is done with both of its buffers. Here
+// every rank checks its output as soon as the call returns (without the last handshake, the others' shares may not be
+// there yet), and then rank 0 overwrites its input and output, which must not reach the others' sums (the others may
+// still be reading its input, in place its output). float32 at 1-4 ranks, in place and not.
+TEST_P(Shm, LargeAllreduceKeepsEachBufferUntilAllAreDone) {
   if (dtype() != DType::kFloat32) GTEST_SKIP() << "one dtype is enough";
   const auto n = static_cast<std::int64_t>(2 * detail::kCmaReduceBytes / 4 + 3);
   for (int i = 0; i < 24; ++i) {
@@ -206,13 +207,13 @@ TEST_P(Shm, LargeAllreduceKeepsEachOutputUntilAllHaveReadIt) {
     Array x = Array::from_values<float>(std::vector<float>(n, static_cast<float>(rank() + i)));
     Array out = in_place ? x : Array::empty({n}, DType::kFloat32);
     comm().allreduce(x, out, ReduceOp::kSum).wait();
-    if (rank() == 0) {
-      std::memset(out.data(), 0xff, out.nbytes());  // NaN
-      continue;
-    }
     const auto want = static_cast<float>(size() * (size() - 1) / 2 + size() * i);
     const auto got = out.to_vector<float>();
     EXPECT_EQ(std::count(got.begin(), got.end(), want), n) << "i=" << i << (in_place ? " in place" : "");
+    if (rank() == 0) {
+      std::memset(x.data(), 0xff, x.nbytes());  // NaN
+      std::memset(out.data(), 0xff, out.nbytes());
+    }
   }
 }
 

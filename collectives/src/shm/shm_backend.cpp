@@ -12,9 +12,10 @@
 // the others read it with process_vm_readv, and a second handshake (the bcast root's wait for every reader) keeps each
 // buffer in place until all have read it. From kCmaReduceBytes an allreduce does the same: every rank posts its input's
 // and its output's addresses, folds its share of the elements from the others' inputs straight into its output (piece
-// by piece, through a buffer that stays in cache), posts, reads the others' shares of the result from their outputs,
-// and posts again before it returns (its output is theirs to read until then). Only where every rank has a CPU: with
-// more ranks than CPUs (4 on 2 cores) the segment path measured faster (0.61-0.68x MPI against 0.69-0.78x).
+// by piece, through a buffer that stays in cache), writes each piece, still in cache, into the others' outputs
+// (process_vm_writev), and posts again before it returns (its input is theirs to read, its output theirs to write,
+// until all have posted). Only where every rank has a CPU: with more ranks than CPUs (4 on 2 cores) the segment path
+// measured faster (0.61-0.68x MPI against 0.69-0.78x).
 //
 // Reductions are MPI_Reduce_local on the MPI backend's datatypes and operations (mpi_types.hpp): the same arithmetic
 // as on MPI (float16/bfloat16 in float32, wrapping 8/16-bit integer sums, NaN-propagating min/max, bool logic), folded
@@ -58,8 +59,9 @@ constexpr std::size_t kCmaPieceBytes = std::size_t{128} << 10;
 // Parts up to this many bytes fold through shm_fold() where it covers the reduction.
 constexpr std::size_t kOwnFoldBytes = kSplitBytes;
 
-// How one part folds into another: the backend's own loop (small parts), or MPI_Reduce_local (handles looked up only
-// when some part may need them).
+// How one part folds into another: the backend's own loop (small parts, and every first fold of two parts into a
+// third, which saves copying one of them out first), or MPI_Reduce_local (handles looked up only when some part may
+// need them).
 struct Reducer {
   ShmFold own = nullptr;
   MPI_Datatype type = MPI_DATATYPE_NULL;
@@ -74,9 +76,16 @@ struct Reducer {
   // inout = in op inout.
   void operator()(const unsigned char* in, unsigned char* inout, std::int64_t count, std::size_t item) const {
     if (own && count * item <= kOwnFoldBytes)
-      own(in, inout, count);
+      own(in, inout, inout, count);
     else
       SHARDKIT_MPI_CHECK(MPI_Reduce_local(in, inout, static_cast<int>(count), type, op));
+  }
+  // out = in op acc (out overlaps neither).
+  void operator()(const unsigned char* in, const unsigned char* acc, unsigned char* out, std::int64_t count,
+                  std::size_t item) const {
+    if (own) return own(in, acc, out, count);
+    std::memcpy(out, acc, count * item);
+    (*this)(in, out, count, item);
   }
 };
 
@@ -179,8 +188,8 @@ class ShmBackend final : public Backend {
     });
   }
 
-  // Single copy: see the top of this file. In place (send and out one buffer), a rank writes only its own share before
-  // the second handshake, and the others read only theirs from its input then.
+  // Single copy: see the top of this file. In place (send and out one buffer), a rank's share of its buffer is read and
+  // written only by itself, and rank p's share only by rank p, which reads each piece before it writes it.
   void allreduce_cma(const Array& send, Array& out, ReduceOp op, const OpContext& ctx) {
     const std::size_t item = send.itemsize();
     const std::int64_t m = send.numel();
@@ -208,14 +217,12 @@ class ShmBackend final : public Backend {
       }
       if (in_place) std::memcpy(held(me_), in + at, bytes);
       fold(res + at, k, item, fold_in, [&](int p) { return p == me_ && !in_place ? in + at : held(p); });
+      for (int j = 1; j < n_; ++j) {  // the piece is still in cache: into every other rank's output
+        const int p = (me_ + j) % n_;
+        copy_posted(res + at, set, p, 1, at, bytes, true, ctx);
+      }
     }
-    steps_.step(set, ctx);  // every share is folded, and nobody reads an input any more
-    for (int j = 1; j < n_; ++j) {
-      const int p = (me_ + j) % n_;
-      const auto [plo, phi] = share(p);
-      read_posted(res + plo * item, set, p, 1, plo * item, (phi - plo) * item, ctx);
-    }
-    steps_.step(set, ctx);  // every rank has read this rank's share of the result
+    steps_.step(set, ctx);  // every share is in every output, and nobody reads an input any more
   }
 
   void bcast(const Array& buf, int root, const OpContext& ctx) {
@@ -310,11 +317,20 @@ class ShmBackend final : public Backend {
   // Copies `bytes` from offset `at` of the `which`-th buffer rank p posted in `set` (already known to be posted).
   void read_posted(unsigned char* to, int set, int p, int which, std::size_t at, std::size_t bytes,
                    const OpContext& ctx) {
+    copy_posted(to, set, p, which, at, bytes, false, ctx);
+  }
+
+  // read_posted, or (write) the other way: `bytes` at `here` to offset `at` of that buffer.
+  void copy_posted(unsigned char* here, int set, int p, int which, std::size_t at, std::size_t bytes, bool write,
+                   const OpContext& ctx) {
     std::uintptr_t address = 0;
     std::memcpy(&address, seg_.line(set, p).data + which * sizeof address, sizeof address);
-    if (bytes != 0 && !cma_read(cma_.pids[p], to, reinterpret_cast<const void*>(address + at), bytes))
+    if (bytes == 0) return;
+    auto* there = reinterpret_cast<unsigned char*>(address + at);
+    if (!(write ? cma_write(cma_.pids[p], there, here, bytes) : cma_read(cma_.pids[p], here, there, bytes)))
       raise_unfinished(ctx, *abort_,
-                       concat("process_vm_readv from rank ", steps_.name(p), " failed (", std::strerror(errno), ")"));
+                       concat(write ? "process_vm_writev to rank " : "process_vm_readv from rank ", steps_.name(p),
+                              " failed (", std::strerror(errno), ")"));
   }
 
   void allgather(const Array& send, Array& recv, const OpContext& ctx) {
@@ -376,8 +392,9 @@ class ShmBackend final : public Backend {
   // out = src(0) op src(1) op ... op src(n-1), in the same order on every rank.
   template <typename Src>
   void fold(unsigned char* out, std::int64_t count, std::size_t item, const Reducer& r, Src&& src) const {
-    std::memcpy(out, src(0), count * item);
-    for (int p = 1; p < n_; ++p) r(src(p), out, count, item);
+    if (n_ == 1) return static_cast<void>(std::memcpy(out, src(0), count * item));
+    r(src(1), src(0), out, count, item);
+    for (int p = 2; p < n_; ++p) r(src(p), out, count, item);
   }
 
   // Where rank p's part of `bytes` lives in `set`: inline in its flag line when it fits.

@@ -13,13 +13,15 @@
 
 namespace shardkit::detail {
 
-bool cma_read(pid_t pid, void* to, const void* from, std::size_t bytes) noexcept {
-  auto* dst = static_cast<unsigned char*>(to);
-  auto src = reinterpret_cast<std::uintptr_t>(from);
+namespace {
+
+// process_vm_readv (write false) or process_vm_writev of `bytes` between `local` here and `remote` in process `pid`.
+bool cma_copy(pid_t pid, void* local, std::uintptr_t remote, std::size_t bytes, bool write) noexcept {
+  auto* here = static_cast<unsigned char*>(local);
   // The kernel may copy less than asked (it stops at a fault, or at its per-call limit): go on from there.
   while (bytes > 0) {
-    iovec local{dst, bytes}, remote{reinterpret_cast<void*>(src), bytes};
-    const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    iovec l{here, bytes}, r{reinterpret_cast<void*>(remote), bytes};
+    const ssize_t got = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
     if (got < 0) {
       if (errno == EINTR) continue;
       return false;
@@ -28,11 +30,21 @@ bool cma_read(pid_t pid, void* to, const void* from, std::size_t bytes) noexcept
       errno = EFAULT;
       return false;
     }
-    dst += got;
-    src += static_cast<std::uintptr_t>(got);
+    here += got;
+    remote += static_cast<std::uintptr_t>(got);
     bytes -= static_cast<std::size_t>(got);
   }
   return true;
+}
+
+}  // namespace
+
+bool cma_read(pid_t pid, void* to, const void* from, std::size_t bytes) noexcept {
+  return cma_copy(pid, to, reinterpret_cast<std::uintptr_t>(from), bytes, false);
+}
+
+bool cma_write(pid_t pid, void* to, const void* from, std::size_t bytes) noexcept {
+  return cma_copy(pid, const_cast<void*>(from), reinterpret_cast<std::uintptr_t>(to), bytes, true);
 }
 
 CmaPeers probe_cma(MpiCommHandle handle) {
@@ -42,13 +54,14 @@ CmaPeers probe_cma(MpiCommHandle handle) {
   SHARDKIT_MPI_CHECK(MPI_Comm_size(comm, &size));
   CmaPeers out;
   out.pids.resize(static_cast<std::size_t>(size));
-  // Each rank offers a known word and reads its right neighbour's.
+  // Each rank offers a known word, reads its right neighbour's and writes it back (the same value).
   struct Offer {
     std::int64_t pid;
     std::uint64_t address;
   };
-  static const std::uint64_t kWord = 0x5368617264436d61;  // "ShardCma"
-  const Offer mine{getpid(), reinterpret_cast<std::uintptr_t>(&kWord)};
+  static constexpr std::uint64_t kWord = 0x5368617264436d61;  // "ShardCma"
+  static std::uint64_t offered = kWord;                          // only ever written kWord, by every probe
+  const Offer mine{getpid(), reinterpret_cast<std::uintptr_t>(&offered)};
   std::vector<Offer> all(out.pids.size());
   SHARDKIT_MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm));
   for (int r = 0; r < size; ++r) out.pids[r] = static_cast<pid_t>(all[r].pid);
@@ -61,10 +74,11 @@ CmaPeers probe_cma(MpiCommHandle handle) {
   int err = -1;
   if (Config::get().shm_single_copy) {
     std::uint64_t read = 0;
-    err = cma_read(static_cast<pid_t>(right.pid), &read, reinterpret_cast<const void*>(right.address), sizeof read)
-              ? 0
-              : errno;
+    const auto pid = static_cast<pid_t>(right.pid);
+    auto* at = reinterpret_cast<void*>(right.address);
+    err = cma_read(pid, &read, at, sizeof read) ? 0 : errno;
     if (err == 0 && read != kWord) err = EIO;
+    if (err == 0 && !cma_write(pid, at, &kWord, sizeof kWord)) err = errno;
   }
   int worst = 0, least = 0;
   SHARDKIT_MPI_CHECK(MPI_Allreduce(&err, &worst, 1, MPI_INT, MPI_MAX, comm));

@@ -1,7 +1,8 @@
 #pragma once
 
 // Single-copy reads of another rank's memory (Linux cross-memory attach, process_vm_readv): a large bcast, allgather,
-// alltoall, sendrecv or allreduce reads the other ranks' own buffers instead of copying through the segment twice.
+// alltoall, sendrecv or allreduce reads the other ranks' own buffers instead of copying through the segment twice (and
+// an allreduce writes its share of the result straight into theirs, process_vm_writev).
 // The kernel allows it only where this process may ptrace the other one (same user and no Yama restriction, or
 // CAP_SYS_PTRACE); containers often forbid it, so the ranks probe it once, when the backend is made, and fall back to
 // the segment when any rank cannot.
@@ -24,8 +25,9 @@ inline constexpr std::size_t kCmaBytes = std::size_t{64} << 10;
 /// README's shm section).
 inline constexpr std::size_t kCmaReduceBytes = std::size_t{512} << 10;
 
-/// Every rank's process id, and whether every rank could read another's memory (collective, blocking MPI calls over
-/// `comm`; false at 1 rank, or where SHARDKIT_SHM_SINGLE_COPY=0 on any rank). `why` says why not, on every rank.
+/// Every rank's process id, and whether every rank could read and write another's memory (collective, blocking MPI
+/// calls over `comm`; false at 1 rank, or where SHARDKIT_SHM_SINGLE_COPY=0 on any rank). `why` says why not, on every
+/// rank.
 struct CmaPeers {
   std::vector<pid_t> pids;
   bool usable = false;
@@ -35,5 +37,9 @@ CmaPeers probe_cma(MpiCommHandle comm);
 
 /// Copies `bytes` from address `from` of process `pid` to `to`. False (errno set) when the kernel refuses.
 bool cma_read(pid_t pid, void* to, const void* from, std::size_t bytes) noexcept;
+
+/// Copies `bytes` from `from` to address `to` of process `pid` (process_vm_writev). False (errno set) when the kernel
+/// refuses.
+bool cma_write(pid_t pid, void* to, const void* from, std::size_t bytes) noexcept;
 
 }  // namespace shardkit::detail

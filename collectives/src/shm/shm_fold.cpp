@@ -10,13 +10,13 @@ namespace shardkit::detail {
 namespace {
 
 template <typename T, typename Op>
-void fold(const unsigned char* in, unsigned char* inout, std::int64_t count) {
+void fold(const unsigned char* in, const unsigned char* acc, unsigned char* out, std::int64_t count) {
   for (std::int64_t i = 0; i < count; ++i) {
     T a, b;
     std::memcpy(&a, in + i * sizeof(T), sizeof(T));
-    std::memcpy(&b, inout + i * sizeof(T), sizeof(T));
+    std::memcpy(&b, acc + i * sizeof(T), sizeof(T));
     b = Op{}(a, b);
-    std::memcpy(inout + i * sizeof(T), &b, sizeof(T));
+    std::memcpy(out + i * sizeof(T), &b, sizeof(T));
   }
 }
 

@@ -12,9 +12,9 @@
 
 namespace shardkit::detail {
 
-/// inout[i] = in[i] op inout[i] for `count` elements (the operand order of MPI_Reduce_local); buffers need not be
-/// aligned.
-using ShmFold = void (*)(const unsigned char* in, unsigned char* inout, std::int64_t count);
+/// out[i] = in[i] op acc[i] for `count` elements (the operand order of MPI_Reduce_local's `inout = in op inout`);
+/// `out` may be `acc` (in place), no other overlap; buffers need not be aligned.
+using ShmFold = void (*)(const unsigned char* in, const unsigned char* acc, unsigned char* out, std::int64_t count);
 
 /// The fold of `op` on `dtype`, or nullptr where the backend leaves it to MPI_Reduce_local.
 ShmFold shm_fold(DType dtype, ReduceOp op) noexcept;
