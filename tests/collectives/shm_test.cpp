@@ -218,8 +218,8 @@ TEST_P(Shm, LargeAllreduceKeepsEachBufferUntilAllAreDone) {
 }
 
 // The single-copy allreduce runs only where every rank has a CPU; on a backend told so (this machine may have fewer
-// CPUs than ranks) it must give the exact sums at 2-4 ranks: dtypes of each width, a count that the ranks do not
-// share evenly, in place and not.
+// CPUs than ranks) it must give the exact sums at 2-4 ranks: dtypes of each width, counts that the ranks do not share
+// evenly, from just past the threshold to shares of several 128 KiB pieces, in place and not.
 TEST(ShmBackend, SingleCopyAllreduceWhereEveryRankHasACpu) {
   if (on_gpu()) GTEST_SKIP() << "host buffers only";  // the helpers below make device arrays there
   auto world = Communicator::world();
@@ -236,25 +236,27 @@ TEST(ShmBackend, SingleCopyAllreduceWhereEveryRankHasACpu) {
   for (DType dtype : {DType::kInt8, DType::kBFloat16, DType::kFloat32, DType::kComplex128}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
       if (!reduce_op_supports(op, dtype)) continue;
-      const auto n = static_cast<std::int64_t>(detail::kCmaReduceBytes / dtype_size(dtype)) * 3 / 2 + 7;
-      const Array want = reference(dtype, {n}, op, 0, world->size() - 1);
-      for (bool in_place : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << reduce_op_name(op)
-                                          << " in place " << in_place);
-        const Array x = input(dtype, {n}, world->rank(), pattern_for(op));
-        Array buf = x.clone();
-        Array out = in_place ? buf : Array::empty({n}, dtype);
-        OpArgs args;
-        args.reduce = op;
-        const detail::BackendCall call{OpKind::kAllreduce, &buf, &out, &args};
-        const Token none;
-        auto ctx =
-            detail::OpContext::for_step(OpKind::kAllreduce, "a test's allreduce", name, std::chrono::seconds(60));
-        ctx.after = &none;
-        backend->run(call, ctx);
-        EXPECT_TRUE(same(out, want));
-        if (!in_place) {
-          EXPECT_TRUE(same(buf, x));  // the input is not modified
+      for (const std::size_t bytes : {detail::kCmaReduceBytes * 3 / 2, std::size_t{1} << 20}) {
+        for (bool in_place : {false, true}) {
+          const auto n = static_cast<std::int64_t>(bytes / dtype_size(dtype)) + 7;
+          const Array want = reference(dtype, {n}, op, 0, world->size() - 1);
+          SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << reduce_op_name(op) << " n=" << n
+                                            << " in place " << in_place);
+          const Array x = input(dtype, {n}, world->rank(), pattern_for(op));
+          Array buf = x.clone();
+          Array out = in_place ? buf : Array::empty({n}, dtype);
+          OpArgs args;
+          args.reduce = op;
+          const detail::BackendCall call{OpKind::kAllreduce, &buf, &out, &args};
+          const Token none;
+          auto ctx =
+              detail::OpContext::for_step(OpKind::kAllreduce, "a test's allreduce", name, std::chrono::seconds(60));
+          ctx.after = &none;
+          backend->run(call, ctx);
+          EXPECT_TRUE(same(out, want));
+          if (!in_place) {
+            EXPECT_TRUE(same(buf, x));  // the input is not modified
+          }
         }
       }
     }

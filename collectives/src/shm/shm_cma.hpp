@@ -23,7 +23,7 @@ inline constexpr std::size_t kCmaBytes = std::size_t{64} << 10;
 
 /// From this many bytes an allreduce reads the others' buffers directly where it may (measured at 2 ranks: see the
 /// README's shm section).
-inline constexpr std::size_t kCmaReduceBytes = std::size_t{512} << 10;
+inline constexpr std::size_t kCmaReduceBytes = std::size_t{16} << 10;
 
 /// Every rank's process id, and whether every rank could read and write another's memory (collective, blocking MPI
 /// calls over `comm`; false at 1 rank, or where SHARDKIT_SHM_SINGLE_COPY=0 on any rank). `why` says why not, on every
