@@ -15,7 +15,8 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 // The default route's table: per operation, the message sizes (bytes of the first array on each rank) where shm was
 // measured faster than MPI, each against MPI in the same run (bench_collectives, 2 ranks on an idle machine, 3 and 4
 // on 2 cores for the crowded case; README, "Shared memory"). Operations and sizes not listed stay on MPI: reduce was
-// not measured; bcast above 8 KiB, allgathers past 256 KiB a rank and alltoall past 512 KiB went either way or to MPI.
+// not measured; bcast above 256 KiB, allgathers past 256 KiB a rank and alltoall past 512 KiB went either way or to
+// MPI.
 // A bcast below 512 B takes shm only where the ranks have a CPU each: crowded, MPI's root returns as soon as its
 // message is in the receiver's fast box while shm's waits for the previous bcast's readers (16-18x MPI at 3-4 ranks
 // on 2 cores), but with a CPU each shm took 0.10 us where the MPI route took 0.16 (raw MPI 0.09). Sendrecv was faster
@@ -33,7 +34,7 @@ constexpr ShmWins kShmWins[] = {
     {OpKind::kAllreduce, 0, kAnySize},
     {OpKind::kReduceScatter, 0, kAnySize},
     {OpKind::kBcast, 0, 511, true},
-    {OpKind::kBcast, 512, std::int64_t{8} << 10},
+    {OpKind::kBcast, 512, std::int64_t{256} << 10},
     {OpKind::kAllgather, 0, std::int64_t{256} << 10},
     {OpKind::kAlltoall, 0, std::int64_t{512} << 10},
     {OpKind::kBarrier, 0, kAnySize},

@@ -188,8 +188,12 @@ TEST(Routing, SmallBcastTakesShmOnlyWithACpuPerRank) {
     for (std::int64_t bytes : {std::int64_t{8}, std::int64_t{4} << 10, std::int64_t{64} << 20})
       EXPECT_EQ(detail::shm_by_default(op, bytes, true), detail::shm_by_default(op, bytes));
   }
-  // The measured crossovers at 2-4 ranks: allreduce at every size, allgather up to 256 KiB a rank.
+  // The measured crossovers at 2-4 ranks: allreduce at every size, allgather up to 256 KiB a rank, bcast up to 256 KiB.
   EXPECT_TRUE(detail::shm_by_default(OpKind::kAllreduce, std::int64_t{64} << 20));
+  for (bool crowded : {false, true}) {
+    EXPECT_TRUE(detail::shm_by_default(OpKind::kBcast, std::int64_t{256} << 10, crowded));
+    EXPECT_FALSE(detail::shm_by_default(OpKind::kBcast, (std::int64_t{256} << 10) + 1, crowded));
+  }
   EXPECT_TRUE(detail::shm_by_default(OpKind::kAllgather, std::int64_t{256} << 10));
   EXPECT_FALSE(detail::shm_by_default(OpKind::kAllgather, (std::int64_t{256} << 10) + 1));
 }

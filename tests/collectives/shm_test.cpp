@@ -178,7 +178,7 @@ TEST_P(Shm, SmallBcastsRunAWholeRingAheadOfALateReader) {
 // must arrive (float32, 3 ranks and more; at 1-2 ranks the same bcasts run, without the interleaving).
 TEST_P(Shm, TwoSmallBcastsFromAnotherRootAfterALargeOne) {
   if (dtype() != DType::kFloat32) GTEST_SKIP() << "one dtype is enough";
-  const auto large = static_cast<std::size_t>(2 * detail::kCmaBytes / 4);
+  const auto large = static_cast<std::size_t>(2 * detail::kCmaBcastBytes / 4);
   const int other = size() - 1;
   for (int i = 0; i < 20; ++i) {
     Array big = Array::from_values<float>(std::vector<float>(large, rank() == 0 ? static_cast<float>(i) : -1.0f));
@@ -292,14 +292,16 @@ TEST_P(Shm, ReduceScatter) {
   EXPECT_EQ(comm().backend_for(OpKind::kReduceScatter, Device::cpu()), shm_route(OpKind::kReduceScatter));
 }
 
-// Counts for the operations that move data only: shm_counts, and past the single-copy thresholds (alltoall's 8 KiB per
-// block, sendrecv's, everyone else's), past a sendrecv's inline bytes and chunk (half a slot), and past three chunks.
+// Counts for the operations that move data only: shm_counts, and past the single-copy thresholds (8 KiB: alltoall's
+// block and a roomy allgather's part; 16 KiB: bcast's and sendrecv's; a crowded allgather's), past a sendrecv's inline
+// bytes and chunk (half a slot), and past three chunks.
 std::vector<std::int64_t> movement_counts(DType dtype) {
   const auto item = static_cast<std::int64_t>(dtype_size(dtype));
   std::vector<std::int64_t> c = shm_counts(dtype, true);
   for (std::size_t bytes :
        {std::size_t{8} << 10, detail::ShmPairs::kInlineBytes + 1, detail::ShmPairs::kSingleCopyBytes + 1,
-        detail::kCmaBytes + 1, detail::ShmSegment::kSlotBytes / 2 + 1, 3 * detail::ShmSegment::kSlotBytes / 2 + 5})
+        detail::kCmaCrowdedGatherBytes + 1, detail::ShmSegment::kSlotBytes / 2 + 1,
+        3 * detail::ShmSegment::kSlotBytes / 2 + 5})
     c.push_back(static_cast<std::int64_t>(bytes) / item + 1);
   return c;
 }

@@ -7,10 +7,10 @@
 // all ranks in parallel: each folds its share of the elements into the result slot, posts a second step, and then
 // every rank copies the result out. Smaller chunks are folded whole by every rank after the one step.
 //
-// From kCmaBytes up (alltoall: kAlltoallCmaBytes per block), bcast, allgather and alltoall copy once instead of twice
-// where the ranks may read each other's memory (shm_cma.hpp): each rank posts its buffer's address in its flag line,
-// the others read it with process_vm_readv, and a second handshake (the bcast root's wait for every reader) keeps each
-// buffer in place until all have read it. From kCmaReduceBytes an allreduce does the same: every rank posts its input's
+// From the sizes in shm_cma.hpp up, bcast, allgather and alltoall copy once instead of twice where the ranks may read
+// each other's memory (shm_cma.hpp): each rank posts its buffer's address in its flag line, the others read it with
+// process_vm_readv, and a second handshake (the bcast root's wait for every reader) keeps each buffer in place until
+// all have read it. From kCmaReduceBytes an allreduce does the same: every rank posts its input's
 // and its output's addresses, folds its share of the elements from the others' inputs straight into its output (piece
 // by piece, through a buffer that stays in cache), writes each piece, still in cache, into the others' outputs
 // (process_vm_writev), and posts again before it returns (its input is theirs to read, its output theirs to write,
@@ -48,10 +48,6 @@ namespace {
 
 // Above this many bytes per chunk, an allreduce's reduction is split across the ranks (a second handshake pays off).
 constexpr std::size_t kSplitBytes = std::size_t{16} << 10;
-
-// From this many bytes per block, alltoall reads peers' buffers directly where it may: lower than kCmaBytes, since
-// its segment path copies every block twice (measured at 2 ranks: slower than MPI from 16 KiB blocks).
-constexpr std::size_t kAlltoallCmaBytes = std::size_t{8} << 10;
 
 // The piece of each rank's input a single-copy allreduce reads at a time: the pieces of every rank stay in L2.
 constexpr std::size_t kCmaPieceBytes = std::size_t{128} << 10;
@@ -123,14 +119,14 @@ class ShmBackend final : public Backend {
       case OpKind::kReduce: reduce(*c.send, c.recv, a.reduce, ctx); break;  // recv set on the root only
       case OpKind::kBcast: {
         const Array& buf = c.send ? *c.send : *c.recv;
-        if (cma_.usable && buf.nbytes() >= kCmaBytes)
+        if (cma_.usable && buf.nbytes() >= kCmaBcastBytes)
           bcast_cma(bytes_of(buf), buf.nbytes(), a.root, ctx);
         else
           bcast(buf, a.root, ctx);
         break;
       }
       case OpKind::kAllgather:
-        if (cma_.usable && c.send->nbytes() >= kCmaBytes)
+        if (cma_.usable && c.send->nbytes() >= (policy_.crowded ? kCmaCrowdedGatherBytes : kCmaGatherBytes))
           gather_cma(bytes_of(*c.send), bytes_of(*c.recv), c.send->nbytes(), 0, ctx);
         else
           allgather(*c.send, *c.recv, ctx);
@@ -139,7 +135,7 @@ class ShmBackend final : public Backend {
       case OpKind::kAlltoall: {
         // In place, a rank's own buffer is overwritten while the others may still read it: through the segment then.
         const std::size_t block = c.send->nbytes() / n_;
-        if (cma_.usable && block >= kAlltoallCmaBytes && !c.in_place())
+        if (cma_.usable && block >= kCmaAlltoallBytes && !c.in_place())
           gather_cma(bytes_of(*c.send), bytes_of(*c.recv), block, me_ * block, ctx);
         else
           alltoall(*c.send, *c.recv, ctx);

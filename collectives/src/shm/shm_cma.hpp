@@ -17,12 +17,17 @@
 
 namespace shardkit::detail {
 
-/// From this many bytes of one message (one rank's part of a bcast, allgather or alltoall; a sendrecv's message), the
-/// shm backend reads peers' buffers directly where it may.
-inline constexpr std::size_t kCmaBytes = std::size_t{64} << 10;
-
-/// From this many bytes an allreduce reads the others' buffers directly where it may (measured at 2 ranks: see the
-/// README's shm section).
+/// From these many bytes the shm backend reads (or writes) peers' buffers directly where it may; below, it copies
+/// through its segment. Measured at 2 ranks, and at 3-4 on 2 cores for the crowded case (README, "Shared memory"):
+/// a bcast's buffer;
+inline constexpr std::size_t kCmaBcastBytes = std::size_t{16} << 10;
+/// one rank's part of an allgather where every rank has a CPU (WaitPolicy::crowded false),
+inline constexpr std::size_t kCmaGatherBytes = std::size_t{8} << 10;
+/// and where they do not (there the segment measured faster from 8 KiB to 32 KiB);
+inline constexpr std::size_t kCmaCrowdedGatherBytes = std::size_t{64} << 10;
+/// one block of an alltoall (through the segment, each block is copied twice);
+inline constexpr std::size_t kCmaAlltoallBytes = std::size_t{8} << 10;
+/// an allreduce's input, only where every rank has a CPU.
 inline constexpr std::size_t kCmaReduceBytes = std::size_t{16} << 10;
 
 /// Every rank's process id, and whether every rank could read and write another's memory (collective, blocking MPI
