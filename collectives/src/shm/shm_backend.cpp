@@ -10,12 +10,12 @@
 // From the sizes in shm_cma.hpp up, bcast, allgather and alltoall copy once instead of twice where the ranks may read
 // each other's memory (shm_cma.hpp): each rank posts its buffer's address in its flag line, the others read it with
 // process_vm_readv, and a second handshake (the bcast root's wait for every reader) keeps each buffer in place until
-// all have read it. From kCmaReduceBytes an allreduce does the same: every rank posts its input's
-// and its output's addresses, folds its share of the elements from the others' inputs straight into its output (piece
-// by piece, through a buffer that stays in cache), writes each piece, still in cache, into the others' outputs
-// (process_vm_writev), and posts again before it returns (its input is theirs to read, its output theirs to write,
-// until all have posted). Only where every rank has a CPU: with more ranks than CPUs (4 on 2 cores) the segment path
-// measured faster (0.61-0.68x MPI against 0.69-0.78x).
+// all have read it. From kCmaReduceBytes an allreduce does the same: every rank posts its input's and its output's
+// addresses, folds its share of the elements from the others' inputs straight into its output (piece by piece, through
+// a buffer that stays in cache), writes each piece, still in cache, into the others' outputs (process_vm_writev), and
+// posts again before it returns (its input is theirs to read, its output theirs to write, until all have posted). Only
+// where every rank has a CPU: with more ranks than CPUs (3-4 on 2 cores) the segment path measured faster (0.31-0.67x
+// MPI against 0.48-0.74x).
 //
 // Reductions are MPI_Reduce_local on the MPI backend's datatypes and operations (mpi_types.hpp): the same arithmetic
 // as on MPI (float16/bfloat16 in float32, wrapping 8/16-bit integer sums, NaN-propagating min/max, bool logic), folded
