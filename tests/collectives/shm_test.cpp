@@ -237,9 +237,9 @@ TEST(ShmBackend, SingleCopyAllreduceWhereEveryRankHasACpu) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
       if (!reduce_op_supports(op, dtype)) continue;
       for (const std::size_t bytes : {detail::kCmaReduceBytes * 3 / 2, std::size_t{1} << 20}) {
+        const auto n = static_cast<std::int64_t>(bytes / dtype_size(dtype)) + 7;
+        const Array want = reference(dtype, {n}, op, 0, world->size() - 1);
         for (bool in_place : {false, true}) {
-          const auto n = static_cast<std::int64_t>(bytes / dtype_size(dtype)) + 7;
-          const Array want = reference(dtype, {n}, op, 0, world->size() - 1);
           SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << reduce_op_name(op) << " n=" << n
                                             << " in place " << in_place);
           const Array x = input(dtype, {n}, world->rank(), pattern_for(op));

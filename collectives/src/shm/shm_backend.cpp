@@ -201,8 +201,7 @@ class ShmBackend final : public Backend {
     // Every rank's inputs for one piece: the others' read into the cache-sized buffer, this rank's own from its input
     // (in place, copied there too: folding writes the output before it reads this rank's part).
     pieces_.resize(static_cast<std::size_t>(n_) * piece * item);
-    auto share = [&](int p) { return std::pair{m * p / n_, m * (p + 1) / n_}; };
-    const auto [lo, hi] = share(me_);
+    const std::int64_t lo = m * me_ / n_, hi = m * (me_ + 1) / n_;  // this rank's share of the elements
     for (std::int64_t off = lo; off < hi; off += piece) {
       const std::int64_t k = std::min(piece, hi - off);
       const std::size_t at = off * item, bytes = k * item;
