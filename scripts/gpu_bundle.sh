@@ -15,7 +15,10 @@ debs=(openmpi-bin openmpi-common libopenmpi-dev libopenmpi3 libpmix2 libevent-co
       libhwloc15 libhwloc-plugins libfabric1 libpsm2-2 libpsm-infinipath1 libucx0 libibverbs1 librdmacm1
       libnl-3-200 libnl-route-3-200 libxnvctrl0 libnuma1 libopenblas0-pthread libopenblas-pthread-dev
       libopenblas-dev libblas3 liblapack3 libgfortran5 libscalapack-openmpi2.2 libscalapack-openmpi-dev
-      libgtest-dev googletest)
+      libgtest-dev googletest
+      # Linked by libopen-pal, OpenBLAS and MPI's components, and absent from some minimal images (each is left out
+      # on a machine that has it: gpu_check.sh keeps the machine's own).
+      libudev1 libquadmath0 libuuid1 libatomic1 libpciaccess0 libmunge2 libltdl7)
 (cd "$OUT/debs" && apt-get download "${debs[@]}")
 
 # Debian's maintainer scripts make the unversioned names (mpirun, mpicc, libblas.so.3, cblas.h, ...) through

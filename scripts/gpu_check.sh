@@ -239,7 +239,9 @@ if t=$(step_time 150 gemm) && [ -n "$t" ]; then
     cat "$BUILD.gemm.log"
     worst=$(awk '$1 ~ /^[0-9]+$/ {print $5}' "$BUILD.gemm.log" | sort -g | head -1)
     best=$(awk '$1 ~ /^[0-9]+$/ && $2 == "bfloat16" {print $3}' "$BUILD.gemm.log" | sort -g | tail -1)
-    note "GEMM: shardkit vs cuBLAS" ok "worst ratio $worst (cuBLAS time / shardkit time); bf16 up to $best TF/s"
+    host=$(sed -n "s/^# host time per call at n=64 float32 ([^)]*): //p" "$BUILD.gemm.log")
+    note "GEMM: shardkit vs cuBLAS" ok \
+      "worst median ratio $worst (cuBLAS time / shardkit time); bf16 up to $best TF/s; host per call: $host"
   else
     note "GEMM: shardkit vs cuBLAS" FAIL "log: $BUILD.gemm.log"
   fi

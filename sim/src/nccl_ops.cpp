@@ -1,11 +1,14 @@
 // The simulated NCCL's operations (communicators: nccl_comm.cpp): every communication is an MPI operation on the
 // communicator's private MPI communicator, issued by the worker of the stream it was enqueued on, so it is ordered with
 // the kernels and copies of that stream exactly as an NCCL kernel is. Reductions gather the inputs and reduce them in
-// rank order. Grouped sends and receives of one stream progress together, as one fused NCCL kernel does.
+// rank order. Grouped sends and receives of one stream progress together, as one fused NCCL kernel does. A rank sends
+// to itself only within a group that receives from itself as much too (NCCL: "Trying to send to self without a
+// matching recv", an invalid usage that ends the communicator).
 
 #include <mpi.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -153,6 +156,31 @@ void enqueue_p2p(const std::shared_ptr<Stream>& st, std::vector<P2P> ops) {
   }));
 }
 
+// A communicator's sends to itself and receives from itself in one launch (a group, or one call) must pair up, the
+// k-th send with the k-th receive, of the same size. Else the invalid usage, which also ends the communicator.
+ncclResult_t check_self_pairs(const std::vector<P2P>& ops) {
+  std::vector<ncclComm_t> comms;
+  for (const P2P& op : ops)
+    if (op.peer == op.comm->rank && std::find(comms.begin(), comms.end(), op.comm) == comms.end())
+      comms.push_back(op.comm);
+  for (ncclComm_t c : comms) {
+    std::vector<int> sends, recvs;
+    for (const P2P& op : ops)
+      if (op.comm == c && op.peer == c->rank) (op.send ? sends : recvs).push_back(op.bytes);
+    std::string why;
+    if (sends.size() > recvs.size()) why = "Trying to send to self without a matching recv";
+    if (sends.size() < recvs.size()) why = "Trying to recv from self without a matching send";
+    for (std::size_t i = 0; why.empty() && i < sends.size(); ++i)
+      if (sends[i] != recvs[i])
+        why = "Trying to send " + std::to_string(sends[i]) + " bytes to self but receive " + std::to_string(recvs[i]);
+    if (!why.empty()) {
+      c->async_error = ncclInvalidUsage;
+      return nccl_error(ncclInvalidUsage, why);
+    }
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t p2p(const void* buf, std::size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s,
                  bool send, const char* call) {
   check_open(c, call);
@@ -169,6 +197,7 @@ ncclResult_t p2p(const void* buf, std::size_t count, ncclDataType_t t, int peer,
     group.p2p.emplace_back(st, op);
     return enqueued(c);
   }
+  if (const ncclResult_t r = check_self_pairs({op}); r != ncclSuccess) return r;
   enqueue_p2p(st, {op});
   return enqueued(c);
 }
@@ -185,6 +214,14 @@ ncclResult_t ncclGroupStart() {
 ncclResult_t ncclGroupEnd() {
   if (group.depth == 0) return nccl_error(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
   if (--group.depth > 0) return ncclSuccess;
+  std::vector<P2P> all;
+  for (const auto& [st, op] : group.p2p) all.push_back(op);
+  if (const ncclResult_t r = check_self_pairs(all); r != ncclSuccess) {  // nothing of the group is launched
+    group.colls.clear();
+    group.p2p.clear();
+    group.comms.clear();
+    return r;
+  }
   // What every grouped operation follows is what was launched before the group: the group launches as one.
   std::vector<LaunchSnapshot> snaps;
   for (auto& [st, op] : group.colls) snaps.push_back(order_snapshot(op.comm));

@@ -194,6 +194,66 @@ TEST_P(Ops, SendRecvInPairs) {
   }
 }
 
+// A rank's messages to itself are received by tag, the earliest matching send first, with the sender's tag and count
+// in the status, as MPI does. NCCL sends to itself only within a group that receives it too: on a real GPU the NCCL
+// backend's send to itself ended the communicator, so GPU buffers take a queued device copy (the simulated NCCL
+// refuses an unpaired send to self as NCCL does). Messages stay well under 1 KiB: MPI's blocking send to itself completes
+// only while the message is buffered (Open MPI's eager limit; 1632 bytes of complex128 hung with device buffers).
+TEST_P(Ops, SendToItselfIsReceivedByTagInOrder) {
+  for (std::int64_t n : {0, 1, 7, 30}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const Array a = input(dtype(), {n}, rank(), Pattern::kData);
+    const Array b = input(dtype(), {n + 1}, rank() + 1, Pattern::kData);
+    const Array c = input(dtype(), {n + 2}, rank() + 2, Pattern::kData);
+    Token ta = comm().send(a, rank(), 21);
+    Token tb = comm().send(b, rank(), 22);
+    Token tc = comm().send(c, rank(), 21);
+    RecvStatus status;
+    auto [yb, t1] = comm().recv(b, rank(), 22, &status);  // past the earlier send of another tag
+    t1.wait();
+    EXPECT_TRUE(same(yb, b));
+    EXPECT_EQ(status.source, rank());
+    EXPECT_EQ(status.tag, 22);
+    EXPECT_EQ(status.count, n + 1);
+    // The earliest left, into a larger buffer; from any source on a communicator of one rank (NCCL takes that as this
+    // rank; with more, any source could take another rank's message meant for a later test).
+    const int source = size() == 1 ? kAnySource : rank();
+    auto [ya, t2] = comm().recv(c, source, kAnyTag, &status);
+    t2.wait();
+    EXPECT_TRUE(same(ya.slice(0, 0, n), a));
+    EXPECT_EQ(status.source, rank());
+    EXPECT_EQ(status.tag, 21);
+    EXPECT_EQ(status.count, n);
+    // sendrecv with itself: its receive takes the queued send of the same tag before its own.
+    const Array d = input(dtype(), {n + 2}, rank() + 3, Pattern::kData);
+    auto [yc, t3] = comm().sendrecv(d, c, rank(), rank(), 21, 21, &status);
+    t3.wait();
+    EXPECT_TRUE(same(yc, c));
+    EXPECT_EQ(status.tag, 21);
+    EXPECT_EQ(status.count, n + 2);
+    auto [yd, t4] = comm().recv(d, rank(), 21, &status);
+    t4.wait();
+    EXPECT_TRUE(same(yd, d));
+    for (Token* t : {&ta, &tb, &tc}) t->wait();
+  }
+}
+
+// Where MPI would wait forever (a receive from itself with no such send before it) or report a truncation that ends
+// the job, the NCCL backend's queue knows at once, and says so before anything is enqueued.
+TEST_P(Ops, ReceiveFromItselfWithoutSuchASendIsRefusedOnNccl) {
+  if (!on_gpu() || !comm().has_nccl()) GTEST_SKIP() << "MPI waits for the send (a hang, or a timeout)";
+  const Array x = input(dtype(), {5}, rank(), Pattern::kData);
+  EXPECT_THROW(comm().recv(x, rank(), 31), InvalidArgument);
+  Token t = comm().send(x, rank(), 32);
+  EXPECT_THROW(comm().recv(x, rank(), 31), InvalidArgument);                 // another tag
+  EXPECT_THROW(comm().recv(x.slice(0, 0, 4), rank(), 32), InvalidArgument);  // does not fit
+  EXPECT_THROW(comm().sendrecv(x, x, rank(), (rank() + 1) % size(), 0, 31), InvalidArgument);
+  auto [y, t2] = comm().recv(x, rank(), 32);  // still queued: the refusals took nothing
+  t2.wait();
+  EXPECT_TRUE(same(y, x));
+  t.wait();
+}
+
 TEST_P(Ops, SendrecvRing) {
   for (std::int64_t n : counts()) {
     SCOPED_TRACE(::testing::Message() << "n=" << n);

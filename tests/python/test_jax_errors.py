@@ -217,7 +217,7 @@ def test_handler_refuses_a_malformed_call_attribute(mpi, fields):
     refused by name (not read past its end). Local to each rank: nothing is sent."""
     import shardkit._jax  # noqa: F401  (registers the handlers with XLA)
 
-    x = jnp.arange(3.0)
+    x = jax.device_put(jnp.arange(3.0), jax.devices("cpu")[0])  # the CPU handler also where JAX defaults to a GPU
     call = jax.ffi.ffi_call("shardkit_collective_cpu", jax.ShapeDtypeStruct(x.shape, x.dtype), has_side_effect=True)
     message = rf"shardkit\.InvalidArgument: .*attribute 'call' has {fields} values, expected 11"
     with pytest.raises(jax.errors.JaxRuntimeError, match=message):

@@ -10,13 +10,18 @@
 //  - bool logical and/or are min/max over uint8; other bool reductions, and int16/uint16 reductions, are errors;
 //  - data movement (bcast, gathers, scatter, all-to-all, point-to-point) is done on bytes, so every dtype works;
 //  - gather, scatter, all-to-all(v), allgatherv are grouped point-to-point calls;
-//  - tags are ignored (messages between two ranks match in order) and kAnySource is an error.
+//  - tags are ignored between two ranks (their messages match in order) and kAnySource is an error (but on a
+//    communicator of one rank, where it can only be that rank);
+//  - a rank's messages to itself never reach NCCL, which sends to self only within a group that also receives it
+//    ("Trying to send to self without a matching recv", and the communicator is lost): a send to itself is a device
+//    copy queued until a receive from itself takes it, matched by tag as MPI does (the status has the sender's tag).
 // Bootstrap: rank 0's ncclUniqueId is broadcast over MPI; sub-communicators come from ncclCommSplit.
 
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
 
+#include <deque>
 #include <optional>
 #include <thread>
 
@@ -84,9 +89,9 @@ class NcclBackend final : public Backend {
       case OpKind::kScatter: return scatter(send, recv, a.root, ctx);
       case OpKind::kReduceScatter: return reduce_scatter(send, recv, a.reduce, ctx);
       case OpKind::kAlltoall: return alltoall(send, recv, ctx);
-      case OpKind::kSend: return this->send(send, a.dest, ctx);
-      case OpKind::kRecv: return this->recv(recv, a.source, a.status, ctx);
-      case OpKind::kSendrecv: return sendrecv(send, a.dest, recv, a.source, a.status, ctx);
+      case OpKind::kSend: return this->send(send, a.dest, a.send_tag, ctx);
+      case OpKind::kRecv: return this->recv(recv, a.source, a.recv_tag, a.status, ctx);
+      case OpKind::kSendrecv: return sendrecv(send, a.dest, a.send_tag, recv, a.source, a.recv_tag, a.status, ctx);
       case OpKind::kAllgatherv: return allgatherv(send, recv, a.recv_counts, c.recv_displs, ctx);
       case OpKind::kAlltoallv:
         return alltoallv(send, a.send_counts, c.send_displs, recv, a.recv_counts, c.recv_displs, ctx);
@@ -198,39 +203,95 @@ class NcclBackend final : public Backend {
     });
     return end(ctx, {send, recv});
   }
-  Token send(const Array& buf, int dest, const OpContext& ctx) {
+  Token send(const Array& buf, int dest, int tag, const OpContext& ctx) {
     begin(ctx, {buf});
+    if (dest == rank_) return end(ctx, {buf, send_to_self(buf, tag)});
     SHARDKIT_NCCL_CHECK(ncclSend(buf.data(), buf.nbytes(), ncclInt8, dest, comm(), s()));
     return end(ctx, {buf});
   }
-  Token recv(Array& buf, int source, RecvStatus* status, const OpContext& ctx) {
-    check_source(source);
+  Token recv(Array& buf, int source, int tag, RecvStatus* status, const OpContext& ctx) {
+    source = definite(source);
+    if (source == rank_) {
+      const std::size_t m = find_from_self(OpKind::kRecv, buf, tag);  // before begin(): an error enqueues nothing
+      begin(ctx, {buf});
+      return end(ctx, {buf, receive_from_self(m, buf, status)});
+    }
     begin(ctx, {buf});
     SHARDKIT_NCCL_CHECK(ncclRecv(buf.data(), buf.nbytes(), ncclInt8, source, comm(), s()));
-    fill(status, source, buf.numel());
+    fill(status, source, 0, buf.numel());
     return end(ctx, {buf});
   }
-  Token sendrecv(const Array& send, int dest, Array& recv, int source, RecvStatus* status, const OpContext& ctx) {
-    check_source(source);
+  // The halves with another rank are one NCCL group; a half with this rank is a queued copy (send_to_self), the
+  // send queued first, so that the receive may take it.
+  Token sendrecv(const Array& send, int dest, int send_tag, Array& recv, int source, int recv_tag,
+                 RecvStatus* status, const OpContext& ctx) {
+    source = definite(source);
+    const SelfMessage own{send, send_tag};
+    const std::size_t m =
+        source == rank_ ? find_from_self(OpKind::kSendrecv, recv, recv_tag, dest == rank_ ? &own : nullptr) : 0;
     begin(ctx, {send, recv});
-    group([&] {
-      SHARDKIT_NCCL_CHECK(ncclSend(send.data(), send.nbytes(), ncclInt8, dest, comm(), s()));
-      SHARDKIT_NCCL_CHECK(ncclRecv(recv.data(), recv.nbytes(), ncclInt8, source, comm(), s()));
-    });
-    fill(status, source, recv.numel());
-    return end(ctx, {send, recv});
+    const Array sent = dest == rank_ ? send_to_self(send, send_tag) : Array();
+    const Array taken = source == rank_ ? receive_from_self(m, recv, status) : Array();
+    if (source != rank_ || dest != rank_) {
+      group([&] {
+        if (dest != rank_) SHARDKIT_NCCL_CHECK(ncclSend(send.data(), send.nbytes(), ncclInt8, dest, comm(), s()));
+        if (source != rank_) SHARDKIT_NCCL_CHECK(ncclRecv(recv.data(), recv.nbytes(), ncclInt8, source, comm(), s()));
+      });
+      if (source != rank_) fill(status, source, 0, recv.numel());
+    }
+    return end(ctx, {send, recv, sent, taken});
+  }
+
+  // A message from this rank to itself: a device copy of the bytes sent, taken by the first receive from this rank
+  // whose tag matches (MPI's order: the earliest such send).
+  struct SelfMessage {
+    Array bytes;
+    int tag = 0;
+  };
+  Array send_to_self(const Array& buf, int tag) {
+    Array copy = Array::empty({static_cast<std::int64_t>(buf.nbytes())}, DType::kUInt8, buf.device());
+    if (buf.nbytes() > 0) cuda::memcpy_async(copy.data(), buf.data(), buf.nbytes(), s());
+    self_.push_back({copy, tag});
+    return copy;
+  }
+  // The queue position of the message a receive into `buf` with `tag` takes (`next`, when given, stands for a send
+  // about to be queued). Throws where MPI would hang (no such message) or report a truncation (it does not fit `buf`).
+  std::size_t find_from_self(OpKind op, const Array& buf, int tag, const SelfMessage* next = nullptr) const {
+    for (std::size_t i = 0; i <= self_.size(); ++i) {
+      const SelfMessage* m = i < self_.size() ? &self_[i] : next;
+      if (!m || (tag != kAnyTag && m->tag != tag)) continue;
+      if (m->bytes.nbytes() > buf.nbytes())
+        throw InvalidArgument(concat(op_name(op), ": the message rank ", rank_, " sent itself (tag ", m->tag, ", ",
+                                     m->bytes.nbytes(), " bytes) does not fit the receive buffer (", buf.nbytes(),
+                                     " bytes)"));
+      return i;
+    }
+    throw InvalidArgument(concat(op_name(op), ": rank ", rank_, " receives from itself",
+                                 tag == kAnyTag ? std::string() : concat(" with tag ", tag),
+                                 ", but sent itself no such message before: the receive would never complete"));
+  }
+  // Takes the message at queue position `i` into `buf`; returns its copy (to keep until the receive completes).
+  Array receive_from_self(std::size_t i, Array& buf, RecvStatus* status) {
+    const SelfMessage m = self_.at(i);
+    self_.erase(self_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (m.bytes.nbytes() > 0) cuda::memcpy_async(buf.data(), m.bytes.data(), m.bytes.nbytes(), s());
+    fill(status, rank_, m.tag, buf.itemsize() ? m.bytes.nbytes() / buf.itemsize() : 0);
+    return m.bytes;
   }
   ncclComm_t comm() const { return state_->comm; }
   cudaStream_t s() const { return stream_.handle(); }
   static void* byte_at(const Array& a, std::size_t bytes) { return static_cast<char*>(a.data()) + bytes; }
 
-  static void check_source(int source) {
+  // NCCL names the rank it receives from: any source is this rank on a communicator of one, else an error.
+  int definite(int source) const {
+    if (source == kAnySource && size_ == 1) return rank_;
     SHARDKIT_CHECK(source != kAnySource, "NCCL cannot receive from any source; name the source rank or use MPI");
+    return source;
   }
-  static void fill(RecvStatus* st, int source, std::int64_t n) {
+  static void fill(RecvStatus* st, int source, int tag, std::int64_t n) {
     if (!st) return;
     st->source = source;
-    st->tag = 0;
+    st->tag = tag;
     st->count = n;
   }
 
@@ -278,6 +339,7 @@ class NcclBackend final : public Backend {
   std::shared_ptr<NcclState> state_;
   cuda::Stream stream_;
   int rank_ = 0, size_ = 1;
+  std::deque<SelfMessage> self_;  // sent by this rank to itself, not yet received (send_to_self)
 };
 
 }  // namespace
