@@ -197,7 +197,7 @@ ncclResult_t p2p(const void* buf, std::size_t count, ncclDataType_t t, int peer,
     group.p2p.emplace_back(st, op);
     return enqueued(c);
   }
-  if (const ncclResult_t r = check_self_pairs({op}); r != ncclSuccess) return r;
+  if (peer == c->rank) return check_self_pairs({op});  // alone, a send to self or a receive from self is unpaired
   enqueue_p2p(st, {op});
   return enqueued(c);
 }

@@ -62,6 +62,29 @@ double time_on(cudaStream_t stream, int iters, F&& f) {
   return ms / 1e3 / iters;
 }
 
+// Every cuBLAS status is checked: a failing GEMM would otherwise be timed as a very fast one.
+void check(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return;
+  std::fprintf(stderr, "bench_gemm: %s failed: %s (%s)\n", what, cublasGetStatusName(st), cublasGetStatusString(st));
+  std::exit(1);
+}
+
+// c = a @ b for square n x n operands through cuBLAS alone, with the compute type shardkit uses (float32 accumulation
+// for 16-bit types); row-major as shardkit's, so the column-major product is b @ a.
+void cublas_alone(cublasHandle_t handle, const Array& a, const Array& b, Array& c) {
+  const DType dt = c.dtype();
+  const cudaDataType_t t = cuda_type(dt);
+  const cublasComputeType_t ct = dt == DType::kFloat64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+  const float af = 1.f, bf = 0.f;
+  const double ad = 1.0, bd = 0.0;
+  const void* alpha = dt == DType::kFloat64 ? static_cast<const void*>(&ad) : &af;
+  const void* beta = dt == DType::kFloat64 ? static_cast<const void*>(&bd) : &bf;
+  const int n = static_cast<int>(c.dim(0));
+  check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, alpha, b.data(), t, n, a.data(), t, n, beta, c.data(),
+                     t, n, ct, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -99,12 +122,6 @@ int main(int argc, char** argv) {
   }
   cuda::set_device(0);
   const StreamHandle stream = cuda::library_stream(0);
-  // Every cuBLAS status is checked: a failing GEMM would otherwise be timed as a very fast one.
-  auto check = [](cublasStatus_t st, const char* what) {
-    if (st == CUBLAS_STATUS_SUCCESS) return;
-    std::fprintf(stderr, "bench_gemm: %s failed: %s (%s)\n", what, cublasGetStatusName(st), cublasGetStatusString(st));
-    std::exit(1);
-  };
   cublasHandle_t handle;
   check(cublasCreate(&handle), "cublasCreate");
   check(cublasSetStream(handle, stream), "cublasSetStream");
@@ -122,19 +139,7 @@ int main(int argc, char** argv) {
       Array a = Array::zeros({n, n}, dt, Device::cuda(0)), b = Array::zeros({n, n}, dt, Device::cuda(0));
       Array c = Array::zeros({n, n}, dt, Device::cuda(0));
       auto run_sk = [&] { gemm(a, b, c, 1.0, 0.0, stream); };
-      // cuBLAS alone, with the compute type shardkit uses (float32 accumulation for 16-bit types).
-      const cudaDataType_t t = cuda_type(dt);
-      const cublasComputeType_t ct = dt == DType::kFloat64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
-      const float af = 1.f, bf = 0.f;
-      const double ad = 1.0, bd = 0.0;
-      const void* alpha = dt == DType::kFloat64 ? static_cast<const void*>(&ad) : &af;
-      const void* beta = dt == DType::kFloat64 ? static_cast<const void*>(&bd) : &bf;
-      const int in = static_cast<int>(n);
-      auto run_cb = [&] {
-        check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, in, in, in, alpha, b.data(), t, in, a.data(), t, in, beta,
-                           c.data(), t, in, ct, CUBLAS_GEMM_DEFAULT),
-              "cublasGemmEx");
-      };
+      auto run_cb = [&] { cublas_alone(handle, a, b, c); };
       // Enough calls for min_ms per timing, from one timing of each.
       const double probe = std::max(time_on(stream, iters, run_sk), time_on(stream, iters, run_cb));
       const int calls = std::max(iters, static_cast<int>(min_ms / 1e3 / std::max(probe, 1e-9)) + 1);
@@ -153,25 +158,20 @@ int main(int argc, char** argv) {
         ratio.push_back(tc / ts);
       }
       const double t_sk = median(sk), t_cb = median(cb);
+      const double r_med = median(ratio), r_min = *std::min_element(ratio.begin(), ratio.end());
       const double flops = 2.0 * n * n * n;
       std::printf("%8lld %10s %14.2f %14.2f %8.3f %8.3f\n", static_cast<long long>(n), dt_name.c_str(),
-                  flops / t_sk / 1e12, flops / t_cb / 1e12, median(ratio),
-                  *std::min_element(ratio.begin(), ratio.end()));
+                  flops / t_sk / 1e12, flops / t_cb / 1e12, r_med, r_min);
       js << (first ? "" : ",") << "{\"n\":" << n << ",\"dtype\":\"" << dt_name << "\",\"shardkit_tflops\":"
-         << flops / t_sk / 1e12 << ",\"cublas_tflops\":" << flops / t_cb / 1e12 << ",\"ratio_median\":" << median(ratio)
-         << ",\"ratio_min\":" << *std::min_element(ratio.begin(), ratio.end()) << "}";
+         << flops / t_sk / 1e12 << ",\"cublas_tflops\":" << flops / t_cb / 1e12 << ",\"ratio_median\":" << r_med
+         << ",\"ratio_min\":" << r_min << "}";
       first = false;
     }
   }
   {
     // Host time per call where the GPU is quick: shardkit's own work per call (checks, events) against cuBLAS's.
     Array a = Array::zeros({64, 64}, DType::kFloat32, Device::cuda(0)), b = a.clone(), c = a.clone();
-    const float one = 1.f, zero = 0.f;
-    auto run_cb = [&] {
-      check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, 64, 64, 64, &one, b.data(), CUDA_R_32F, 64, a.data(),
-                         CUDA_R_32F, 64, &zero, c.data(), CUDA_R_32F, 64, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-            "cublasGemmEx");
-    };
+    auto run_cb = [&] { cublas_alone(handle, a, b, c); };
     auto run_sk = [&] { gemm(a, b, c, 1.0, 0.0, stream); };
     std::vector<double> sk, cb;
     for (int r = 0; r < rounds; ++r) {
