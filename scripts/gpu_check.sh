@@ -7,10 +7,12 @@
 #   3. exchanges GPU arrays with CuPy, JAX and PyTorch through DLPack (scripts/gpu_dlpack_check.py);
 #   4. runs shardkit inside jax.jit on JAX's GPU backend (scripts/gpu_jax_check.py: the CUDA FFI handlers);
 #   5. measures GEMM through shardkit against cuBLAS alone (bench_gemm);
-#   6. runs the collectives suite on GPU buffers in checked mode at 1, 2 and 4 ranks (as the ranks allow, as in 2);
-#   7. runs the Python suite at one rank under the machine's own Python, NumPy and JAX.
+#   6. runs the collectives suite on GPU buffers in checked mode over NCCL at one rank;
+#   7. runs the Python suite under the machine's own Python, NumPy and JAX, at one rank and at two sharing a GPU;
+#   8. runs the collectives suite on GPU buffers at 2 and 4 ranks: over NCCL where it allows that many ranks, else
+#      with ranks sharing a GPU, which NCCL refuses, so MPI carries the GPU buffers through pinned staging.
 # SHARDKIT_GPU_BUDGET_S=<s> keeps the whole check within that time (steps that would not fit are reported skipped);
-# SHARDKIT_GPU_SKIP="gemm nccl" leaves steps out (tests dlpack jax gemm nccl python);
+# SHARDKIT_GPU_SKIP="gemm nccl" leaves steps out (tests dlpack jax gemm nccl python python2 staging);
 # SHARDKIT_GPU_LOG_DIR=<dir> gets the logs (one .tgz) and the summary after every step.
 #
 # Without network access, bring the packages along in a bundle folder (made on a connected machine by
@@ -46,7 +48,7 @@ save_logs() {
 # step after the build gets the time left, less a margin, and is reported skipped when too little is left.
 T0=$(date +%s)
 BUDGET="${SHARDKIT_GPU_BUDGET_S:-0}"
-# SHARDKIT_GPU_SKIP="gemm nccl ..." leaves those steps out (names: tests dlpack jax gemm nccl python).
+# SHARDKIT_GPU_SKIP="gemm nccl ..." leaves those steps out (names: tests dlpack jax gemm nccl python python2 staging).
 SKIP=" ${SHARDKIT_GPU_SKIP:-} "
 # step_time <the step's own limit in s> [step name]: prints the limit to use, or nothing when the budget is spent
 # or the step is skipped.
@@ -249,40 +251,59 @@ else
   skipped "GEMM: shardkit vs cuBLAS"
 fi
 
-# ---- 6. the collectives suite on GPU buffers in checked mode, up to 4 ranks ----------------------------------------------
-for np in 1 2 4; do
-  if [ "$np" -gt 1 ] && [ "$multi_rank" = 0 ] && [ "$NGPUS" -lt "$np" ]; then
-    note "NCCL collectives, $np rank(s)" skipped "NCCL $NCCL_VERSION < 2.30: one rank per GPU"
-    continue
-  fi
-  t=$(step_time 300 nccl)
-  if [ -z "$t" ]; then
-    skipped "NCCL collectives, $np rank(s)"
-    continue
-  fi
+# ---- 6. the collectives suite on GPU buffers in checked mode over NCCL at one rank -------------------------------------
+if t=$(step_time 300 nccl) && [ -n "$t" ]; then
   if SHARDKIT_TEST_BUFFERS=cuda SHARDKIT_CHECK=1 SHARDKIT_TIMEOUT_S=120 timeout "$t" \
-       "${MPIRUN[@]}" -np "$np" "$BUILD/tests/collectives/collectives_tests" >"$BUILD.nccl-np$np.log" 2>&1; then
-    note "NCCL collectives, $np rank(s)" ok "$(grep -c '\[       OK \]' "$BUILD.nccl-np$np.log") tests passed on GPU buffers"
+       "${MPIRUN[@]}" -np 1 "$BUILD/tests/collectives/collectives_tests" >"$BUILD.nccl-np1.log" 2>&1; then
+    note "NCCL collectives, 1 rank" ok "$(grep -c '\[       OK \]' "$BUILD.nccl-np1.log") tests passed on GPU buffers"
   else
-    note "NCCL collectives, $np rank(s)" FAIL "log: $BUILD.nccl-np$np.log"
+    note "NCCL collectives, 1 rank" FAIL "log: $BUILD.nccl-np1.log"
+  fi
+else
+  skipped "NCCL collectives, 1 rank"
+fi
+
+# ---- 7. the Python suite under this machine's Python, NumPy and JAX: at one rank (step "python"), and at two ranks
+# sharing the GPU (step "python2": each JAX process then allocates GPU memory as it needs it, not 75% of it up front).
+for np in 1 2; do
+  step=python; [ "$np" = 2 ] && step=python2
+  if t=$(step_time 300 "$step") && [ -n "$t" ]; then
+    (cd "$ROOT/tests/python" && XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$t" "${MPIRUN[@]}" -np "$np" \
+       -x XLA_PYTHON_CLIENT_PREALLOCATE "$PYTHON" -m pytest -q -p no:cacheprovider --color=no --maxfail=10 \
+       --tb=short -rf . >"$BUILD.python-np$np.log" 2>&1)
+    py_status=$?
+    py_line=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed).* =+$' "$BUILD.python-np$np.log" | tail -1)
+    if [ "$py_status" = 0 ]; then
+      note "Python suite, $np rank(s)" ok "$py_line"
+    else
+      note "Python suite, $np rank(s)" FAIL "exit $py_status: $py_line; log: $BUILD.python-np$np.log"
+    fi
+  else
+    skipped "Python suite, $np rank(s)"
   fi
 done
 
-# ---- 7. the Python suite at one rank, under this machine's Python, NumPy and JAX -------------------------------------------
-if t=$(step_time 300 python) && [ -n "$t" ]; then
-  (cd "$ROOT/tests/python" && timeout "$t" "${MPIRUN[@]}" -np 1 "$PYTHON" -m pytest -q -p no:cacheprovider \
-     --maxfail=10 --tb=short -rf . \
-     >"$BUILD.python-np1.log" 2>&1)
-  py_status=$?
-  py_line=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed).* =+$' "$BUILD.python-np1.log" | tail -1)
-  if [ "$py_status" = 0 ]; then
-    note "Python suite, 1 rank" ok "$py_line"
+# ---- 8. the collectives suite on GPU buffers in checked mode at 2 and 4 ranks (the longest steps: last) ------------
+# On NCCL where it allows that many ranks here; else with the ranks sharing the GPUs, where shardkit finds that NCCL
+# refuses such a communicator and MPI carries the GPU buffers through pinned staging (step name "staging").
+for np in 2 4; do
+  if [ "$multi_rank" = 1 ] || [ "$NGPUS" -ge "$np" ]; then
+    step=nccl label="NCCL collectives, $np ranks"
   else
-    note "Python suite, 1 rank" FAIL "exit $py_status: $py_line; log: $BUILD.python-np1.log"
+    step=staging label="GPU buffers over MPI, $np ranks, $NGPUS GPU(s)"
   fi
-else
-  skipped "Python suite, 1 rank"
-fi
+  t=$(step_time 300 "$step")
+  if [ -z "$t" ]; then
+    skipped "$label"
+    continue
+  fi
+  if SHARDKIT_TEST_BUFFERS=cuda SHARDKIT_CHECK=1 SHARDKIT_TIMEOUT_S=120 timeout "$t" \
+       "${MPIRUN[@]}" -np "$np" "$BUILD/tests/collectives/collectives_tests" >"$BUILD.$step-np$np.log" 2>&1; then
+    note "$label" ok "$(grep -c '\[       OK \]' "$BUILD.$step-np$np.log") tests passed on GPU buffers"
+  else
+    note "$label" FAIL "log: $BUILD.$step-np$np.log"
+  fi
+done
 
 echo
 echo "==================== gpu_check summary: $GPU_NAME, NCCL ${NCCL_VERSION:-none} ===================="

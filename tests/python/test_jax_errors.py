@@ -167,6 +167,29 @@ def test_ranks_disagree_in_checked_mode(mpi, sk, rank, size, mode):
     np.testing.assert_array_equal(run(mode, f, jnp.ones(2)), np.full(2, size))
 
 
+def test_programs_after_a_failed_program_run(mpi, sk, rank, size):
+    """A compiled program that fails after it was dispatched (every program on a GPU; on a CPU, one XLA runs
+    asynchronously, as it does this one) reports its error through its results, once: the programs after it, eager
+    calls and jax.effects_barrier() go on. (JAX alone keeps the failed token of the ordered effect and fails every
+    later program with the same error: seen on an H200.)"""
+    if size == 1:
+        pytest.skip("one rank cannot disagree with itself")
+    checked = sk._core.make_comm(check=True, name="checked")
+
+    def f(x, y):
+        # Some work before the collective, so that XLA:CPU returns from the call before the program runs.
+        return mpi.allreduce(x + (y @ y).sum() * 0, MPI.SUM, comm=checked)[0]
+
+    y = jnp.ones((16, 16))
+    out = jax.jit(f)(jnp.ones(3 if rank == 0 else 4), y)  # a synchronous failure would raise here, failing the test
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"ranks disagree on allreduce .* count: 3 on rank 0"):
+        jax.block_until_ready(out)
+    jax.effects_barrier()
+    np.testing.assert_array_equal(jax.jit(f)(jnp.ones(2), y), np.full(2, size))
+    np.testing.assert_array_equal(mpi.allreduce(jnp.ones(2), MPI.SUM, comm=checked)[0], np.full(2, size))
+    jax.effects_barrier()
+
+
 # ---- derivatives mpi4jax does not define -----------------------------------------------------------------------------
 
 def refused(mpi, case, rank, size):

@@ -39,6 +39,9 @@ __all__ = ["collective_p", "available", "bind"]
 
 # The ordered side effect of every shardkit operation: one chain, in program order.
 _effect = jc.ordered_effect("shardkit")
+# A compiled program whose shardkit operation failed reports it through its results (blocking on them raises it);
+# the programs after it go on (JAX alone would fail each of them with the same error, and its barriers too).
+jc.continue_after_failed_programs(_effect, lambda message: _error_in(message) is not None)
 
 _TARGETS = _core._jax_ffi_targets()
 for _name, _capsule in _TARGETS.items():
@@ -345,15 +348,20 @@ def _status_address(status):
     return MPI._addressof(status)
 
 
-def _translate(e):
-    """The shardkit exception a handler's error stands for: its message starts "shardkit.<class>: " with a class of
-    the error table (_core._error_classes()); any other error is returned as it is."""
-    msg = str(e)
+def _error_in(msg):
+    """The shardkit exception an error message of a handler stands for: the message holds "shardkit.<class>: " with a
+    class of the error table (_core._error_classes()); None for any other message."""
     for name, cls in _core._error_classes().items():
         tag = f"shardkit.{name}: "
         if tag in msg:
             return cls(msg[msg.index(tag) + len(tag):])
-    return e
+    return None
+
+
+def _translate(e):
+    """The shardkit exception a handler's error stands for (_error_in); any other error is returned as it is."""
+    own = _error_in(str(e))
+    return e if own is None else own
 
 
 # Compiled programs and trace caches hold the functions traced, and through them meshes and communicators: let them go

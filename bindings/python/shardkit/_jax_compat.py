@@ -14,6 +14,8 @@ hides the difference, found by what the installed JAX offers rather than by its 
 - ``bind_equation``: a primitive's ``get_bind_params`` returns the parameters to bind in 0.10 ((subfunctions,
   parameters) in 0.8 and 0.9).
 - ``pvary``: ``jax.lax.pcast(x, axes, to="varying")`` from 0.10 on (0.8 and 0.9: ``jax.lax.pvary``).
+- ``continue_after_failed_programs``: JAX keeps an ordered effect's failed token for good (the same in 0.8 to 0.11);
+  shardkit's chain goes on past it.
 - ``abstract_mesh``: 0.11 made an ``AbstractMesh``'s axes Explicit by default (Auto before); the check_vma trace
   asks for Auto.
 - ``keep_weak_type``: 0.8's axis collectives return a strongly typed value for a weakly typed one (0.10's keep it).
@@ -46,10 +48,10 @@ from jax._src.lib.mlir.dialects import hlo
 from jax._src.lax import parallel as _parallel
 
 __all__ = ["AXIS_COLLECTIVES", "CUSTOM_DERIVATIVE_CALLS", "INLINED_CALLS", "TESTED_VERSIONS", "ArrayImpl",
-           "ClosedJaxpr", "bind_equation", "custom_call_jaxpr", "custom_call_name", "keep_weak_type", "pvary", "Jaxpr",
-           "Literal", "Primitive", "ShapedArray", "Token", "Tracer", "ad", "apply_primitive", "aval_to_ir_type",
-           "batching", "hlo", "host_importer", "ir", "mlir", "ordered_effect", "trace_probe", "trace_state_clean",
-           "user_context", "vma"]
+           "ClosedJaxpr", "bind_equation", "continue_after_failed_programs", "custom_call_jaxpr", "custom_call_name",
+           "keep_weak_type", "pvary", "Jaxpr", "Literal", "Primitive", "ShapedArray", "Token", "Tracer", "ad",
+           "apply_primitive", "aval_to_ir_type", "batching", "hlo", "host_importer", "ir", "mlir", "ordered_effect",
+           "trace_probe", "trace_state_clean", "user_context", "vma"]
 
 TESTED_VERSIONS = ("0.8.3", "0.9.2", "0.10.2", "0.11.2")
 
@@ -188,6 +190,52 @@ def ordered_effect(name):
                        _effects.custom_derivatives_allowed_effects, _effects.remat_allowed_effects):
         effect_set.add_type(cls)
     return cls()
+
+
+def continue_after_failed_programs(effect, is_own_error):
+    """Lets the token chain of `effect` go on past a compiled program that failed, as JAX's outputs do.
+
+    JAX threads an ordered effect's token from one compiled program into the next (``RuntimeTokenSet``). Where a
+    program fails after it was dispatched (XLA:GPU always, XLA:CPU for programs it runs asynchronously), the token it
+    returned carries the error, and JAX keeps it: every later program with the effect blocks on it and raises the
+    same error, as do ``jax.effects_barrier()`` and JAX's exit handler, for the rest of the process (jax-ml/jax#37587,
+    open in 0.8 to 0.11). The error belongs to the program that failed, and reaches its caller through that program's
+    results; the chain then starts afresh, as it would have had the failure been synchronous: a failed token of
+    `effect` is dropped where the next program would take it and at a barrier, as is a device's last runtime token
+    whose error ``is_own_error(message)`` claims (another program's error stays JAX's to report)."""
+    tokens = _dispatch.RuntimeTokenSet
+    if getattr(tokens, "_shardkit_continues", None) is not None:
+        return
+    get_token_input, block_until_ready = tokens.get_token_input, tokens.block_until_ready
+
+    def failed(token):
+        try:
+            token.block_until_ready()  # JAX waits for it too before the next program (array._token_shard_arg)
+        except jax.errors.JaxRuntimeError as e:
+            return str(e)
+        return None
+
+    def drop_failed_token(self):
+        token = self.current_tokens.get(effect)
+        if isinstance(token, Token) and failed(token) is not None:
+            del self.current_tokens[effect]
+
+    def get_token_input_continuing(self, eff, devices):
+        if eff is effect:
+            drop_failed_token(self)
+        return get_token_input(self, eff, devices)
+
+    def block_until_ready_continuing(self):
+        drop_failed_token(self)
+        for device, token in list(self.output_runtime_tokens.items()):
+            message = failed(token)
+            if message is not None and is_own_error(message):
+                del self.output_runtime_tokens[device]
+        block_until_ready(self)
+
+    tokens.get_token_input = get_token_input_continuing
+    tokens.block_until_ready = block_until_ready_continuing
+    tokens._shardkit_continues = effect
 
 
 def _takes_module_context(fn):
