@@ -251,7 +251,7 @@ else
   skipped "GEMM: shardkit vs cuBLAS"
 fi
 
-# ---- 6. the collectives suite on GPU buffers in checked mode over NCCL at one rank -------------------------------------
+# ---- 6. the collectives suite on GPU buffers in checked mode over NCCL at one rank ---------------------------------
 if t=$(step_time 300 nccl) && [ -n "$t" ]; then
   if SHARDKIT_TEST_BUFFERS=cuda SHARDKIT_CHECK=1 SHARDKIT_TIMEOUT_S=120 timeout "$t" \
        "${MPIRUN[@]}" -np 1 "$BUILD/tests/collectives/collectives_tests" >"$BUILD.nccl-np1.log" 2>&1; then
