@@ -167,24 +167,33 @@ def test_ranks_disagree_in_checked_mode(mpi, sk, rank, size, mode):
     np.testing.assert_array_equal(run(mode, f, jnp.ones(2)), np.full(2, size))
 
 
-def test_programs_after_a_failed_program_run(mpi, sk, rank, size):
-    """A compiled program that fails after it was dispatched (every program on a GPU; on a CPU, one XLA runs
-    asynchronously, as it does this one) reports its error through its results, once: the programs after it, eager
-    calls and jax.effects_barrier() go on. (JAX alone keeps the failed token of the ordered effect and fails every
-    later program with the same error: seen on an H200.)"""
+@pytest.mark.parametrize("after", ["program", "barrier"])
+def test_programs_after_a_failed_program_run(mpi, sk, rank, size, after):
+    """A compiled program that fails after it was dispatched (every program on a GPU; on a CPU, one that XLA runs
+    asynchronously, as it does this one) reports its error through its results: the next program (which takes the
+    failed program's token), or a barrier first (which warns of the error, as nothing else may ever report it), then
+    programs and eager calls go on. JAX alone keeps the failed token of the ordered effect and fails every later
+    program, barrier and its exit handler with the same error."""
     if size == 1:
         pytest.skip("one rank cannot disagree with itself")
     checked = sk._core.make_comm(check=True, name="checked")
 
     def f(x, y):
-        # Some work before the collective, so that XLA:CPU returns from the call before the program runs.
+        # A 16x16 product before the collective: above XLA:CPU's cost threshold (1000 flops) for running a program
+        # inline, so the call returns before the program runs (JAX_CPU_ENABLE_ASYNC_DISPATCH=0 would run it inline).
         return mpi.allreduce(x + (y @ y).sum() * 0, MPI.SUM, comm=checked)[0]
 
     y = jnp.ones((16, 16))
-    out = jax.jit(f)(jnp.ones(3 if rank == 0 else 4), y)  # a synchronous failure would raise here, failing the test
+    try:
+        out = jax.jit(f)(jnp.ones(3 if rank == 0 else 4), y)
+    except jax.errors.JaxRuntimeError:
+        pytest.fail("the program failed in the call: XLA ran it synchronously (this test needs it to fail after), or an "
+                    "earlier failure came back")
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"ranks disagree on allreduce .* count: 3 on rank 0"):
         jax.block_until_ready(out)
-    jax.effects_barrier()
+    if after == "barrier":
+        with pytest.warns(RuntimeWarning, match=r"a compiled program failed: .*ranks disagree on allreduce"):
+            jax.effects_barrier()
     np.testing.assert_array_equal(jax.jit(f)(jnp.ones(2), y), np.full(2, size))
     np.testing.assert_array_equal(mpi.allreduce(jnp.ones(2), MPI.SUM, comm=checked)[0], np.full(2, size))
     jax.effects_barrier()

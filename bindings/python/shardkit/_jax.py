@@ -40,7 +40,8 @@ __all__ = ["collective_p", "available", "bind"]
 # The ordered side effect of every shardkit operation: one chain, in program order.
 _effect = jc.ordered_effect("shardkit")
 # A compiled program whose shardkit operation failed reports it through its results (blocking on them raises it);
-# the programs after it go on (JAX alone would fail each of them with the same error, and its barriers too).
+# the programs after it go on, and a barrier or exit that finds its failed token warns (JAX alone would fail each of
+# them with the same error).
 jc.continue_after_failed_programs(_effect, lambda message: _error_in(message) is not None)
 
 _TARGETS = _core._jax_ffi_targets()

@@ -33,6 +33,7 @@ Loaded only once JAX is (shardkit never imports JAX itself).
 from __future__ import annotations
 
 import inspect
+import warnings
 
 import jax
 import numpy as np
@@ -196,41 +197,47 @@ def continue_after_failed_programs(effect, is_own_error):
     """Lets the token chain of `effect` go on past a compiled program that failed, as JAX's outputs do.
 
     JAX threads an ordered effect's token from one compiled program into the next (``RuntimeTokenSet``). Where a
-    program fails after it was dispatched (XLA:GPU always, XLA:CPU for programs it runs asynchronously), the token it
-    returned carries the error, and JAX keeps it: every later program with the effect blocks on it and raises the
-    same error, as do ``jax.effects_barrier()`` and JAX's exit handler, for the rest of the process (jax-ml/jax#37587,
-    open in 0.8 to 0.11). The error belongs to the program that failed, and reaches its caller through that program's
-    results; the chain then starts afresh, as it would have had the failure been synchronous: a failed token of
-    `effect` is dropped where the next program would take it and at a barrier, as is a device's last runtime token
-    whose error ``is_own_error(message)`` claims (another program's error stays JAX's to report)."""
-    tokens = _dispatch.RuntimeTokenSet
-    if getattr(tokens, "_shardkit_continues", None) is not None:
+    program fails after it was dispatched (XLA:GPU always, XLA:CPU for programs it runs asynchronously), the tokens it
+    returned carry the error, and JAX keeps them: every later program with the effect blocks on its token and raises
+    the same error, as do ``jax.effects_barrier()`` and JAX's exit handler, for the rest of the process
+    (jax-ml/jax#37587, open in 0.8 to 0.11). The error belongs to the program that failed, and reaches its caller
+    through that program's results; the chain then starts afresh, as it would have had the failure been synchronous.
+    Dropped: a failed token of `effect`, and a failed token of any other ordered effect or a device's failed runtime
+    token whose error ``is_own_error(message)`` claims (another program's error stays JAX's to report). Where the
+    next program takes the token this is silent (the program's results raised it, or will); at a barrier or at exit,
+    where nothing else may ever report it, each dropped error is also given as a RuntimeWarning."""
+    tokens = getattr(_dispatch, "RuntimeTokenSet", None)
+    if tokens is None or getattr(tokens, "_shardkit_continues", None) is effect:
         return
+    assert getattr(tokens, "_shardkit_continues", None) is None, "one ordered effect per process goes on past failures"
     get_token_input, block_until_ready = tokens.get_token_input, tokens.block_until_ready
 
-    def failed(token):
+    def failure_message(token):
+        # No wait JAX does not do too: it blocks on a token before handing it to the next program
+        # (array._token_shard_arg), and a barrier blocks on every token.
         try:
-            token.block_until_ready()  # JAX waits for it too before the next program (array._token_shard_arg)
+            token.block_until_ready()
         except jax.errors.JaxRuntimeError as e:
             return str(e)
         return None
 
-    def drop_failed_token(self):
-        token = self.current_tokens.get(effect)
-        if isinstance(token, Token) and failed(token) is not None:
-            del self.current_tokens[effect]
+    def drop_failed(table, key, token, warn):
+        message = failure_message(token)
+        if message is not None and (key is effect or is_own_error(message)):
+            del table[key]
+            if warn:
+                warnings.warn(f"a compiled program failed: {message}", RuntimeWarning, stacklevel=3)
 
     def get_token_input_continuing(self, eff, devices):
-        if eff is effect:
-            drop_failed_token(self)
+        token = self.current_tokens.get(eff)
+        if isinstance(token, Token):
+            drop_failed(self.current_tokens, eff, token, warn=False)
         return get_token_input(self, eff, devices)
 
     def block_until_ready_continuing(self):
-        drop_failed_token(self)
-        for device, token in list(self.output_runtime_tokens.items()):
-            message = failed(token)
-            if message is not None and is_own_error(message):
-                del self.output_runtime_tokens[device]
+        for table in (self.current_tokens, self.output_runtime_tokens):
+            for key, token in list(table.items()):
+                drop_failed(table, key, token, warn=True)
         block_until_ready(self)
 
     tokens.get_token_input = get_token_input_continuing
