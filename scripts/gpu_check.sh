@@ -252,16 +252,22 @@ else
 fi
 
 # ---- 6. the collectives suite on GPU buffers in checked mode over NCCL at one rank ---------------------------------
-if t=$(step_time 300 nccl) && [ -n "$t" ]; then
-  if SHARDKIT_TEST_BUFFERS=cuda SHARDKIT_CHECK=1 SHARDKIT_TIMEOUT_S=120 timeout "$t" \
-       "${MPIRUN[@]}" -np 1 "$BUILD/tests/collectives/collectives_tests" >"$BUILD.nccl-np1.log" 2>&1; then
-    note "NCCL collectives, 1 rank" ok "$(grep -c '\[       OK \]' "$BUILD.nccl-np1.log") tests passed on GPU buffers"
-  else
-    note "NCCL collectives, 1 rank" FAIL "log: $BUILD.nccl-np1.log"
+# gpu_collectives <ranks> <step name> <label>: the collectives suite on GPU buffers in checked mode at that many ranks.
+gpu_collectives() {
+  local np=$1 step=$2 label=$3 t
+  t=$(step_time 300 "$step")
+  if [ -z "$t" ]; then
+    skipped "$label"
+    return
   fi
-else
-  skipped "NCCL collectives, 1 rank"
-fi
+  if SHARDKIT_TEST_BUFFERS=cuda SHARDKIT_CHECK=1 SHARDKIT_TIMEOUT_S=120 timeout "$t" \
+       "${MPIRUN[@]}" -np "$np" "$BUILD/tests/collectives/collectives_tests" >"$BUILD.$step-np$np.log" 2>&1; then
+    note "$label" ok "$(grep -c '\[       OK \]' "$BUILD.$step-np$np.log") tests passed on GPU buffers"
+  else
+    note "$label" FAIL "log: $BUILD.$step-np$np.log"
+  fi
+}
+gpu_collectives 1 nccl "NCCL collectives, 1 rank"
 
 # ---- 7. the Python suite under this machine's Python, NumPy and JAX: at one rank (step "python"), and at two ranks
 # sharing the GPU (step "python2": each JAX process then allocates GPU memory as it needs it, not 75% of it up front).
@@ -288,20 +294,9 @@ done
 # refuses such a communicator and MPI carries the GPU buffers through pinned staging (step name "staging").
 for np in 2 4; do
   if [ "$multi_rank" = 1 ] || [ "$NGPUS" -ge "$np" ]; then
-    step=nccl label="NCCL collectives, $np ranks"
+    gpu_collectives "$np" nccl "NCCL collectives, $np ranks"
   else
-    step=staging label="GPU buffers over MPI, $np ranks, $NGPUS GPU(s)"
-  fi
-  t=$(step_time 300 "$step")
-  if [ -z "$t" ]; then
-    skipped "$label"
-    continue
-  fi
-  if SHARDKIT_TEST_BUFFERS=cuda SHARDKIT_CHECK=1 SHARDKIT_TIMEOUT_S=120 timeout "$t" \
-       "${MPIRUN[@]}" -np "$np" "$BUILD/tests/collectives/collectives_tests" >"$BUILD.$step-np$np.log" 2>&1; then
-    note "$label" ok "$(grep -c '\[       OK \]' "$BUILD.$step-np$np.log") tests passed on GPU buffers"
-  else
-    note "$label" FAIL "log: $BUILD.$step-np$np.log"
+    gpu_collectives "$np" staging "GPU buffers over MPI, $np ranks, $NGPUS GPU(s)"
   fi
 done
 
