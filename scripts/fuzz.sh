@@ -30,33 +30,51 @@ cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target "${targets[@]}"
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 
+# The fuzzers run side by side, SHARDKIT_JOBS at a time (each is one process on one core): on CI's two cores both
+# get their whole time in the time of one.
 status=0
 summary=()
-for f in "${fuzzers[@]}"; do
-  exe="$build_dir/tests/fuzz/${f}_fuzzer"
-  seeds="$SHARDKIT_ROOT/tests/fuzz/corpus/$f"
-  corpus="$build_dir/corpus/$f"
-  artifacts="$build_dir/artifacts/$f"
-  log="$build_dir/${f}_fuzzer.log"
+log_of() { echo "$build_dir/${1}_fuzzer.log"; }
+run_fuzzer() {
+  local f="$1" exe="$build_dir/tests/fuzz/${1}_fuzzer" seeds="$SHARDKIT_ROOT/tests/fuzz/corpus/$1"
+  local corpus="$build_dir/corpus/$1" artifacts="$build_dir/artifacts/$1" log
+  log="$(log_of "$f")"
   mkdir -p "$corpus" "$artifacts"
-  dict=()
+  local dict=()
   if [ -f "$SHARDKIT_ROOT/tests/fuzz/$f.dict" ]; then dict=(-dict="$SHARDKIT_ROOT/tests/fuzz/$f.dict"); fi
   echo "fuzz.sh: running ${f}_fuzzer for ${seconds} s (log: $log)"
   # New inputs go to the first corpus folder (the build's), never into the committed seeds.
-  rc=0
   "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-         -artifact_prefix="$artifacts/" "${dict[@]}" "$corpus" "$seeds" >"$log" 2>&1 || rc=$?
+         -artifact_prefix="$artifacts/" "${dict[@]}" "$corpus" "$seeds" >"$log" 2>&1
+}
+# In batches of SHARDKIT_JOBS; each fuzzer's outcome is read once its batch has ended.
+report() {
+  local f="$1" rc="$2" log done_line runs speed
+  log="$(log_of "$f")"
   done_line="$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1 || true)"
   runs="$(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}' || true)"
   speed="$(grep -E '^stat::average_exec_per_sec' "$log" | awk '{print $2}' || true)"
   if [ "$rc" -ne 0 ]; then
     status=1
-    echo "fuzz.sh: ${f}_fuzzer FOUND A PROBLEM (exit $rc); input saved under $artifacts/. Last lines of $log:"
+    echo "fuzz.sh: ${f}_fuzzer FOUND A PROBLEM (exit $rc); input saved under $build_dir/artifacts/$f/. Last lines of $log:"
     tail -n 60 "$log"
     summary+=("${f}_fuzzer: FINDING (exit $rc), see $log")
   else
     summary+=("${f}_fuzzer: ok, ${runs:-?} runs, ${speed:-?} exec/s; ${done_line:-}")
   fi
+}
+for (( at = 0; at < ${#fuzzers[@]}; at += SHARDKIT_JOBS )); do
+  batch=("${fuzzers[@]:at:SHARDKIT_JOBS}")
+  pids=()
+  for f in "${batch[@]}"; do
+    run_fuzzer "$f" &
+    pids+=($!)
+  done
+  for i in "${!batch[@]}"; do
+    rc=0
+    wait "${pids[$i]}" || rc=$?
+    report "${batch[$i]}" "$rc"
+  done
 done
 printf 'fuzz.sh: %s\n' "${summary[@]}"
 exit "$status"

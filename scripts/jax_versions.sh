@@ -3,7 +3,8 @@
 # (default: the oldest and the newest of pyproject.toml's range), a virtual environment build/venv-jax-<version>/ with
 # that jax[cpu] and what the build and the tests need, shardkit built and installed into it against that jaxlib's XLA
 # FFI headers, and test_jax.py, test_jax_shard_map.py, test_jax_eager.py, test_jax_ops.py, test_jax_pytree.py,
-# test_jax_vma.py and test_jax_errors.py at 1 and 2 ranks, with one dtype of each kind (SHARDKIT_TEST_WIDE_SWEEP=0:
+# test_jax_vma.py and test_jax_errors.py at 2 ranks (SHARDKIT_JAX_VERSIONS_RANKS="1 2" adds 1: no test of these files
+# is for one rank only, so 2 runs every JAX path that 1 does), with one dtype of each kind (SHARDKIT_TEST_WIDE_SWEEP=0:
 # the dtypes are handled by shardkit, JAX's internals by kind; scripts/test.sh sweeps every dtype at 2 ranks on the
 # main environment's jax, and SHARDKIT_TEST_WIDE_SWEEP=1 here does too). Non-zero if any run fails. Idempotent: an
 # environment that holds the asked-for jax is kept, and shardkit is rebuilt (incrementally, in the environment's own
@@ -62,7 +63,10 @@ TEST_FILES=(test_jax.py test_jax_shard_map.py test_jax_eager.py test_jax_ops.py 
             test_jax_errors.py)
 # What `pip install --no-build-isolation .` and the JAX suites need besides jax (pyproject.toml's build requirements).
 VENV_PACKAGES=(numpy pytest mpi4py ml_dtypes nanobind scikit-build-core apache-tvm-ffi)
-BUILD_SETTINGS=(-C cmake.define.SHARDKIT_CUDA=OFF -C cmake.define.SHARDKIT_NCCL=OFF)
+# Unoptimised (-O0, assertions still off as in a release): these suites exercise JAX's side on small arrays, and each
+# build takes about half of -O3's time (the largest part of this script's run).
+BUILD_SETTINGS=(-C cmake.define.SHARDKIT_CUDA=OFF -C cmake.define.SHARDKIT_NCCL=OFF
+                -C "cmake.define.CMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG")
 
 # What the installed shardkit was built from: the sources (as scripts/setup.sh's stamp) and the build settings.
 stamp=$(cd "$SHARDKIT_ROOT" && find CMakeLists.txt pyproject.toml cmake core launch collectives sharding bindings \
@@ -112,7 +116,7 @@ for version in "${versions[@]}"; do
   installed=$("$py" -c "import jax, jaxlib; print(f'jax {jax.__version__}, jaxlib {jaxlib.__version__}')")
   # The layer must find its handlers (built with this jaxlib's headers), or the suites would skip as "no JAX layer".
   (cd / && "$py" -c "import shardkit; assert shardkit._core._jax_ffi_targets(), 'built without jaxlib headers'")
-  for np_ in 1 2; do
+  for np_ in ${SHARDKIT_JAX_VERSIONS_RANKS:-2}; do
     echo "jax_versions: $installed, $np_ rank(s)"
     if ! (cd "$SHARDKIT_ROOT/tests/python" &&
           "${SHARDKIT_MPIRUN[@]}" -np "$np_" "$py" -m pytest -q -p no:cacheprovider "${TEST_FILES[@]}"); then

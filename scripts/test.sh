@@ -12,7 +12,8 @@
 # (SHARDKIT_SIM_SEEDS, default "1 2"), once more with every rank of the node on one GPU (SHARDKIT_SIM_GPUS=1: NCCL
 # must be refused and MPI used), with SHARDKIT_REQUIRE_GPU=1 so that a skipped GPU test fails. With --sanitize as well,
 # the same under AddressSanitizer and UndefinedBehaviorSanitizer (build-sim-sanitize/; a longer build; one seed by
-# default, and not the one-GPU pass).
+# default, and not the one-GPU pass), and first the host suites of --sanitize in that same build (CI's one sanitized
+# build: a second one, without CUDA, took 5 of its minutes to check the same host code).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -56,6 +57,33 @@ sanitizer_env() {
   export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 }
 
+# The host suites under the sanitizers (--sanitize, and --sim-gpu --sanitize before the GPU suites): the leak check's
+# own canary (a leak of ours must be reported, MPI's kept allocations not), the core and launch unit tests, the
+# Runtime at 1-4 ranks (and with GPUs hidden), the sharding layer (meshes, specs, shard_map, matmul) at 1-4 ranks, and
+# the collectives on host buffers at 1 and 2 ranks. Under the sanitizers the collectives take about 50 s at 1 rank and
+# 100 s at 2 on a 2-core machine, and more at 3 and 4; those (odd sizes, more peers) pass clean too and are left to an
+# explicit `scripts/test.sh --sanitize -R 'collectives\.np[34]'` (but for the shm suites, below). The host suites expect
+# a machine without a GPU: in the simulated-GPU build they run with none simulated (SHARDKIT_SIM_GPUS=0), as a CUDA
+# build on a CPU-only node.
+SANITIZED_HOST_TARGETS=(core_tests launch_unit_tests runtime_tests collectives_tests sharding_tests sanitizer_leak_canary)
+sanitized_host_suites() {
+  local build_dir="$1"
+  local tests='^(sanitizer_leak_canary|core_tests|launch_unit_tests|runtime\.np[1-4]|runtime_hidden_gpus\.np[12]|'
+  tests+='collectives\.np[12]|sharding\.np[1-4])$'
+  SHARDKIT_SIM_GPUS=0 ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure -R "$tests" \
+    "${ctest_args[@]}"
+  # The shm backend's own tests at 3 and 4 ranks as well (odd rank counts; more ranks than cores: the crowded wait),
+  # and its segment path (single-copy reads off) at 2: the collectives binary with gtest's filter in the environment
+  # (not when a selection of yours was given).
+  if [ ${#ctest_args[@]} -eq 0 ]; then
+    SHARDKIT_SIM_GPUS=0 GTEST_FILTER='*Shm*' \
+      ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure \
+      -R '^(collectives\.np[34]|collectives_shm_segment_only\.np2)$'
+  fi
+}
+# The extra ASan checks of both sanitized runs (stack use after return, initialisation order).
+SANITIZED_HOST_ASAN=":detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1"
+
 # ---- --sim-gpu ----------------------------------------------------------------------------------------------------
 if [ "$sim_gpu" = 1 ]; then
   build_dir="${SHARDKIT_SIM_BUILD_DIR:-$SHARDKIT_ROOT/build-sim}"
@@ -63,7 +91,7 @@ if [ "$sim_gpu" = 1 ]; then
   if [ "$sanitize" = 1 ]; then
     build_dir="${SHARDKIT_SIM_BUILD_DIR:-$SHARDKIT_ROOT/build-sim-sanitize}"
     build_settings=("${SANITIZE_BUILD[@]}")
-    sanitizer_env
+    sanitizer_env "$SANITIZED_HOST_ASAN"
   fi
   cmake -S "$SHARDKIT_ROOT" -B "$build_dir" "${build_settings[@]}" -DSHARDKIT_SIM_GPU=ON -DSHARDKIT_SANITIZE=$sanitize \
         -DSHARDKIT_PYTHON=OFF -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=OFF
@@ -75,10 +103,17 @@ if [ "$sim_gpu" = 1 ]; then
   if [[ "$build_targets" == *jax_cuda_handler_tests* ]]; then
     targets+=(jax_cuda_handler_tests)
   fi
+  if [ "$sanitize" = 1 ]; then
+    targets+=("${SANITIZED_HOST_TARGETS[@]}")
+  fi
   cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target "${targets[@]}"
   shardkit_mpirun_setup
-  export SHARDKIT_REQUIRE_GPU=1
   start=$(date +%s)
+  if [ "$sanitize" = 1 ]; then
+    echo "test.sh --sim-gpu --sanitize: the host suites"
+    sanitized_host_suites "$build_dir"
+  fi
+  export SHARDKIT_REQUIRE_GPU=1
   ctest --test-dir "$build_dir" --output-on-failure -L sim "${ctest_args[@]}"
   # Two delay seeds find the missing waits; under the sanitizers (which look for memory errors, not orderings) one.
   default_seeds="1 2"
@@ -111,32 +146,16 @@ fi
 # the (uninstrumented) CUDA runtime and driver mostly reports the driver's own allocations and mappings; what we want
 # checked here is shardkit's host logic, which is the same code with or without CUDA. GPU paths are checked by
 # scripts/gpu_check.sh. SANITIZE_BUILD (above): optimised enough for the MPI suites to run in minutes, with line
-# numbers in the reports.
+# numbers in the reports. (CI runs these host suites in its --sim-gpu --sanitize build instead: there the layer below
+# CUDA is the simulator, our own instrumented code, so the CUDA-compiled host code is checked too, in one build.)
 build_dir="${SHARDKIT_SANITIZE_BUILD_DIR:-$SHARDKIT_ROOT/build-sanitize}"
 cmake -S "$SHARDKIT_ROOT" -B "$build_dir" "${SANITIZE_BUILD[@]}" -DSHARDKIT_SANITIZE=ON \
       -DSHARDKIT_CUDA=OFF -DSHARDKIT_NCCL=OFF -DSHARDKIT_PYTHON=OFF -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=OFF
 # Only the executables of the suites run below (the MPI test main comes with them).
-cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target core_tests launch_unit_tests runtime_tests collectives_tests \
-      sharding_tests sanitizer_leak_canary
+cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target "${SANITIZED_HOST_TARGETS[@]}"
 shardkit_mpirun_setup
 
-sanitizer_env ":detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1"
-
-# The leak check's own canary (a leak of ours must be reported, MPI's kept allocations not), the core and launch unit
-# tests, the Runtime at 1-4 ranks (and with GPUs hidden), the sharding layer (meshes, specs, shard_map, matmul) at 1-4
-# ranks, and the collectives on host buffers at 1 and 2 ranks. Under the sanitizers the collectives take about 50 s at
-# 1 rank and 100 s at 2 on a 2-core machine, and more at 3 and 4; those (odd sizes, more peers) pass clean too and are
-# left to an explicit `scripts/test.sh --sanitize -R 'collectives\.np[34]'` (but for the shm suites, below).
-tests='^(sanitizer_leak_canary|core_tests|launch_unit_tests|runtime\.np[1-4]|runtime_hidden_gpus\.np[12]|'
-tests+='collectives\.np[12]|sharding\.np[1-4])$'
+sanitizer_env "$SANITIZED_HOST_ASAN"
 start=$(date +%s)
-ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure -R "$tests" "${ctest_args[@]}"
-# The shm backend's own tests at 3 and 4 ranks as well (odd rank counts; more ranks than cores: the crowded wait), and
-# its segment path (single-copy reads off) at 2: the collectives binary with gtest's filter in the environment (not
-# when a selection of yours was given).
-if [ ${#ctest_args[@]} -eq 0 ]; then
-  GTEST_FILTER='*Shm*' \
-    ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure \
-    -R '^(collectives\.np[34]|collectives_shm_segment_only\.np2)$'
-fi
+sanitized_host_suites "$build_dir"
 echo "test.sh --sanitize: ctest passed in $(( $(date +%s) - start )) s"

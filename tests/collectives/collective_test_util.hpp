@@ -9,6 +9,7 @@
 #include <span>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <mpi.h>
 
@@ -267,6 +268,26 @@ inline std::span<const std::int64_t> counts() {
                                                   return v && *v ? std::atoll(v) : std::int64_t{1000003};
                                                 }()};
   return c;
+}
+
+/// The dtypes the dtype-parametrised suites sweep (AllDTypes/...). Every one at 1 and 2 ranks; at 3 and more, where
+/// the rank count and not the dtype is what is new, one of each kind and width: bool, int8, bfloat16, float32, uint64
+/// and complex128 (elements of 1, 2, 4, 8 and 16 bytes; logical, signed, unsigned, floating and complex), the same
+/// rule and the same six as the Python suites (tests/python/conftest.py WIDE_SWEEP, test_jax_ops.py). The job's size
+/// comes from the launcher's environment, since the suites are instantiated before MPI_Init.
+/// SHARDKIT_TEST_WIDE_SWEEP=1 sweeps every dtype at any rank count, =0 the six at any.
+inline std::vector<DType> swept_dtypes() {
+  const char* wide = std::getenv("SHARDKIT_TEST_WIDE_SWEEP");
+  int world = 1;
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* v = std::getenv(name); v && *v) {
+      world = std::atoi(v);
+      break;
+    }
+  }
+  const bool all = wide && *wide ? std::string(wide) != "0" : world <= 2;
+  if (all) return {kAllDTypes.begin(), kAllDTypes.end()};
+  return {DType::kBool, DType::kInt8, DType::kBFloat16, DType::kFloat32, DType::kUInt64, DType::kComplex128};
 }
 
 /// A dtype-parametrised test's name: the dtype's.

@@ -391,7 +391,7 @@ TEST(IntegerSums, WrapAround) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDTypes, Ops, ::testing::ValuesIn(kAllDTypes), dtype_param_name);
+INSTANTIATE_TEST_SUITE_P(AllDTypes, Ops, ::testing::ValuesIn(swept_dtypes()), dtype_param_name);
 
 }  // namespace
 }  // namespace shardkit::testing

@@ -407,7 +407,7 @@ TEST(ShmSendrecv, AMessageLargerThanTheReceiveBufferIsNamed) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDTypes, Shm, ::testing::ValuesIn(kAllDTypes), dtype_param_name);
+INSTANTIATE_TEST_SUITE_P(AllDTypes, Shm, ::testing::ValuesIn(swept_dtypes()), dtype_param_name);
 
 // This rank's flight-recorder records of communicator `name` for `op`: "<count> <backend>" each, oldest first (from a
 // dump of this rank alone).

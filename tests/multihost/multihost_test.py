@@ -169,7 +169,8 @@ def case_collectives(build: Path) -> set[str]:
 
 
 def case_shm_hierarchy(build: Path) -> set[str]:
-    """The shm backend across hosts (hierarchical: shm on each host, MPI between one leader per host), every dtype, with
+    """The shm backend across hosts (hierarchical: shm on each host, MPI between one leader per host), one dtype of
+    each kind and width (at 4 ranks the suite sweeps those six: collective_test_util.hpp swept_dtypes), with
     the ranks filling each host's slots in turn and then dealt round-robin over the hosts (a host's ranks not
     contiguous in the communicator, which allgather and reduce_scatter must put back in rank order). The suite itself
     checks that those communicators took shm (backend_for; on auto, ShmAuto reads each call's route from the flight
