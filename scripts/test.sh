@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, configures (CUDA compiled wherever nvcc is), builds, and runs ctest.
-# Extra arguments go to ctest, e.g. `scripts/test.sh -L mpi` or `scripts/test.sh -R dlpack`.
+# The test command: installs what is missing, configures (CUDA compiled wherever nvcc is), builds, and runs ctest:
+# every test but the `large` ones (`scripts/test.sh -L large`). Extra arguments go to ctest instead, e.g.
+# `scripts/test.sh -L mpi` or `scripts/test.sh -R dlpack`.
 #
 # `scripts/test.sh --sanitize [ctest arguments]` instead builds the core, launch, collectives and sharding tests with
 # AddressSanitizer and UndefinedBehaviorSanitizer in their own folder (build-sanitize/, or
@@ -135,6 +136,11 @@ fi
 if [ "$sanitize" = 0 ]; then
   shardkit_build -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=ON
   shardkit_mpirun_setup
+  # Every test but the `large` ones (more than 2^31 elements per call, 16 GiB, over a minute on two cores; CI runs
+  # them in a step of their own: `scripts/test.sh -L large`), unless a selection is given.
+  if [ ${#ctest_args[@]} -eq 0 ]; then
+    ctest_args=(-LE large)
+  fi
   start=$(date +%s)
   ctest --test-dir "$SHARDKIT_BUILD_DIR" -j "$SHARDKIT_JOBS" --output-on-failure "${ctest_args[@]}"
   echo "test.sh: ctest passed in $(( $(date +%s) - start )) s"
