@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz with clang, AddressSanitizer and UndefinedBehaviorSanitizer in their own
 # folder (build-fuzz/, or $SHARDKIT_FUZZ_BUILD_DIR) and runs each for a bounded time, starting from the committed seed
-# corpus (tests/fuzz/corpus/<name>) plus what earlier runs in this folder found (build-fuzz/corpus/<name>).
+# corpus (tests/fuzz/corpus/<name>) plus what earlier runs in this folder found (build-fuzz/corpus/<name>), up to
+# SHARDKIT_JOBS fuzzers side by side (each is one process).
 #
 #   scripts/fuzz.sh [seconds per fuzzer, default 60] [fuzzer names, default all: spec dlpack]
 #
@@ -56,15 +57,17 @@ report() {
   speed="$(grep -E '^stat::average_exec_per_sec' "$log" | awk '{print $2}' || true)"
   if [ "$rc" -ne 0 ]; then
     status=1
-    echo "fuzz.sh: ${f}_fuzzer FOUND A PROBLEM (exit $rc); input saved under $build_dir/artifacts/$f/. Last lines of $log:"
+    echo "fuzz.sh: ${f}_fuzzer FOUND A PROBLEM (exit $rc); input saved under $build_dir/artifacts/$f/." \
+         "Last lines of $log:"
     tail -n 60 "$log"
     summary+=("${f}_fuzzer: FINDING (exit $rc), see $log")
   else
     summary+=("${f}_fuzzer: ok, ${runs:-?} runs, ${speed:-?} exec/s; ${done_line:-}")
   fi
 }
-for (( at = 0; at < ${#fuzzers[@]}; at += SHARDKIT_JOBS )); do
-  batch=("${fuzzers[@]:at:SHARDKIT_JOBS}")
+width=$(( SHARDKIT_JOBS > 0 ? SHARDKIT_JOBS : 1 ))
+for (( at = 0; at < ${#fuzzers[@]}; at += width )); do
+  batch=("${fuzzers[@]:at:width}")
   pids=()
   for f in "${batch[@]}"; do
     run_fuzzer "$f" &

@@ -159,6 +159,8 @@ command -v mpirun >/dev/null || { echo "gpu_check: no mpirun (install Open MPI, 
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 # A GPU test that skips here (no device found, no NCCL communicator) is a failure, not a pass.
 export SHARDKIT_REQUIRE_GPU=1
+# Every dtype at every rank count in the C++ suites (CI sweeps six at 3 and 4 ranks): a real GPU is rare here.
+export SHARDKIT_TEST_WIDE_SWEEP=1
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
 # ---- 1. build ----------------------------------------------------------------------------------------------------------

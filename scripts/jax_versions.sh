@@ -3,12 +3,12 @@
 # (default: the oldest and the newest of pyproject.toml's range), a virtual environment build/venv-jax-<version>/ with
 # that jax[cpu] and what the build and the tests need, shardkit built and installed into it against that jaxlib's XLA
 # FFI headers, and test_jax.py, test_jax_shard_map.py, test_jax_eager.py, test_jax_ops.py, test_jax_pytree.py,
-# test_jax_vma.py and test_jax_errors.py at 2 ranks (SHARDKIT_JAX_VERSIONS_RANKS="1 2" adds 1: no test of these files
-# is for one rank only, so 2 runs every JAX path that 1 does), with one dtype of each kind (SHARDKIT_TEST_WIDE_SWEEP=0:
-# the dtypes are handled by shardkit, JAX's internals by kind; scripts/test.sh sweeps every dtype at 2 ranks on the
-# main environment's jax, and SHARDKIT_TEST_WIDE_SWEEP=1 here does too). Non-zero if any run fails. Idempotent: an
-# environment that holds the asked-for jax is kept, and shardkit is rebuilt (incrementally, in the environment's own
-# build folder) only when its sources changed.
+# test_jax_vma.py and test_jax_errors.py at 2 ranks (SHARDKIT_JAX_VERSIONS_RANKS="1 2" adds 1, where the paths of a
+# size-1 mesh axis run: tiled psum_scatter and all_to_all over one rank), with one dtype of each kind
+# (SHARDKIT_TEST_WIDE_SWEEP=0: the dtypes are handled by shardkit, JAX's internals by kind; scripts/test.sh sweeps every
+# dtype at 2 ranks on the main environment's jax, and SHARDKIT_TEST_WIDE_SWEEP=1 here does too). Non-zero if any run
+# fails. Idempotent: an environment that holds the asked-for jax is kept, and shardkit is rebuilt (incrementally, in the
+# environment's own build folder) only when its sources changed.
 #
 # shardkit is built in each environment rather than copied from the main build: a handler built with a newer jaxlib's
 # headers is refused by an older jaxlib ("the handler's API version (0.3) is incompatible with the framework's API
@@ -63,8 +63,8 @@ TEST_FILES=(test_jax.py test_jax_shard_map.py test_jax_eager.py test_jax_ops.py 
             test_jax_errors.py)
 # What `pip install --no-build-isolation .` and the JAX suites need besides jax (pyproject.toml's build requirements).
 VENV_PACKAGES=(numpy pytest mpi4py ml_dtypes nanobind scikit-build-core apache-tvm-ffi)
-# Unoptimised (-O0, assertions still off as in a release): these suites exercise JAX's side on small arrays, and each
-# build takes about half of -O3's time (the largest part of this script's run).
+# Unoptimised (-O0, assertions still off as in a release): these suites exercise JAX's side on small arrays, and the
+# builds were the largest part of this script's run.
 BUILD_SETTINGS=(-C cmake.define.SHARDKIT_CUDA=OFF -C cmake.define.SHARDKIT_NCCL=OFF
                 -C "cmake.define.CMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG")
 

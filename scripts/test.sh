@@ -13,8 +13,8 @@
 # (SHARDKIT_SIM_SEEDS, default "1 2"), once more with every rank of the node on one GPU (SHARDKIT_SIM_GPUS=1: NCCL
 # must be refused and MPI used), with SHARDKIT_REQUIRE_GPU=1 so that a skipped GPU test fails. With --sanitize as well,
 # the same under AddressSanitizer and UndefinedBehaviorSanitizer (build-sim-sanitize/; a longer build; one seed by
-# default, and not the one-GPU pass), and first the host suites of --sanitize in that same build (CI's one sanitized
-# build: a second one, without CUDA, took 5 of its minutes to check the same host code).
+# default, and not the one-GPU pass), and first (without ctest arguments) the host suites of --sanitize in that same
+# build: CI's one sanitized build.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -66,7 +66,8 @@ sanitizer_env() {
 # explicit `scripts/test.sh --sanitize -R 'collectives\.np[34]'` (but for the shm suites, below). The host suites expect
 # a machine without a GPU: in the simulated-GPU build they run with none simulated (SHARDKIT_SIM_GPUS=0), as a CUDA
 # build on a CPU-only node.
-SANITIZED_HOST_TARGETS=(core_tests launch_unit_tests runtime_tests collectives_tests sharding_tests sanitizer_leak_canary)
+SANITIZED_HOST_TARGETS=(core_tests launch_unit_tests runtime_tests collectives_tests sharding_tests
+                        sanitizer_leak_canary)
 sanitized_host_suites() {
   local build_dir="$1"
   local tests='^(sanitizer_leak_canary|core_tests|launch_unit_tests|runtime\.np[1-4]|runtime_hidden_gpus\.np[12]|'
@@ -82,7 +83,8 @@ sanitized_host_suites() {
       -R '^(collectives\.np[34]|collectives_shm_segment_only\.np2)$'
   fi
 }
-# The extra ASan checks of both sanitized runs (stack use after return, initialisation order).
+# The extra ASan checks of both sanitized runs (stack use after return, initialisation order), the simulated GPU's
+# suites included.
 SANITIZED_HOST_ASAN=":detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1"
 
 # ---- --sim-gpu ----------------------------------------------------------------------------------------------------
@@ -110,7 +112,7 @@ if [ "$sim_gpu" = 1 ]; then
   cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target "${targets[@]}"
   shardkit_mpirun_setup
   start=$(date +%s)
-  if [ "$sanitize" = 1 ]; then
+  if [ "$sanitize" = 1 ] && [ ${#ctest_args[@]} -eq 0 ]; then
     echo "test.sh --sim-gpu --sanitize: the host suites"
     sanitized_host_suites "$build_dir"
   fi
@@ -136,10 +138,17 @@ fi
 if [ "$sanitize" = 0 ]; then
   shardkit_build -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=ON
   shardkit_mpirun_setup
-  # Every test but the `large` ones (more than 2^31 elements per call, 16 GiB, over a minute on two cores; CI runs
-  # them in a step of their own: `scripts/test.sh -L large`), unless a selection is given.
-  if [ ${#ctest_args[@]} -eq 0 ]; then
-    ctest_args=(-LE large)
+  # Every test but the `large` ones (more than 2^31 elements per call, 16 GiB; CI runs them in a step of its own:
+  # `scripts/test.sh -L large`), unless the arguments select tests themselves.
+  selects=0
+  for arg in "${ctest_args[@]}"; do
+    case "$arg" in
+      -R|-E|-L|-LE|-I|-U|--tests-regex|--exclude-regex|--label-regex|--label-exclude|--tests-information|--union|\
+      -R?*|-E?*|-L?*|-I?*|--tests-regex=*|--exclude-regex=*|--label-regex=*|--label-exclude=*) selects=1 ;;
+    esac
+  done
+  if [ "$selects" = 0 ]; then
+    ctest_args+=(-LE large)
   fi
   start=$(date +%s)
   ctest --test-dir "$SHARDKIT_BUILD_DIR" -j "$SHARDKIT_JOBS" --output-on-failure "${ctest_args[@]}"

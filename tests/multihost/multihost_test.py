@@ -68,7 +68,9 @@ def mpirun(np: int, program: list[str], forward: tuple[str, ...] = ()) -> list[s
     within a host, TCP between hosts (multihost.sh's MCA settings), the job map printed."""
     command = ["mpirun", "--hostfile", env_or_skip("SHARDKIT_MH_HOSTFILE"), "-np", str(np), "--oversubscribe",
                "--bind-to", "none", "--display-map"]
-    for name in (*RANK_ENV, *forward):
+    # The suites' dtype sweep (collective_test_util.hpp swept_dtypes) must be the same on every rank's host.
+    sweep = ("SHARDKIT_TEST_WIDE_SWEEP",) if "SHARDKIT_TEST_WIDE_SWEEP" in os.environ else ()
+    for name in (*RANK_ENV, *forward, *sweep):
         command += ["-x", name]
     return command + program
 
@@ -169,8 +171,7 @@ def case_collectives(build: Path) -> set[str]:
 
 
 def case_shm_hierarchy(build: Path) -> set[str]:
-    """The shm backend across hosts (hierarchical: shm on each host, MPI between one leader per host), one dtype of
-    each kind and width (at 4 ranks the suite sweeps those six: collective_test_util.hpp swept_dtypes), with
+    """The shm backend across hosts (hierarchical: shm on each host, MPI between one leader per host), every dtype, with
     the ranks filling each host's slots in turn and then dealt round-robin over the hosts (a host's ranks not
     contiguous in the communicator, which allgather and reduce_scatter must put back in rank order). The suite itself
     checks that those communicators took shm (backend_for; on auto, ShmAuto reads each call's route from the flight
