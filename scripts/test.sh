@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, configures (CUDA compiled wherever nvcc is), builds, and runs ctest:
-# every test but the `large` ones (`scripts/test.sh -L large`). Extra arguments go to ctest instead, e.g.
-# `scripts/test.sh -L mpi` or `scripts/test.sh -R dlpack`.
+# The test command: installs what is missing, configures (CUDA compiled wherever nvcc is), builds, and runs ctest: every
+# test but the `large` and `multihost` ones (`scripts/test.sh -L 'large|multihost'`). Extra arguments go to ctest
+# instead, e.g. `scripts/test.sh -L mpi` or `scripts/test.sh -R dlpack`.
 #
 # `scripts/test.sh --sanitize [ctest arguments]` instead builds the core, launch, collectives and sharding tests with
 # AddressSanitizer and UndefinedBehaviorSanitizer in their own folder (build-sanitize/, or
@@ -138,8 +138,9 @@ fi
 if [ "$sanitize" = 0 ]; then
   shardkit_build -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=ON
   shardkit_mpirun_setup
-  # Every test but the `large` ones (more than 2^31 elements per call, 16 GiB; CI runs them in a step of its own:
-  # `scripts/test.sh -L large`), unless the arguments select tests themselves.
+  # Every test but the `large` ones (more than 2^31 elements per call, 16 GiB) and the `multihost` ones (simulated
+  # hosts: root and network namespaces; they run alone, one after another), unless the arguments select tests
+  # themselves. CI runs those two labels in a step of its own: `scripts/test.sh -L 'large|multihost'`.
   selects=0
   for arg in "${ctest_args[@]}"; do
     case "$arg" in
@@ -148,7 +149,7 @@ if [ "$sanitize" = 0 ]; then
     esac
   done
   if [ "$selects" = 0 ]; then
-    ctest_args+=(-LE large)
+    ctest_args+=(-LE 'large|multihost')
   fi
   start=$(date +%s)
   ctest --test-dir "$SHARDKIT_BUILD_DIR" -j "$SHARDKIT_JOBS" --output-on-failure "${ctest_args[@]}"

@@ -270,11 +270,12 @@ inline std::span<const std::int64_t> counts() {
   return c;
 }
 
-/// The dtypes the operation suite sweeps (AllDTypes/Ops.*). Every one at 1 and 2 ranks; at 3 and more, where the rank
-/// count and not the dtype is what is new, one of each kind and width: bool, int8, bfloat16, float32, uint64 and
-/// complex128 (elements of 1, 2, 4, 8 and 16 bytes; logical, signed, unsigned, floating and complex), the six of the
-/// Python suites at 3 and 4 ranks (tests/python/test_jax_ops.py; Python sweeps the six at 1 rank too). The job's size
-/// comes from the launcher's environment, since the suites are instantiated before MPI_Init.
+/// The dtypes the operation suite sweeps (AllDTypes/Ops.*). Every one at 2 ranks, the smallest exchange; at 1 (no
+/// peer: nothing is combined) and at 3 and more (where the rank count and not the dtype is what is new) one of each
+/// kind and width: bool, int8, bfloat16, float32, uint64 and complex128 (elements of 1, 2, 4, 8 and 16 bytes; logical,
+/// signed, unsigned, floating and complex): the rule and the six of the Python suites (tests/python/conftest.py
+/// WIDE_SWEEP, test_jax_ops.py). The job's size comes from the launcher's environment, since the suites are
+/// instantiated before MPI_Init.
 /// SHARDKIT_TEST_WIDE_SWEEP=1 sweeps every dtype at any rank count, =0 the six at any (every rank must see the same
 /// value: the multihost tests forward it).
 inline std::vector<DType> swept_dtypes() {
@@ -286,7 +287,7 @@ inline std::vector<DType> swept_dtypes() {
       break;
     }
   }
-  const bool all = wide && *wide ? std::string(wide) != "0" : world <= 2;
+  const bool all = wide && *wide ? std::string(wide) != "0" : world == 2;
   if (all) return {kAllDTypes.begin(), kAllDTypes.end()};
   return {DType::kBool, DType::kInt8, DType::kBFloat16, DType::kFloat32, DType::kUInt64, DType::kComplex128};
 }
