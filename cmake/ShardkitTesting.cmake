@@ -8,10 +8,21 @@
 #   (for Python: COMMAND ${Python_EXECUTABLE} -m pytest ...).
 include_guard(GLOBAL)
 
-# The ctest slots (PROCESSORS) of a test whose ranks spend it waiting rather than computing: on a rank that never
-# arrives, until a timeout, or for a killed peer to end the job. Their waits spin briefly, then yield, then sleep
-# (mpi_request.cpp, the shm WaitPolicy), so one slot each lets `ctest -j2` run two of them side by side on 2 cores.
+# ctest slots (PROCESSORS) count half cores. A test that computes on n cores (one per rank, or per process) claims 2n,
+# at most the machine's 2 x cores (SHARDKIT_HOST_CORES): shardkit_core_slots(<var> <n>). A test whose ranks spend it
+# waiting rather than computing (on a rank that never arrives, until a timeout, or for a killed peer to end the job)
+# claims SHARDKIT_WAITING_SLOTS, one: their waits spin briefly, then yield, then sleep (mpi_request.cpp, the shm
+# WaitPolicy). scripts/test.sh runs ctest with -j 2 x cores + 1 (SHARDKIT_CTEST_JOBS, scripts/common.sh): the
+# computing tests fill the cores, and a waiting one runs beside them. (A plain `ctest -jN` caps each test's claim at N.)
+cmake_host_system_information(RESULT SHARDKIT_HOST_CORES QUERY NUMBER_OF_LOGICAL_CORES)
 set(SHARDKIT_WAITING_SLOTS 1)
+function(shardkit_core_slots out cores)
+  if(cores GREATER SHARDKIT_HOST_CORES)
+    set(cores ${SHARDKIT_HOST_CORES})
+  endif()
+  math(EXPR slots "2 * ${cores}")
+  set(${out} ${slots} PARENT_SCOPE)
+endfunction()
 
 # Launcher flags, worked out once.
 execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _mpiexec_version ERROR_QUIET)
@@ -55,12 +66,13 @@ function(shardkit_add_mpi_test)
   endif()
   foreach(np IN LISTS ARG_NP)
     set(test_name ${ARG_NAME}.np${np})
+    shardkit_core_slots(slots ${np})
     add_test(NAME ${test_name}
              COMMAND ${MPIEXEC_EXECUTABLE} ${SHARDKIT_MPIEXEC_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${np} ${MPIEXEC_PREFLAGS}
                      ${cmd} ${MPIEXEC_POSTFLAGS} ${ARG_ARGS})
     set_tests_properties(${test_name} PROPERTIES
       LABELS "mpi;${ARG_LABELS}"
-      PROCESSORS ${np}
+      PROCESSORS ${slots}
       TIMEOUT ${ARG_TIMEOUT}
       ENVIRONMENT "${SHARDKIT_MPIEXEC_ENV};SHARDKIT_CHECK=1;SHARDKIT_TIMEOUT_S=${SHARDKIT_TEST_TIMEOUT_S};OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;${ARG_ENV}")
     if("gpu" IN_LIST ARG_LABELS)
@@ -77,5 +89,7 @@ function(shardkit_add_unit_test)
   add_executable(${ARG_NAME} ${ARG_SOURCES})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main shardkit_warnings)
   add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
-  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT 300 ENVIRONMENT "${ARG_ENV}")
+  shardkit_core_slots(slots 1)
+  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT 300 PROCESSORS ${slots}
+                       ENVIRONMENT "${ARG_ENV}")
 endfunction()

@@ -4,6 +4,9 @@
 SHARDKIT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SHARDKIT_BUILD_DIR="${SHARDKIT_BUILD_DIR:-$SHARDKIT_ROOT/build}"
 SHARDKIT_JOBS="${SHARDKIT_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+# ctest's parallel level: its slots count half cores (cmake/ShardkitTesting.cmake), so the tests that compute fill
+# SHARDKIT_JOBS cores and one that only waits (for a timeout, a killed rank) runs beside them.
+SHARDKIT_CTEST_JOBS=$(( 2 * SHARDKIT_JOBS + 1 ))
 
 # mpirun flags for this machine: Open MPI refuses root without two variables, and refuses more ranks than cores
 # without --oversubscribe.

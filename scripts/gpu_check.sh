@@ -204,9 +204,10 @@ fi
 # The most ranks the GPU tests may use: one per GPU, or four on one GPU where NCCL allows several per GPU.
 max_np=$(( NGPUS < 4 ? NGPUS : 4 )); [ "$multi_rank" = 1 ] && max_np=4
 case "$max_np" in 1) exclude='np[234]$' ;; 2) exclude='np[34]$' ;; 3) exclude='np4$' ;; *) exclude='^$' ;; esac
-# Several tests at once (each MPI test counts its ranks as processors): they share the GPU, as ranks of one job do.
+# Several tests at once, on half the cores (ctest slots count half cores, cmake/ShardkitTesting.cmake): they share the
+# GPU, as ranks of one job do.
 if t=$(step_time 300 tests) && [ -n "$t" ]; then
-  if timeout "$t" ctest --test-dir "$BUILD" -L gpu -E "$exclude" -j "$(( JOBS > 1 ? JOBS / 2 : 1 ))" --timeout 120 \
+  if timeout "$t" ctest --test-dir "$BUILD" -L gpu -E "$exclude" -j "$(( JOBS > 1 ? JOBS : 2 ))" --timeout 120 \
        --output-on-failure >"$BUILD.gpu-tests.log" 2>&1; then
     note "gpu tests (ctest -L gpu)" ok "$(grep -o '[0-9]*% tests passed.*' "$BUILD.gpu-tests.log" | tail -1)"
   else

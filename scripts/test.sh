@@ -72,14 +72,14 @@ sanitized_host_suites() {
   local build_dir="$1"
   local tests='^(sanitizer_leak_canary|core_tests|launch_unit_tests|runtime\.np[1-4]|runtime_hidden_gpus\.np[12]|'
   tests+='collectives\.np[12]|sharding\.np[1-4])$'
-  SHARDKIT_SIM_GPUS=0 ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure -R "$tests" \
+  SHARDKIT_SIM_GPUS=0 ctest --test-dir "$build_dir" -j "$SHARDKIT_CTEST_JOBS" --output-on-failure -R "$tests" \
     "${ctest_args[@]}"
   # The shm backend's own tests at 3 and 4 ranks as well (odd rank counts; more ranks than cores: the crowded wait),
   # and its segment path (single-copy reads off) at 2: the collectives binary with gtest's filter in the environment
   # (not when a selection of yours was given).
   if [ ${#ctest_args[@]} -eq 0 ]; then
     SHARDKIT_SIM_GPUS=0 GTEST_FILTER='*Shm*' \
-      ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure \
+      ctest --test-dir "$build_dir" -j "$SHARDKIT_CTEST_JOBS" --output-on-failure \
       -R '^(collectives\.np[34]|collectives_shm_segment_only\.np2)$'
   fi
 }
@@ -123,12 +123,13 @@ if [ "$sim_gpu" = 1 ]; then
   [ "$sanitize" = 1 ] && default_seeds="1"
   for seed in ${SHARDKIT_SIM_SEEDS:-$default_seeds}; do
     echo "test.sh --sim-gpu: seed $seed"
-    SHARDKIT_SIM_SEED=$seed ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure -L gpu "${ctest_args[@]}"
+    SHARDKIT_SIM_SEED=$seed ctest --test-dir "$build_dir" -j "$SHARDKIT_CTEST_JOBS" --output-on-failure -L gpu \
+      "${ctest_args[@]}"
   done
   # Every rank on one GPU (NCCL refused, MPI staged): a routing check, so not again under the sanitizers (2 minutes).
   if [ "$sanitize" = 0 ]; then
     echo "test.sh --sim-gpu: one GPU shared by every rank"
-    SHARDKIT_SIM_GPUS=1 ctest --test-dir "$build_dir" -j "$SHARDKIT_JOBS" --output-on-failure -L gpu -LE fault \
+    SHARDKIT_SIM_GPUS=1 ctest --test-dir "$build_dir" -j "$SHARDKIT_CTEST_JOBS" --output-on-failure -L gpu -LE fault \
       -R 'np[24]' "${ctest_args[@]}"
   fi
   echo "test.sh --sim-gpu: ctest passed in $(( $(date +%s) - start )) s"
@@ -152,7 +153,7 @@ if [ "$sanitize" = 0 ]; then
     ctest_args+=(-LE 'large|multihost')
   fi
   start=$(date +%s)
-  ctest --test-dir "$SHARDKIT_BUILD_DIR" -j "$SHARDKIT_JOBS" --output-on-failure "${ctest_args[@]}"
+  ctest --test-dir "$SHARDKIT_BUILD_DIR" -j "$SHARDKIT_CTEST_JOBS" --output-on-failure "${ctest_args[@]}"
   echo "test.sh: ctest passed in $(( $(date +%s) - start )) s"
   exit 0
 fi
