@@ -9,15 +9,33 @@
 namespace shardkit::detail {
 namespace {
 
+// One element: out[i] = in[i] op acc[i] (unaligned loads and store).
+template <typename T, typename Op>
+void fold_at(const unsigned char* in, const unsigned char* acc, unsigned char* out, std::int64_t i) {
+  T a, b;
+  std::memcpy(&a, in + i * sizeof(T), sizeof(T));
+  std::memcpy(&b, acc + i * sizeof(T), sizeof(T));
+  b = Op{}(a, b);
+  std::memcpy(out + i * sizeof(T), &b, sizeof(T));
+}
+// The loops over buffers that do not overlap (`out` is `acc` itself or apart from both, as ShmFold promises): with the
+// pointers declared so, they are vectorised without run-time overlap checks. (Without, the in-place call, out == acc,
+// failed GCC's check and ran the scalar loop: float64 sums at 4 KiB took twice MPI_Reduce_local's time.)
+template <typename T, typename Op>
+void fold_apart(const unsigned char* __restrict in, const unsigned char* __restrict acc, unsigned char* __restrict out,
+                std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) fold_at<T, Op>(in, acc, out, i);
+}
+template <typename T, typename Op>
+void fold_in_place(const unsigned char* __restrict in, unsigned char* __restrict inout, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) fold_at<T, Op>(in, inout, inout, i);
+}
 template <typename T, typename Op>
 void fold(const unsigned char* in, const unsigned char* acc, unsigned char* out, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i) {
-    T a, b;
-    std::memcpy(&a, in + i * sizeof(T), sizeof(T));
-    std::memcpy(&b, acc + i * sizeof(T), sizeof(T));
-    b = Op{}(a, b);
-    std::memcpy(out + i * sizeof(T), &b, sizeof(T));
-  }
+  if (out == acc)
+    fold_in_place<T, Op>(in, out, count);
+  else
+    fold_apart<T, Op>(in, acc, out, count);
 }
 
 // Each operator takes (in, inout). Integer sums and products wrap (computed unsigned, where overflow is defined, at
