@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "allocate.hpp"
@@ -65,6 +66,29 @@ TEST(Allocate, FreedLargeHostBuffersAreReusedWhole) {
   }
   Array again = Array::empty({3 * kMiB}, DType::kUInt8);
   EXPECT_TRUE(again.data() == first || again.data() == second);
+}
+
+// Threads that make and free large arrays of a few sizes at once never get one buffer twice: each fills its array with
+// its own byte and finds it unchanged after the others had their turns.
+TEST(Allocate, ThreadsNeverShareAKeptHostBuffer) {
+  constexpr int kThreads = 4;
+  std::vector<int> wrong(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([t, &wrong] {
+      for (int i = 0; i < 50; ++i) {
+        const std::int64_t n = (2 + (i + t) % 3) * kMiB;
+        Array a = Array::empty({n}, DType::kUInt8);
+        auto* p = static_cast<unsigned char*>(a.data());
+        const auto mark = static_cast<unsigned char>(t + 1);
+        std::memset(p, mark, static_cast<std::size_t>(n));
+        std::this_thread::yield();
+        for (std::int64_t j = 0; j < n; j += 4096) wrong[t] += p[j] != mark;
+        wrong[t] += p[n - 1] != mark;
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
 }
 
 // What is kept stays within kCachedHostBytes, whatever is freed; the newest are kept.
