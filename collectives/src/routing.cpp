@@ -14,9 +14,14 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 
 // The default route's table: per operation, the message sizes (bytes of the first array on each rank) where shm was
 // measured faster than MPI, each against MPI in the same run (bench_collectives, 2 ranks on an idle machine, 3 and 4
-// on 2 cores for the crowded case; README, "Shared memory"). Operations and sizes not listed stay on MPI: reduce was
-// not measured; bcast above 256 KiB, allgathers past 256 KiB a rank and alltoall past 512 KiB went either way or to
-// MPI.
+// on 2 cores for the crowded case; README, "Shared memory"). Operations and sizes not listed stay on MPI: bcast above
+// 256 KiB, allgathers past 256 KiB a rank, alltoall past 512 KiB and reduce above 16 KiB went either way or to MPI.
+// Reduce (to rank 0, float32 sum, 2 ranks; 3 and 4 crowded): with a CPU each, 0.13-0.74x MPI from 512 B to 16 KiB and
+// 0.76-1.26 at 8-128 B (five runs each), where the MPI route took 1.25-1.9x (the pipeline's own cost beside MPI's
+// 0.2 us); crowded 0.6-1.4, and 4-17x at 128 B (MPI's non-roots return once their message is sent).
+// Above 16 KiB, where each rank folds its share of a chunk, it measured 0.58-0.95 in some runs and 2.8-5.4x in others
+// (about half of the runs at 2 ranks: the non-root's copying and folding ran ~5x slower, on the CPU all the time; not
+// explained yet), so larger reduces stay on MPI.
 // A bcast below 512 B takes shm only where the ranks have a CPU each: crowded, MPI's root returns as soon as its
 // message is in the receiver's fast box while shm's waits for the previous bcast's readers (16-18x MPI at 3-4 ranks
 // on 2 cores), but with a CPU each shm took 0.10 us where the MPI route took 0.16 (raw MPI 0.09). Sendrecv was faster
@@ -35,6 +40,7 @@ constexpr ShmWins kShmWins[] = {
     {OpKind::kReduceScatter, 0, kAnySize},
     {OpKind::kBcast, 0, 511, true},
     {OpKind::kBcast, 512, std::int64_t{256} << 10},
+    {OpKind::kReduce, 0, std::int64_t{16} << 10, true},
     {OpKind::kAllgather, 0, std::int64_t{256} << 10},
     {OpKind::kAlltoall, 0, std::int64_t{512} << 10},
     {OpKind::kBarrier, 0, kAnySize},

@@ -166,10 +166,10 @@ TEST(Routing, HierarchicalShm) {
   EXPECT_FALSE(detail::hier_by_default(OpKind::kBarrier, 0));
 }
 
-// The default route's table reads whether the shm backend's ranks outnumber their CPUs: small bcasts take shm only
-// where they do not (crowded, shm's bcast measured 16-18x MPI's), and before the backend is made the first small bcast
-// may ask for it. Nothing else in the table depends on it.
-TEST(Routing, SmallBcastTakesShmOnlyWithACpuPerRank) {
+// The default route's table reads whether the shm backend's ranks outnumber their CPUs: small bcasts, and reduces up
+// to 16 KiB, take shm only where they do not (crowded, shm's bcast measured 16-18x MPI's, its reduce 0.6-17x),
+// and before the backend is made the first small bcast may ask for it. Nothing else in the table depends on it.
+TEST(Routing, SmallBcastsAndReducesTakeShmOnlyWithACpuPerRank) {
   RouteRequest r{OpKind::kBcast, BackendKind::kAuto, Placement::kHost};
   r.shm_available = true;
   for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{511}}) {
@@ -184,7 +184,7 @@ TEST(Routing, SmallBcastTakesShmOnlyWithACpuPerRank) {
   r.bytes = 512;
   EXPECT_EQ(detail::route(r), BackendKind::kShm);  // still crowded: from 512 B shm wins either way
   for (OpKind op : kAllOps) {
-    if (op == OpKind::kBcast) continue;
+    if (op == OpKind::kBcast || op == OpKind::kReduce) continue;
     for (std::int64_t bytes : {std::int64_t{8}, std::int64_t{4} << 10, std::int64_t{64} << 20})
       EXPECT_EQ(detail::shm_by_default(op, bytes, true), detail::shm_by_default(op, bytes));
   }
@@ -196,6 +196,14 @@ TEST(Routing, SmallBcastTakesShmOnlyWithACpuPerRank) {
   }
   EXPECT_TRUE(detail::shm_by_default(OpKind::kAllgather, std::int64_t{256} << 10));
   EXPECT_FALSE(detail::shm_by_default(OpKind::kAllgather, (std::int64_t{256} << 10) + 1));
+  // Reduce: up to 16 KiB, only where the ranks have a CPU each.
+  for (bool crowded : {false, true}) {
+    EXPECT_EQ(detail::shm_by_default(OpKind::kReduce, 0, crowded), !crowded);
+    EXPECT_EQ(detail::shm_by_default(OpKind::kReduce, 8, crowded), !crowded);
+    EXPECT_EQ(detail::shm_by_default(OpKind::kReduce, std::int64_t{16} << 10, crowded), !crowded);
+    EXPECT_FALSE(detail::shm_by_default(OpKind::kReduce, (std::int64_t{16} << 10) + 1, crowded));
+    EXPECT_FALSE(detail::shm_by_default(OpKind::kReduce, std::int64_t{64} << 20, crowded));
+  }
 }
 
 // A sendrecv takes shm only between named peers, both this rank or neither: a wildcard source could be any rank's

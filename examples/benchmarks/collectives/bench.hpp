@@ -194,7 +194,7 @@ inline int mpi_count(std::int64_t n) {
 }
 
 /// The collectives' entries (one file each).
-extern const CollectiveTest kAllreduceTest, kAllgatherTest, kReduceScatterTest, kBcastTest, kAlltoallTest,
-    kSendrecvTest;
+extern const CollectiveTest kAllreduceTest, kAllgatherTest, kReduceScatterTest, kBcastTest, kReduceTest,
+    kAlltoallTest, kSendrecvTest;
 
 }  // namespace shardkit::bench
