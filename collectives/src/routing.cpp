@@ -18,7 +18,8 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 // 256 KiB, allgathers past 256 KiB a rank, alltoall past 512 KiB and reduce above 16 KiB went either way or to MPI.
 // Reduce (to rank 0, float32 sum, 2 ranks; 3 and 4 crowded): with a CPU each, 0.13-0.74x MPI from 512 B to 16 KiB and
 // 0.76-1.26 at 8-128 B (five runs each), where the MPI route took 1.25-1.9x (the pipeline's own cost beside MPI's
-// 0.2 us); crowded 0.6-1.4, and 4-17x at 128 B (MPI's non-roots return once their message is sent).
+// 0.2 us); crowded 0.34-1.37 from 512 B to 32 KiB, and 4-17x at 128 B (MPI's non-roots return once their message is
+// sent).
 // Above 16 KiB, where each rank folds its share of a chunk, it measured 0.58-0.95 in some runs and 2.8-5.4x in others
 // (about half of the runs at 2 ranks: the non-root's copying and folding ran ~5x slower, on the CPU all the time; not
 // explained yet), so larger reduces stay on MPI.

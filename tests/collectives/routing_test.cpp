@@ -167,7 +167,7 @@ TEST(Routing, HierarchicalShm) {
 }
 
 // The default route's table reads whether the shm backend's ranks outnumber their CPUs: small bcasts, and reduces up
-// to 16 KiB, take shm only where they do not (crowded, shm's bcast measured 16-18x MPI's, its reduce 0.6-17x),
+// to 16 KiB, take shm only where they do not (crowded, shm's bcast measured 16-18x MPI's, its reduce 0.34-17x),
 // and before the backend is made the first small bcast may ask for it. Nothing else in the table depends on it.
 TEST(Routing, SmallBcastsAndReducesTakeShmOnlyWithACpuPerRank) {
   RouteRequest r{OpKind::kBcast, BackendKind::kAuto, Placement::kHost};
