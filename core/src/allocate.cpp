@@ -133,12 +133,9 @@ std::shared_ptr<void> allocate_large_host(std::size_t bytes) {
     }
     if (!m.p) throw BackendError("host", 0, concat("out of host memory allocating ", bytes, " bytes"));
   }
-  try {
-    return std::shared_ptr<void>(m.p, [m](void*) { mapping_cache().give(m); });
-  } catch (...) {
-    cache.give(m);
-    throw;
-  }
+  // Should the control block's allocation throw, shared_ptr's constructor itself calls the deleter: the mapping goes
+  // back to the cache exactly once (giving it back here too would let two arrays share it).
+  return std::shared_ptr<void>(m.p, [m](void*) { mapping_cache().give(m); });
 }
 
 }  // namespace
