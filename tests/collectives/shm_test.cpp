@@ -49,7 +49,7 @@ std::shared_ptr<Communicator>& shm_world() {
 std::vector<std::int64_t> shm_counts(DType dtype, bool large) {
   const auto item = static_cast<std::int64_t>(dtype_size(dtype));
   std::vector<std::int64_t> c = {0, 1, 7, static_cast<std::int64_t>(detail::ShmSegment::kInlineBytes) / item + 1,
-                                 (std::int64_t{16} << 10) / item + 5};
+                                 static_cast<std::int64_t>(detail::kShmSplitBytes) / item + 5};
   if (large) c.push_back(2 * static_cast<std::int64_t>(detail::ShmSegment::kSlotBytes) / item + 3);
   return c;
 }
@@ -152,9 +152,10 @@ TEST_P(Shm, BcastsBackToBackWithOtherOperations) {
 }
 
 // Small bcasts go through each root's ring of flag lines, and a root waits only before writing a line again, until
-// every rank has read that line's last bcast: here the last rank comes late (a sleep before its first bcast), and the
-// root sends three rings' worth of distinct values, with the root changing every fifth bcast (a line's last use was
-// another root's), sizes 0 to 48 bytes; every rank must read every value in order. Without that wait the late rank
+// every rank has read that line's last bcast: here the last rank comes late (a sleep before its first bcast, and
+// shorter ones now and then after it), and the root sends three rings' worth of distinct values, with the root
+// changing every fifth bcast (a line's last use was another root's), sizes 0 to 48 bytes; every rank must read every
+// value in order. Without that wait, or with a root that takes a reader to have read more than it has, the late rank
 // reads a later bcast's value. float32, 1-4 ranks.
 TEST_P(Shm, SmallBcastsRunAWholeRingAheadOfALateReader) {
   if (dtype() != DType::kFloat32) GTEST_SKIP() << "one dtype is enough";
@@ -163,11 +164,49 @@ TEST_P(Shm, SmallBcastsRunAWholeRingAheadOfALateReader) {
     if (rank() == size() - 1 && size() > 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     for (int i = 0; i < 3 * kLines; ++i) {
       const int root = round == 0 ? 0 : (i / 5) % size();
+      if (rank() == size() - 1 && rank() != root && i % 7 == 3) std::this_thread::sleep_for(std::chrono::milliseconds(2));
       const auto count = static_cast<std::size_t>(i % (detail::ShmSegment::kInlineBytes / 4 + 1));
       const auto sent = static_cast<float>(1000 * round + 10 * i + root);
       Array x = Array::from_values<float>(std::vector<float>(count, rank() == root ? sent : -1.0f));
       comm().bcast_inplace(x, root).wait();
       EXPECT_EQ(x.to_vector<float>(), std::vector<float>(count, sent)) << "round=" << round << " i=" << i;
+    }
+  }
+}
+
+// A reduce up to the split size is one-way: the other ranks post their parts and return without waiting for the root,
+// which reads them when it comes; they wait only before writing that buffer set again. Here the root comes late (a
+// sleep before each run), the others send runs of distinct parts, the root changes between runs, sizes alternate
+// between a flag line's inline bytes and a slot (and past the split size, a handshake every rank waits for), and bcasts
+// (one-way the other way) and allreduces come in between: the root must get every exact sum. Without the wait for
+// the set's last use, the late root folds a later reduce's part (float32, 1-4 ranks).
+TEST_P(Shm, ReducesRunAheadOfALateRoot) {
+  if (dtype() != DType::kFloat32) GTEST_SKIP() << "one dtype is enough";
+  const std::int64_t split = static_cast<std::int64_t>(detail::kShmSplitBytes) / 4;
+  const int n = size();
+  for (int i = 0; i < 60; ++i) {
+    const int root = (i / 10) % n;
+    if (i % 10 == 0 && rank() == root && n > 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::int64_t count = i % 3 == 0 ? 5 : i % 3 == 1 ? split : split + 7;
+    const Array mine = Array::from_values<float>(
+        std::vector<float>(static_cast<std::size_t>(count), static_cast<float>(100 * i + rank())));
+    Array out = Array::from_values<float>(std::vector<float>(static_cast<std::size_t>(count), -1.0f));
+    comm().reduce(mine, out, ReduceOp::kSum, root).wait();
+    if (rank() == root) {
+      EXPECT_EQ(out.to_vector<float>(),
+                std::vector<float>(static_cast<std::size_t>(count), static_cast<float>(100 * i * n + n * (n - 1) / 2)))
+          << "i=" << i;
+    }
+    if (i % 7 == 6) {
+      Array b = Array::from_values<float>(std::vector<float>(3, rank() == root ? static_cast<float>(i) : -1.0f));
+      comm().bcast_inplace(b, root).wait();
+      EXPECT_EQ(b.to_vector<float>(), std::vector<float>(3, static_cast<float>(i))) << "i=" << i;
+    }
+    if (i % 11 == 10) {
+      const Array y = comm().allreduce(mine, ReduceOp::kSum).value;
+      EXPECT_EQ(y.to_vector<float>(),
+                std::vector<float>(static_cast<std::size_t>(count), static_cast<float>(100 * i * n + n * (n - 1) / 2)))
+          << "i=" << i;
     }
   }
 }

@@ -3,7 +3,7 @@
 // operation between two ranks rather than all, has its own channels (shm_pairs.hpp).
 //
 // Every step of every operation is the same handshake over the segment's two buffer sets (shm_steps.hpp). Messages
-// larger than a slot are cut into slot-sized chunks. An allreduce (or reduce) chunk above kSplitBytes is reduced by
+// larger than a slot are cut into slot-sized chunks. An allreduce (or reduce) chunk above kShmSplitBytes is reduced by
 // all ranks in parallel: each folds its share of the elements into the result slot, posts a second step, and then
 // every rank copies the result out. Smaller chunks are folded whole by every rank after the one step.
 //
@@ -45,9 +45,6 @@
 
 namespace shardkit::detail {
 namespace {
-
-// Above this many bytes per chunk, an allreduce's reduction is split across the ranks (a second handshake pays off).
-constexpr std::size_t kSplitBytes = std::size_t{16} << 10;
 
 // The piece of each rank's input a single-copy allreduce reads at a time: the pieces of every rank stay in L2.
 constexpr std::size_t kCmaPieceBytes = std::size_t{128} << 10;
@@ -111,7 +108,7 @@ class ShmBackend final : public Backend {
     const OpArgs& a = *c.args;
     for (const Array* x : {c.send, static_cast<const Array*>(c.recv)})
       if (x) x->wait_ready();
-    steps_.begin(operation_size(c), c.op == OpKind::kBcast, ctx);
+    steps_.begin(operation_size(c), c.op == OpKind::kBcast || one_way_reduce(c), ctx);
     switch (c.op) {
       case OpKind::kAllreduce:
         if (cma_.usable && !policy_.crowded && c.send->nbytes() >= kCmaReduceBytes)
@@ -119,7 +116,12 @@ class ShmBackend final : public Backend {
         else
           reduce(*c.send, c.recv, a.reduce, ctx);
         break;
-      case OpKind::kReduce: reduce(*c.send, c.recv, a.reduce, ctx); break;  // recv set on the root only
+      case OpKind::kReduce:  // recv set on the root only
+        if (one_way_reduce(c))
+          reduce_one_way(*c.send, c.recv, a.reduce, ctx);
+        else
+          reduce(*c.send, c.recv, a.reduce, ctx);
+        break;
       case OpKind::kBcast: {
         const Array& buf = c.send ? *c.send : *c.recv;
         if (cma_.usable && buf.nbytes() >= kCmaBcastBytes)
@@ -163,7 +165,7 @@ class ShmBackend final : public Backend {
     chunks(send.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
       const std::size_t bytes = m * item, at = off * item;
       const int set = steps_.next_set();
-      if (bytes <= kSplitBytes || n_ == 1) {
+      if (bytes <= kShmSplitBytes || n_ == 1) {
         std::memcpy(part(set, me_, bytes), in + at, bytes);
         steps_.step(set, ctx);
         if (res) fold(res + at, m, item, fold_in, [&](int p) { return part(set, p, bytes); });
@@ -185,6 +187,27 @@ class ShmBackend final : public Backend {
       steps_.step(set, ctx);
       if (res) std::memcpy(res + at, result, bytes);
     });
+  }
+
+  // A reduce of one unsplit chunk is one-way, as a bcast is the other way (shm_steps.hpp): every rank writes its part
+  // and posts; the root waits for all, folds and posts that it has read; the others return without waiting for the
+  // root, as MPI's eager sends let them, and wait only before they write that set again (owe()).
+  bool one_way_reduce(const BackendCall& c) const {
+    return c.op == OpKind::kReduce && n_ > 1 && c.send->nbytes() <= kShmSplitBytes;
+  }
+  void reduce_one_way(const Array& send, Array* out, ReduceOp op, const OpContext& ctx) {
+    const std::size_t bytes = send.nbytes(), item = send.itemsize();
+    steps_.before_one_way(ctx);
+    const int set = steps_.next_set();
+    const std::uint32_t s = steps_.next_step();
+    std::memcpy(part(set, me_, bytes), bytes_of(send), bytes);
+    if (out) {
+      steps_.wait_all(set, s, ctx);
+      fold(bytes_of(*out), send.numel(), item, Reducer(send.dtype(), op, bytes),
+           [&](int p) { return part(set, p, bytes); });
+    }
+    steps_.post(set, s);
+    steps_.owe(set, s);
   }
 
   // Single copy: see the top of this file. In place (send and out one buffer), a rank's share of its buffer is read and
@@ -237,7 +260,7 @@ class ShmBackend final : public Backend {
         steps_.wait_ring(root, j, s, ctx);
         std::memcpy(p, seg_.ring_line(root, j).data, buf.nbytes());
       }
-      steps_.ring_read(j, s, root);
+      steps_.ring_read(j, root);
       return;
     }
     chunks(buf.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {

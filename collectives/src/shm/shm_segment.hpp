@@ -24,6 +24,10 @@
 
 namespace shardkit::detail {
 
+/// Above this many bytes per chunk, an allreduce's (or reduce's) reduction is split across the ranks (a second
+/// handshake pays off); a reduce up to it is one-way (shm_backend.cpp).
+inline constexpr std::size_t kShmSplitBytes = std::size_t{16} << 10;
+
 /// One rank's flag line in one buffer set.
 struct alignas(64) ShmLine {
   std::atomic<std::uint32_t> flag;      ///< the last step this rank posted in this set

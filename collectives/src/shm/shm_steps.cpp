@@ -11,7 +11,13 @@ namespace shardkit::detail {
 
 ShmSteps::ShmSteps(const ShmSegment& seg, int rank, const WaitPolicy& policy, std::vector<int> names,
                    AbortState& abort)
-    : seg_(seg), me_(rank), n_(seg.ranks()), policy_(policy), names_(std::move(names)), abort_(abort) {}
+    : seg_(seg),
+      me_(rank),
+      n_(seg.ranks()),
+      policy_(policy),
+      names_(std::move(names)),
+      abort_(abort),
+      read_seen_(static_cast<std::size_t>(seg.ranks()), 0) {}
 
 void ShmSteps::begin(std::uint64_t size, bool one_way, const OpContext& ctx) {
   if (!one_way) settle(last_, ctx);
@@ -116,14 +122,18 @@ std::string ShmSteps::behind(LineOf&& line_of, std::uint32_t s, int skip) const 
 void ShmSteps::before_ring_write(int j, const OpContext& ctx) {
   RingUse& u = ring_[j];
   if (!u.pending) return;
-  for (int p = 0; p < n_; ++p)
-    if (p != me_ && p != u.root) wait_line(seg_.read_line(p), u.step, ctx, [&] { return ring_behind(u); });
+  for (int p = 0; p < n_; ++p) {
+    if (p == me_ || p == u.root || reached(read_seen_[p], u.count)) continue;
+    ShmLine& line = seg_.read_line(p);
+    wait_line(line, u.count, ctx, [&] { return ring_behind(u); });
+    read_seen_[p] = line.flag.load(std::memory_order_acquire);
+  }
   u.pending = false;
 }
 
 // The readers of ring use u that have not posted that they read it.
 std::string ShmSteps::ring_behind(const RingUse& u) const {
-  return behind([&](int q) -> ShmLine& { return seg_.read_line(q); }, u.step, u.root);
+  return behind([&](int q) -> ShmLine& { return seg_.read_line(q); }, u.count, u.root);
 }
 
 void ShmSteps::post_ring(int j, std::uint32_t s) {
@@ -141,9 +151,9 @@ void ShmSteps::wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx)
   });
 }
 
-void ShmSteps::ring_read(int j, std::uint32_t s, int root) {
-  ring_[j] = RingUse{s, root, true};
-  if (me_ != root) shm_post(seg_.read_line(me_), s);
+void ShmSteps::ring_read(int j, int root) {
+  ring_[j] = RingUse{ring_uses_, root, true};
+  if (me_ != root) shm_post(seg_.read_line(me_), ring_uses_);
 }
 
 void ShmSteps::disagree(int p, std::uint64_t theirs, const OpContext& ctx) {

@@ -7,13 +7,17 @@
 // until every rank has posted it. Operations alternate between the two buffer sets, so a set is written again only
 // after every rank has passed a step of the other set, which it posts only once done reading this one. A bcast is
 // one-way instead: the root posts its part and returns; the others wait for it, read, and post that they have read;
-// nobody waits for those readers then (owe()). Every rank's next operation but a bcast first waits until all have
-// posted that step (begin()), which keeps the rule above. A bcast after a bcast waits only for the one before that
-// (the last use of the set it writes: before_one_way()), so that a root runs up to two broadcasts ahead of its
-// readers, as MPI's eager sends let it. A bcast small enough to travel in a flag line uses no buffer set: the root
+// nobody waits for those readers then (owe()). A small reduce is one-way the other way: every rank writes its part and
+// posts, the root waits for all, folds and posts; nobody waits for the root (owe() again). Every rank's next operation
+// but a one-way one first waits until all have posted that step (begin()), which keeps the rule above. A one-way
+// operation after a one-way one waits only for the one before that (the last use of the set it writes:
+// before_one_way()), so that a bcast's root, or a reduce's other ranks, run up to two operations ahead, as MPI's eager
+// sends let them. A bcast small enough to travel in a flag line uses no buffer set: the root
 // writes the next line of its own ring (kRingLines lines; the same line on every rank) and returns; each reader waits
-// for it, reads it and posts the step on its read line. Only before writing a ring line again does the root wait until
-// the read line of every reader of that line's last use has passed it, so that a root may run a whole ring ahead.
+// for it, reads it and posts on its read line how many small bcasts it has read. Only before writing a ring line again
+// does the root wait until every reader of that line's last use has read that many, so that a root may run a whole
+// ring ahead. The root remembers the counts it saw and reads a reader's line again only once that is not enough: the
+// line, written by its reader at every bcast, would otherwise cost a cache miss per bcast.
 //
 // Every post carries the size of the operation (what every rank's must agree on); a reader that sees another size
 // raises MismatchError, and a rank that does not come by the deadline gives the TimeoutError naming it.
@@ -33,8 +37,8 @@ class ShmSteps {
   /// `names`: the number messages give each rank (empty: its rank here).
   ShmSteps(const ShmSegment& seg, int rank, const WaitPolicy& policy, std::vector<int> names, AbortState& abort);
 
-  /// Begins an operation whose ranks must agree on `size` bytes; all but a bcast (`one_way`) first wait until every
-  /// rank has posted the last use's step (then every rank is done with both sets' last uses).
+  /// Begins an operation whose ranks must agree on `size` bytes; all but a one-way one (a bcast, a small reduce) first
+  /// wait until every rank has posted the last use's step (then every rank is done with both sets' last uses).
   void begin(std::uint64_t size, bool one_way, const OpContext& ctx);
   /// The set of the next use; that use is full (a handshake every rank waits for) unless owe() says otherwise.
   int next_set();
@@ -44,7 +48,7 @@ class ShmSteps {
   void step(int set, const OpContext& ctx);
   /// Posts step s in `set` with the operation's size.
   void post(int set, std::uint32_t s);
-  /// The last use was one-way (bcast): not every rank is known to have posted step s yet.
+  /// The last use was one-way (a bcast, a small reduce): not every rank is known to have posted step s yet.
   void owe(int set, std::uint32_t s) { last_ = SetUse{s, set, true, true}; }
   /// A one-way use writes the set that the use before the last one used: every rank must be done reading it.
   /// Readers of a one-way use post once done; those of a full one are done once they posted the next use's step.
@@ -68,9 +72,9 @@ class ShmSteps {
   /// Waits until `root` has posted step s on line j of its ring, for an operation of this rank's size (a root that
   /// posted on its set line instead disagrees on the size).
   void wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx);
-  /// Every rank, root included, once it has read (or sent) the small bcast of step s on line j: the readers post it on
-  /// their read lines (the root has nothing to post: nobody waits for it to read its own).
-  void ring_read(int j, std::uint32_t s, int root);
+  /// Every rank, root included, once it has read (or sent) the small bcast on line j: the readers post the count of
+  /// small bcasts so far on their read lines (the root has nothing to post: nobody waits for it to read its own).
+  void ring_read(int j, int root);
   /// Rank p as messages name it: its rank in the user's communicator where this one is a node's part.
   int name(int p) const { return names_.empty() ? p : names_[p]; }
 
@@ -110,9 +114,10 @@ class ShmSteps {
   std::uint32_t uses_ = 0;  // buffer-set uses so far
   SetUse last_, before_;    // the last two uses of the buffer sets
   std::uint64_t size_ = 0;  // the size of the running operation
-  // A use of a ring line: its step and root (whose readers must have read it before the line is written again).
+  // A use of a ring line: its count among small bcasts and its root (whose readers must have read it before the line
+  // is written again).
   struct RingUse {
-    std::uint32_t step = 0;
+    std::uint32_t count = 0;
     int root = 0;
     bool pending = false;
   };
@@ -120,6 +125,9 @@ class ShmSteps {
 
   std::uint32_t ring_uses_ = 0;                         // small bcasts so far
   std::array<RingUse, ShmSegment::kRingLines> ring_{};  // each ring line's last use
+  // The count each rank's read line was last seen at (counts only grow: a count seen stays true). Counts, not steps:
+  // a step seen before 2^31 other operations would compare wrongly after them; small bcasts pass each count in turn.
+  std::vector<std::uint32_t> read_seen_;
 };
 
 }  // namespace shardkit::detail
