@@ -102,6 +102,14 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::strcmp(argv[1], "shm-sendrecv") == 0) {
       Array y = Array::zeros({16}, DType::kFloat32);
       token = comm->sendrecv_into(Array::zeros({16}, DType::kFloat32), skipper, y, skipper, 0, 0);
+    } else if (argc > 1 && std::strcmp(argv[1], "shm-reduce") == 0) {
+      // One-way: rank 0 (the root) waits for the last rank in the first; the others in a later one, for both.
+      const Array x = Array::zeros({4}, DType::kFloat32);
+      Array y = Array::zeros({4}, DType::kFloat32);
+      for (int i = 0; i < 3; ++i) {
+        token = comm->reduce(x, y, ReduceOp::kSum, 0);
+        token.wait();
+      }
     } else if (argc > 1 && std::strcmp(argv[1], "shm-bcast") == 0) {
       Array x = Array::zeros({4}, DType::kFloat32);
       for (int i = 0; i <= shardkit::detail::ShmSegment::kRingLines + 1; ++i) {

@@ -82,8 +82,9 @@ void ShmSteps::wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx
   wait_line(seg_.line(set, p), s, ctx, [&] { return set_behind(set, s); });
 }
 
+// Never this rank: a one-way reduce's root waits before it posts.
 std::string ShmSteps::set_behind(int set, std::uint32_t s) const {
-  return behind([&](int q) -> ShmLine& { return seg_.line(set, q); }, s);
+  return behind([&](int q) -> ShmLine& { return seg_.line(set, q); }, s, me_);
 }
 
 template <typename Missing>

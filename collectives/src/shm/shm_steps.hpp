@@ -89,7 +89,7 @@ class ShmSteps {
 
   void settle(SetUse& u, const OpContext& ctx);
   void wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx);
-  // The ranks that have not posted step s in `set`.
+  // The other ranks that have not posted step s in `set`.
   std::string set_behind(int set, std::uint32_t s) const;
   // Waits until `line` reaches step s (true), or `also`, where given, reaches it first (false); else raises the
   // TimeoutError (or the interruption), naming missing()'s ranks.
