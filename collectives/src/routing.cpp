@@ -19,9 +19,10 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 // Reduce (to rank 0, float32 sum, 2 ranks; 3 and 4 crowded): with a CPU each, 0.13-0.74x MPI from 512 B to 16 KiB and
 // 0.76-1.26 at 8-128 B (five runs each), where the MPI route took 1.25-1.9x (the pipeline's own cost beside MPI's
 // 0.2 us); crowded 0.34-1.37 from 512 B to 32 KiB, and 4-17x at 128 B (MPI's non-roots return once their message is
-// sent). Since a reduce up to 16 KiB is one-way (its non-roots no longer wait for the root; 2026-11-29, three runs
-// alternating with the binary before): 0.83-0.91 at 8-32 B (before 1.17-1.38 in the same runs), 0.76-0.83 at 128 B,
-// 0.21-0.56 from 512 B; crowded, shm forced, still 4-10x at 8-128 B (one run each at 3 and 4 ranks).
+// sent). Since a reduce up to 16 KiB is one-way (its non-roots no longer wait for the root; 2026-11-29, twelve runs
+// alternating with the binary before, the median of the runs' ratios): 0.84 at 8 B (before 1.01), 0.94 at 32 B
+// (1.14), 0.88 at 128 B (0.97); single runs ranged 0.77-1.51 (0.76-1.49 before). From 512 B 0.21-0.56 (three runs).
+// Crowded, shm forced, still 4-10x at 8-128 B (one run each at 3 and 4 ranks).
 // Above 16 KiB, where each rank folds its share of a chunk, it measured 0.58-0.95 in some runs and 2.8-5.4x in others
 // (about half of the runs at 2 ranks: the non-root's copying and folding ran ~5x slower, on the CPU all the time; not
 // explained yet), so larger reduces stay on MPI.
