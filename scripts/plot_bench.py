@@ -220,7 +220,8 @@ def matmul_plots(data, stem, plt, efficiency_target):
 def collectives_plots(data, stem, plt):
     by_op = {}
     for r in data["results"]:
-        by_op.setdefault(r["op"], []).append(r)
+        if r["bytes"] > 0:  # a barrier's row has no data: nothing to put on a bytes axis
+            by_op.setdefault(r["op"], []).append(r)
     if not by_op:
         print(f"plot_bench.py: {stem}: no result to plot", file=sys.stderr)
         return []

@@ -56,12 +56,17 @@ constexpr ShmWins kShmWins[] = {
 // allreduce, allgather and reduce_scatter at every size (0.04-0.23x flat MPI from 8 B to 8 KiB, 0.09-0.46x from 8 KiB
 // to 8 MiB, two runs each; bytes of this rank's input: the whole input, a block, the whole input), bcast from 512 B
 // (1.2-124x below it: MPI's root returns once its small message is sent; 0.11-0.15x from 512 B to 512 KiB), medians.
-// Reduce and barrier were not measured.
+// Reduce (to rank 0; 2026-11-29, its node part one-way): from 128 B, 0.60-0.67x at 128 B and 0.06-0.45 from 512 B to
+// 8 MiB on two hosts of two slots (three runs), 0.97-1.04 from 8 B to 2 KiB and 0.62-0.78 from 8 KiB on three hosts
+// of 1, 2 and 1 slots (two runs); 0.5-2.0 at 8-32 B on two hosts. Barrier: 0.11 on two hosts (two runs), 0.42-0.48
+// on three (two runs).
 constexpr ShmWins kHierWins[] = {
     {OpKind::kAllreduce, 0, kAnySize},
     {OpKind::kBcast, 512, kAnySize},
     {OpKind::kAllgather, 0, kAnySize},
     {OpKind::kReduceScatter, 0, kAnySize},
+    {OpKind::kReduce, 128, kAnySize},
+    {OpKind::kBarrier, 0, kAnySize},
 };
 
 bool wins(std::span<const ShmWins> table, OpKind op, std::int64_t bytes, bool crowded) noexcept {

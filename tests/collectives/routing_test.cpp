@@ -154,16 +154,17 @@ TEST(Routing, HierarchicalShm) {
       EXPECT_EQ(detail::may_need_shm(r), detail::needs_shm(r) || detail::needs_shm(flat));
     }
   }
-  // The measured crossovers: allreduce, allgather and reduce_scatter at every size, bcast from 512 B; reduce and
-  // barrier not measured.
-  for (OpKind op : {OpKind::kAllreduce, OpKind::kAllgather, OpKind::kReduceScatter}) {
+  // The measured crossovers: allreduce, allgather, reduce_scatter and barrier at every size, bcast from 512 B, reduce
+  // from 128 B.
+  for (OpKind op : {OpKind::kAllreduce, OpKind::kAllgather, OpKind::kReduceScatter, OpKind::kBarrier}) {
     for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{1} << 20, std::int64_t{64} << 20})
       EXPECT_TRUE(detail::hier_by_default(op, bytes)) << op_name(op) << " " << bytes;
   }
   EXPECT_TRUE(detail::hier_by_default(OpKind::kBcast, 512));
   EXPECT_FALSE(detail::hier_by_default(OpKind::kBcast, 511));
-  EXPECT_FALSE(detail::hier_by_default(OpKind::kReduce, std::int64_t{1} << 20));
-  EXPECT_FALSE(detail::hier_by_default(OpKind::kBarrier, 0));
+  EXPECT_TRUE(detail::hier_by_default(OpKind::kReduce, 128));
+  EXPECT_TRUE(detail::hier_by_default(OpKind::kReduce, std::int64_t{64} << 20));
+  EXPECT_FALSE(detail::hier_by_default(OpKind::kReduce, 127));
 }
 
 // The default route's table reads whether the shm backend's ranks outnumber their CPUs: small bcasts, and reduces up

@@ -467,20 +467,21 @@ std::vector<std::string> recorded_routes(const std::string& name, OpKind op) {
   if (at == std::string::npos) return {"no communicator '" + name + "' in the dump: " + dump};
   const std::string mine = dump.substr(at, dump.find("]}", at) - at);
   const std::regex record(std::string("\"op\": \"") + op_name(op) +
-                          R"re(", "dtype": "\w+", "count": (\d+), "peer": -?\d+, "backend": "(\w+)")re");
+                          R"re(", "dtype": (?:"\w+"|null), "count": (-?\d+), "peer": -?\d+, "backend": "(\w+)")re");
   std::vector<std::string> out;
   for (auto m = std::sregex_iterator(mine.begin(), mine.end(), record); m != std::sregex_iterator(); ++m)
     out.push_back((*m)[1].str() + " " + (*m)[2].str());
   return out;
 }
 
-// On the default route (auto), across hosts: allgather and reduce_scatter take the hierarchical path where its table
-// says (hier_by_default: at least the largest size here, past a chunk too) and MPI elsewhere, with exact
-// results either way; the flight recorder says which route each call took. On one node the flat table routes them
-// (and GPU jobs stay off shm there): the results are checked, not the route.
+// On the default route (auto), across hosts: allgather, reduce_scatter, reduce (to the last rank, which does not lead
+// its node where ranks fill each node's slots in turn) and barrier take the hierarchical path where its table says
+// (hier_by_default: at least the largest size here, past a chunk too; reduce not at the smallest) and MPI elsewhere,
+// with exact results either way; the flight recorder says which route each call took. On one node the flat table
+// routes them (and GPU jobs stay off shm there): the results are checked, not the route.
 class ShmAuto : public ::testing::TestWithParam<DType> {};
 
-TEST_P(ShmAuto, AllgatherAndReduceScatterRouteBySize) {
+TEST_P(ShmAuto, AllgatherReduceScatterReduceAndBarrierRouteBySize) {
   if (on_gpu()) GTEST_SKIP() << "host buffers only";
   const DType dtype = GetParam();
   CommOptions o;
@@ -491,7 +492,7 @@ TEST_P(ShmAuto, AllgatherAndReduceScatterRouteBySize) {
   const int rank = c.rank(), size = c.size();
   const auto item = static_cast<std::int64_t>(dtype_size(dtype));
   const std::int64_t large = static_cast<std::int64_t>(detail::ShmSegment::kSlotBytes) / item + 3;
-  std::vector<std::string> gathers, scatters;
+  std::vector<std::string> gathers, scatters, reduces, barriers;
   for (std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{7}, large}) {
     SCOPED_TRACE(::testing::Message() << "n=" << n);
     const Array x = input(dtype, {n}, rank, Pattern::kData);
@@ -502,14 +503,28 @@ TEST_P(ShmAuto, AllgatherAndReduceScatterRouteBySize) {
     Array y = Array::empty({n}, dtype);
     c.reduce_scatter(blocks, y, ReduceOp::kSum).wait();
     EXPECT_TRUE(same(y, reference(dtype, {n}, ReduceOp::kSum, 0, size - 1, rank * n)));
+    const Array mine = input(dtype, {n}, rank, Pattern::kArithmetic);
+    Array sum = Array::empty({n}, dtype);
+    c.reduce(mine, sum, ReduceOp::kSum, size - 1).wait();
+    if (rank == size - 1) {
+      EXPECT_TRUE(same(sum, reference(dtype, {n}, ReduceOp::kSum, 0, size - 1)));
+    }
+    c.barrier().wait();
     const auto route = [](OpKind op, std::int64_t bytes) { return detail::hier_by_default(op, bytes) ? "shm" : "mpi"; };
     gathers.push_back(std::to_string(n) + " " + route(OpKind::kAllgather, n * item));
     scatters.push_back(std::to_string(size * n) + " " + route(OpKind::kReduceScatter, size * n * item));
+    reduces.push_back(std::to_string(n) + " " + route(OpKind::kReduce, n * item));
+    barriers.push_back(std::string("-1 ") + route(OpKind::kBarrier, 0));
   }
   if (world_on_one_node()) return;
   EXPECT_EQ(gathers.back(), std::to_string(large) + " shm");
+  EXPECT_EQ(reduces.front(), "0 mpi");
+  EXPECT_EQ(reduces.back(), std::to_string(large) + " shm");
+  EXPECT_EQ(barriers.back(), "-1 shm");
   EXPECT_EQ(recorded_routes(o.name, OpKind::kAllgather), gathers);
   EXPECT_EQ(recorded_routes(o.name, OpKind::kReduceScatter), scatters);
+  EXPECT_EQ(recorded_routes(o.name, OpKind::kReduce), reduces);
+  EXPECT_EQ(recorded_routes(o.name, OpKind::kBarrier), barriers);
 }
 
 INSTANTIATE_TEST_SUITE_P(SomeDTypes, ShmAuto,

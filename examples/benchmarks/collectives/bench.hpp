@@ -195,6 +195,6 @@ inline int mpi_count(std::int64_t n) {
 
 /// The collectives' entries (one file each).
 extern const CollectiveTest kAllreduceTest, kAllgatherTest, kReduceScatterTest, kBcastTest, kReduceTest,
-    kAlltoallTest, kSendrecvTest;
+    kAlltoallTest, kSendrecvTest, kBarrierTest;
 
 }  // namespace shardkit::bench

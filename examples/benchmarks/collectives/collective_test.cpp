@@ -11,8 +11,9 @@
 namespace shardkit::bench {
 
 std::span<const CollectiveTest* const> all_collectives() {
-  static const CollectiveTest* const kAll[] = {&kAllreduceTest, &kAllgatherTest, &kReduceScatterTest, &kBcastTest,
-                                               &kReduceTest,    &kAlltoallTest,  &kSendrecvTest};
+  static const CollectiveTest* const kAll[] = {&kAllreduceTest, &kAllgatherTest, &kReduceScatterTest,
+                                               &kBcastTest,     &kReduceTest,    &kAlltoallTest,
+                                               &kSendrecvTest,  &kBarrierTest};
   return kAll;
 }
 
