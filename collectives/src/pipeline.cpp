@@ -117,9 +117,12 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   const Placement where = placement_of(send, recv);
   Backend* chosen = mpi.get();
   RouteRequest req{op, options.backend, where};
-  if (const Array* first = send ? send : recv) {
-    req.dtype = first->dtype();
-    req.bytes = static_cast<std::int64_t>(first->nbytes());
+  // Sized by an array of the same size on every rank, so that all route alike: the first, but a scatter's receive
+  // buffer (its root's send buffer holds every rank's block).
+  const bool by_recv = spec.send == Role::kRootIn && spec.recv == Role::kOut;
+  if (const Array* sized = by_recv ? recv : send ? send : recv) {
+    req.dtype = sized->dtype();
+    req.bytes = static_cast<std::int64_t>(sized->nbytes());
   }
   req.reduce = a.reduce;
   req.named_peers = a.source != kAnySource && (a.dest == rank) == (a.source == rank);

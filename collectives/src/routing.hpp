@@ -24,7 +24,8 @@ struct RouteRequest {
   ReduceOp reduce = ReduceOp::kSum;
   /// Whether the ranks agreed on an NCCL communicator (asked only when the answer matters: see needs_nccl()).
   bool nccl_available = false;
-  /// Bytes of the operation's first array on this rank (the same on every rank for the operations shm implements).
+  /// Bytes of the operation's first array on this rank, a scatter's receive buffer (the same on every rank for the
+  /// operations shm implements).
   std::int64_t bytes = 0;
   /// Whether the communicator has a shm backend (asked only when the answer matters: see needs_shm()).
   bool shm_available = false;

@@ -98,9 +98,11 @@ TEST(Routing, ReductionsNcclLacksFallBackToMpi) {
   EXPECT_EQ(detail::route(r), BackendKind::kNccl);
 }
 
-// What the shm backend implements, as issue 21's first slice has it.
-const std::set<OpKind> kInShm = {OpKind::kAllreduce,     OpKind::kReduce,   OpKind::kBcast,   OpKind::kAllgather,
-                                 OpKind::kReduceScatter, OpKind::kAlltoall, OpKind::kBarrier, OpKind::kSendrecv};
+// What the shm backend implements: issue 21's operations, and gather and scatter.
+const std::set<OpKind> kInShm = {OpKind::kAllreduce, OpKind::kReduce,        OpKind::kBcast,
+                                 OpKind::kAllgather, OpKind::kReduceScatter, OpKind::kAlltoall,
+                                 OpKind::kBarrier,   OpKind::kSendrecv,      OpKind::kGather,
+                                 OpKind::kScatter};
 
 // SHARDKIT_BACKEND=shm: shm for what it implements on host buffers (or none) when the communicator has it; MPI for the
 // rest and when it has not; GPU buffers route as on auto. mpi never takes shm; auto takes it only by its table.
@@ -167,10 +169,11 @@ TEST(Routing, HierarchicalShm) {
   EXPECT_FALSE(detail::hier_by_default(OpKind::kReduce, 127));
 }
 
-// The default route's table reads whether the shm backend's ranks outnumber their CPUs: small bcasts, and reduces up
-// to 16 KiB, take shm only where they do not (crowded, shm's bcast measured 16-18x MPI's, its reduce 0.34-17x),
-// and before the backend is made the first small bcast may ask for it. Nothing else in the table depends on it.
-TEST(Routing, SmallBcastsAndReducesTakeShmOnlyWithACpuPerRank) {
+// The default route's table reads whether the shm backend's ranks outnumber their CPUs: small bcasts, reduces up to
+// 16 KiB and gathers and scatters up to 4 KiB a rank take shm only where they do not (crowded, shm's bcast measured
+// 16-18x MPI's, its reduce 0.34-17x, gather and scatter 3-44x below 2 KiB), and before the backend is made the first
+// small bcast may ask for it. Nothing else in the table depends on it.
+TEST(Routing, SmallRootedOperationsTakeShmOnlyWithACpuPerRank) {
   RouteRequest r{OpKind::kBcast, BackendKind::kAuto, Placement::kHost};
   r.shm_available = true;
   for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{511}}) {
@@ -185,7 +188,7 @@ TEST(Routing, SmallBcastsAndReducesTakeShmOnlyWithACpuPerRank) {
   r.bytes = 512;
   EXPECT_EQ(detail::route(r), BackendKind::kShm);  // still crowded: from 512 B shm wins either way
   for (OpKind op : kAllOps) {
-    if (op == OpKind::kBcast || op == OpKind::kReduce) continue;
+    if (op == OpKind::kBcast || op == OpKind::kReduce || op == OpKind::kGather || op == OpKind::kScatter) continue;
     for (std::int64_t bytes : {std::int64_t{8}, std::int64_t{4} << 10, std::int64_t{64} << 20})
       EXPECT_EQ(detail::shm_by_default(op, bytes, true), detail::shm_by_default(op, bytes));
   }
@@ -204,6 +207,14 @@ TEST(Routing, SmallBcastsAndReducesTakeShmOnlyWithACpuPerRank) {
     EXPECT_EQ(detail::shm_by_default(OpKind::kReduce, std::int64_t{16} << 10, crowded), !crowded);
     EXPECT_FALSE(detail::shm_by_default(OpKind::kReduce, (std::int64_t{16} << 10) + 1, crowded));
     EXPECT_FALSE(detail::shm_by_default(OpKind::kReduce, std::int64_t{64} << 20, crowded));
+  }
+  // Gather and scatter: up to 4 KiB a rank (the block each rank sends or receives), only with a CPU each.
+  for (OpKind op : {OpKind::kGather, OpKind::kScatter}) {
+    for (bool crowded : {false, true}) {
+      EXPECT_EQ(detail::shm_by_default(op, 0, crowded), !crowded);
+      EXPECT_EQ(detail::shm_by_default(op, std::int64_t{4} << 10, crowded), !crowded);
+      EXPECT_FALSE(detail::shm_by_default(op, (std::int64_t{4} << 10) + 1, crowded));
+    }
   }
 }
 

@@ -123,8 +123,8 @@ TEST_P(Shm, Bcast) {
   EXPECT_EQ(comm().backend_for(OpKind::kBcast, Device::cpu()), shm_route(OpKind::kBcast));
 }
 
-// A bcast's root returns without waiting for the readers, and runs up to two bcasts ahead of them (small ones, which
-// fit a flag line: a ring ahead, the next test): runs of
+// A bcast's (and a scatter's) root returns without waiting for the readers, and runs up to two bcasts ahead of them
+// (small ones, which fit a flag line: a ring ahead, the next test): runs of
 // back-to-back bcasts from one root (which could run ahead of a slow reader and overwrite what it has not read yet),
 // roots changing between runs, sizes alternating between a flag line's inline bytes and a slot (n 0: alternating,
 // with the last rank late for every bcast it does not send), and now and then an operation whose parts every rank
@@ -141,6 +141,14 @@ TEST_P(Shm, BcastsBackToBackWithOtherOperations) {
       Array x = Array::from_values<float>(std::vector<float>(count, rank() == root ? sent : -1.0f));
       comm().bcast_inplace(x, root).wait();
       EXPECT_EQ(x.to_vector<float>(), std::vector<float>(count, sent)) << "i=" << i;
+      // A scatter is one-way from its root too: row p of the root's input to rank p.
+      std::vector<float> rows;
+      for (int p = 0; p < size(); ++p) rows.insert(rows.end(), count, sent + 0.25f * static_cast<float>(p));
+      const Array all = Array::from_values<float>(std::span<const float>(rows), {size(), static_cast<std::int64_t>(count)});
+      Array piece = Array::zeros({static_cast<std::int64_t>(count)}, DType::kFloat32);
+      comm().scatter(rank() == root ? all : Array::zeros(all.shape(), DType::kFloat32), piece, root).wait();
+      EXPECT_EQ(piece.to_vector<float>(), std::vector<float>(count, sent + 0.25f * static_cast<float>(rank())))
+          << "i=" << i;
       if (i % 8 == 7) {
         const Array mine = Array::from_values<float>(std::vector<float>(count, static_cast<float>(rank() + i)));
         const Array y = comm().allreduce(mine, ReduceOp::kSum).value;
@@ -174,13 +182,14 @@ TEST_P(Shm, SmallBcastsRunAWholeRingAheadOfALateReader) {
   }
 }
 
-// A reduce up to the split size is one-way: the other ranks post their parts and return without waiting for the root,
-// which reads them when it comes; they wait only before writing that buffer set again. Here the root comes late (a
-// sleep before each run), the others send runs of distinct parts, the root changes between runs, sizes alternate
-// between a flag line's inline bytes and a slot (and past the split size, a handshake every rank waits for), and bcasts
-// (one-way the other way) and allreduces come in between: the root must get every exact sum. Without the wait for
-// the set's last use, the late root folds a later reduce's part (float32, 1-4 ranks).
-TEST_P(Shm, ReducesRunAheadOfALateRoot) {
+// A reduce up to the split size, and a gather, are one-way: the other ranks post their parts and return without
+// waiting for the root, which reads them when it comes; they wait only before writing that buffer set again. Here the
+// root comes late (a sleep before each run), the others send runs of distinct parts (a reduce and a gather each time),
+// the root changes between runs, sizes alternate between a flag line's inline bytes and a slot (and past the split
+// size, a reduce's handshake every rank waits for), and bcasts and scatters (one-way the other way) and allreduces
+// come in between: the root must get every exact sum and block. Without the wait for the set's last use, the late
+// root folds or copies a later operation's part (float32, 1-4 ranks).
+TEST_P(Shm, ReducesAndGathersRunAheadOfALateRoot) {
   if (dtype() != DType::kFloat32) GTEST_SKIP() << "one dtype is enough";
   const std::int64_t split = static_cast<std::int64_t>(detail::kShmSplitBytes) / 4;
   const int n = size();
@@ -197,10 +206,24 @@ TEST_P(Shm, ReducesRunAheadOfALateRoot) {
                 std::vector<float>(static_cast<std::size_t>(count), static_cast<float>(100 * i * n + n * (n - 1) / 2)))
           << "i=" << i;
     }
+    Array all = Array::zeros({n, count}, DType::kFloat32);
+    comm().gather(mine, all, root).wait();
+    if (rank() == root) {
+      for (int p = 0; p < n; ++p) {
+        EXPECT_EQ(all.slice(0, p, p + 1).to_vector<float>(),
+                  std::vector<float>(static_cast<std::size_t>(count), static_cast<float>(100 * i + p)))
+            << "i=" << i << " p=" << p;
+      }
+    }
     if (i % 7 == 6) {
       Array b = Array::from_values<float>(std::vector<float>(3, rank() == root ? static_cast<float>(i) : -1.0f));
       comm().bcast_inplace(b, root).wait();
       EXPECT_EQ(b.to_vector<float>(), std::vector<float>(3, static_cast<float>(i))) << "i=" << i;
+      Array piece = Array::zeros({count}, DType::kFloat32);
+      comm().scatter(rank() == root ? all : Array::zeros({n, count}, DType::kFloat32), piece, root).wait();
+      EXPECT_EQ(piece.to_vector<float>(),
+                std::vector<float>(static_cast<std::size_t>(count), static_cast<float>(100 * i + rank())))
+          << "i=" << i;
     }
     if (i % 11 == 10) {
       const Array y = comm().allreduce(mine, ReduceOp::kSum).value;
@@ -361,6 +384,35 @@ TEST_P(Shm, Alltoall) {
     EXPECT_TRUE(same(buf, want));
   }
   EXPECT_EQ(comm().backend_for(OpKind::kAlltoall, Device::cpu()), shm_route(OpKind::kAlltoall));
+}
+
+// Gather (one-way toward the root) and scatter (one-way from it), buffer and value forms, every root of roots(): the
+// root gets every block in rank order, the others' receive buffers are not touched (gather), and each rank gets its
+// own block (scatter), at the movement counts (inline, slot, chunked).
+TEST_P(Shm, GatherAndScatter) {
+  for (int root : roots()) {
+    for (std::int64_t n : movement_counts(dtype())) {
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " root=" << root);
+      const Array x = input(dtype(), {n}, rank(), Pattern::kData);
+      Array want = Array::empty({size(), n}, dtype());
+      for (int r = 0; r < size(); ++r) want.slice(0, r, r + 1).copy_from(input(dtype(), {1, n}, r, Pattern::kData));
+      Array y = Array::zeros({size(), n}, dtype());
+      comm().gather(x, y, root).wait();
+      EXPECT_TRUE(same(y, rank() == root ? want : Array::zeros({size(), n}, dtype())));
+      const Array value = comm().gather(x, root).value;
+      EXPECT_TRUE(same(value, rank() == root ? want : x));
+
+      // Scatter from the root: rank r gets row r of the root's input.
+      const Array rows = input(dtype(), {size(), n}, root, Pattern::kData);
+      const Array mine = rows.slice(0, rank(), rank() + 1).contiguous().reshape({n});
+      Array got = Array::zeros({n}, dtype());
+      comm().scatter(rank() == root ? rows : Array::zeros({size(), n}, dtype()), got, root).wait();
+      EXPECT_TRUE(same(got, mine));
+      EXPECT_TRUE(same(comm().scatter(rank() == root ? rows : Array::zeros({n}, dtype()), root).value, mine));
+    }
+  }
+  for (OpKind op : {OpKind::kGather, OpKind::kScatter})
+    EXPECT_EQ(comm().backend_for(op, Device::cpu()), shm_route(op)) << op_name(op);
 }
 
 TEST_P(Shm, SendrecvOnEveryRingShift) {
@@ -525,6 +577,36 @@ TEST_P(ShmAuto, AllgatherReduceScatterReduceAndBarrierRouteBySize) {
   EXPECT_EQ(recorded_routes(o.name, OpKind::kReduceScatter), scatters);
   EXPECT_EQ(recorded_routes(o.name, OpKind::kReduce), reduces);
   EXPECT_EQ(recorded_routes(o.name, OpKind::kBarrier), barriers);
+}
+
+// A scatter's root holds every rank's block, the others only their own: the route is chosen by the block (what every
+// rank has), so that all ranks take the same one. Here blocks of 3 KiB, under the table's 4 KiB where the root's
+// whole input (6-12 KiB) is past it: were the root to route by its input, it would take MPI while the others wait on
+// shm, until the timeout. On one node the flight recorder shows one route on every rank (shm with a CPU each).
+TEST(ShmAutoScatter, EveryRankRoutesByTheBlock) {
+  if (on_gpu()) GTEST_SKIP() << "host buffers only";
+  CommOptions o;
+  o.name = "shm auto scatter";
+  o.backend = BackendKind::kAuto;
+  o.timeout = std::chrono::seconds(20);
+  auto comm = Communicator::world(o);
+  Communicator& c = *comm;
+  const std::int64_t n = (std::int64_t{3} << 10) / 4;
+  for (int root = 0; root < c.size(); ++root) {
+    const Array rows = input(DType::kFloat32, {c.size(), n}, root, Pattern::kData);
+    Array got = Array::empty({n}, DType::kFloat32);
+    c.scatter(c.rank() == root ? rows : Array::zeros({c.size(), n}, DType::kFloat32), got, root).wait();
+    EXPECT_TRUE(same(got, rows.slice(0, c.rank(), c.rank() + 1).contiguous().reshape({n})));
+  }
+  if (!world_on_one_node() || c.size() == 1) return;
+  const std::vector<std::string> routes = recorded_routes(o.name, OpKind::kScatter);
+  ASSERT_EQ(routes.size(), static_cast<std::size_t>(c.size()));
+  const std::string route = routes[0].substr(routes[0].find(' ') + 1);
+  for (const std::string& r : routes) EXPECT_EQ(r.substr(r.find(' ') + 1), route);
+  // Every rank's flight recorder: one route on all ranks.
+  Array mine = Array::from_values<std::int32_t>({route == "shm" ? 1 : 0});
+  const std::vector<std::int32_t> all = c.allgather(mine).value.to_vector<std::int32_t>();
+  for (std::int32_t v : all) EXPECT_EQ(v, all[0]);
 }
 
 INSTANTIATE_TEST_SUITE_P(SomeDTypes, ShmAuto,

@@ -108,7 +108,7 @@ class ShmBackend final : public Backend {
     const OpArgs& a = *c.args;
     for (const Array* x : {c.send, static_cast<const Array*>(c.recv)})
       if (x) x->wait_ready();
-    steps_.begin(operation_size(c), c.op == OpKind::kBcast || one_way_reduce(c), ctx);
+    steps_.begin(operation_size(c), one_way(c), ctx);
     switch (c.op) {
       case OpKind::kAllreduce:
         if (cma_.usable && !policy_.crowded && c.send->nbytes() >= kCmaReduceBytes)
@@ -136,6 +136,8 @@ class ShmBackend final : public Backend {
         else
           allgather(*c.send, *c.recv, ctx);
         break;
+      case OpKind::kGather: gather(*c.send, c.recv, ctx); break;  // recv set on the root only
+      case OpKind::kScatter: scatter(c.send, *c.recv, a.root, ctx); break;  // send set on the root only
       case OpKind::kReduceScatter: reduce_scatter(*c.send, *c.recv, a.reduce, ctx); break;
       case OpKind::kAlltoall: {
         // In place, a rank's own buffer is overwritten while the others may still read it: through the segment then.
@@ -194,6 +196,10 @@ class ShmBackend final : public Backend {
   // root, as MPI's eager sends let them, and wait only before they write that set again (owe()).
   bool one_way_reduce(const BackendCall& c) const {
     return c.op == OpKind::kReduce && n_ > 1 && c.send->nbytes() <= kShmSplitBytes;
+  }
+  // Operations whose steps are one-way (begin() then waits for nothing: each step waits in before_one_way()).
+  bool one_way(const BackendCall& c) const {
+    return c.op == OpKind::kBcast || c.op == OpKind::kGather || c.op == OpKind::kScatter || one_way_reduce(c);
   }
   void reduce_one_way(const Array& send, Array* out, ReduceOp op, const OpContext& ctx) {
     const std::size_t bytes = send.nbytes(), item = send.itemsize();
@@ -354,6 +360,53 @@ class ShmBackend final : public Backend {
                               " failed (", std::strerror(errno), ")"));
   }
 
+  // One-way, chunk by chunk, as a small reduce: every rank writes its part of its block and posts; the root waits for
+  // all, copies every part into its place in `out` and posts that it has read; the others go on.
+  void gather(const Array& send, Array* out, const OpContext& ctx) {
+    const std::size_t item = send.itemsize();
+    const std::int64_t n = send.numel();
+    const unsigned char* s = bytes_of(send);
+    unsigned char* r = out ? bytes_of(*out) : nullptr;
+    chunks(n, ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
+      const std::size_t bytes = m * item;
+      steps_.before_one_way(ctx);
+      const int set = steps_.next_set();
+      const std::uint32_t st = steps_.next_step();
+      std::memcpy(part(set, me_, bytes), s + off * item, bytes);
+      if (r) {
+        steps_.wait_all(set, st, ctx);
+        for (int p = 0; p < n_; ++p) std::memcpy(r + (p * n + off) * item, part(set, p, bytes), bytes);
+      }
+      steps_.post(set, st);
+      steps_.owe(set, st);
+    });
+  }
+
+  // One-way, chunk by chunk, as a bcast: the root writes its piece of every rank's block in its slot and posts; each
+  // rank copies its own piece (the root too, from the slot: its block of `send` may be `recv` itself) and the others
+  // post that they have read.
+  void scatter(const Array* send, Array& recv, int root, const OpContext& ctx) {
+    const std::size_t item = recv.itemsize();
+    const std::int64_t n = recv.numel();
+    unsigned char* r = bytes_of(recv);
+    chunks(n, ShmSegment::kSlotBytes / (item * n_), [&](std::int64_t off, std::int64_t m) {
+      const std::size_t bytes = m * item, whole = bytes * n_;
+      steps_.before_one_way(ctx);
+      const int set = steps_.next_set();
+      const std::uint32_t st = steps_.next_step();
+      unsigned char* pieces = part(set, root, whole);
+      if (me_ == root) {
+        const unsigned char* s = bytes_of(*send);
+        for (int b = 0; b < n_; ++b) std::memcpy(pieces + b * bytes, s + (b * n + off) * item, bytes);
+      } else {
+        steps_.wait_root(set, root, st, ctx);
+      }
+      std::memcpy(r + off * item, pieces + me_ * bytes, bytes);
+      steps_.post(set, st);
+      steps_.owe(set, st);
+    });
+  }
+
   void allgather(const Array& send, Array& recv, const OpContext& ctx) {
     const std::size_t item = send.itemsize();
     const std::int64_t n = send.numel();
@@ -428,7 +481,8 @@ class ShmBackend final : public Backend {
   static std::uint64_t operation_size(const BackendCall& c) {
     switch (c.op) {
       case OpKind::kBcast: return (c.send ? c.send : c.recv)->nbytes();
-      case OpKind::kReduceScatter: return c.recv->nbytes();
+      case OpKind::kReduceScatter:
+      case OpKind::kScatter: return c.recv->nbytes();
       case OpKind::kBarrier: return 0;
       default: return c.send->nbytes();
     }
@@ -453,6 +507,8 @@ bool shm_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept {
     case OpKind::kReduceScatter: return reduce_op_supports(reduce, dtype);
     case OpKind::kBcast:
     case OpKind::kAllgather:
+    case OpKind::kGather:
+    case OpKind::kScatter:
     case OpKind::kAlltoall:
     case OpKind::kBarrier:
     case OpKind::kSendrecv: return true;

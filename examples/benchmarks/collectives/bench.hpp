@@ -194,7 +194,7 @@ inline int mpi_count(std::int64_t n) {
 }
 
 /// The collectives' entries (one file each).
-extern const CollectiveTest kAllreduceTest, kAllgatherTest, kReduceScatterTest, kBcastTest, kReduceTest,
-    kAlltoallTest, kSendrecvTest, kBarrierTest;
+extern const CollectiveTest kAllreduceTest, kAllgatherTest, kReduceScatterTest, kBcastTest, kReduceTest, kGatherTest,
+    kScatterTest, kAlltoallTest, kSendrecvTest, kBarrierTest;
 
 }  // namespace shardkit::bench

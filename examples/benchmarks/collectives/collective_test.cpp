@@ -11,8 +11,8 @@
 namespace shardkit::bench {
 
 std::span<const CollectiveTest* const> all_collectives() {
-  static const CollectiveTest* const kAll[] = {&kAllreduceTest, &kAllgatherTest, &kReduceScatterTest,
-                                               &kBcastTest,     &kReduceTest,    &kAlltoallTest,
+  static const CollectiveTest* const kAll[] = {&kAllreduceTest, &kAllgatherTest, &kReduceScatterTest, &kBcastTest,
+                                               &kReduceTest,    &kGatherTest,    &kScatterTest,       &kAlltoallTest,
                                                &kSendrecvTest,  &kBarrierTest};
   return kAll;
 }

@@ -24,8 +24,8 @@ const char* const kUsage =
     "  -d DTYPE      float32 (default), float64, int8..int64, uint8..uint64, complex64, complex128\n"
     "                (nccl-tests' float, double, int, char also accepted)\n"
     "  -o REDOP      reduction of allreduce / reduce_scatter / reduce: sum (default), prod, min, max\n"
-    "  --op NAME     allreduce (default), allgather, reduce_scatter, bcast, reduce, alltoall, sendrecv,\n"
-    "                barrier (no data: one row); a comma-separated list, or all\n"
+    "  --op NAME     allreduce (default), allgather, reduce_scatter, bcast, reduce, gather, scatter,\n"
+    "                alltoall, sendrecv, barrier (no data: one row); a comma-separated list, or all\n"
     "  --json PATH   also write the results as JSON to PATH ('-': stdout; the table then goes to stderr)\n"
     "  --checked     run shardkit in checked mode (signature exchange before each collective) to show its cost\n"
     "  -h, --help    this text\n";
