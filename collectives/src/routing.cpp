@@ -14,8 +14,9 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 
 // The default route's table: per operation, the message sizes (bytes of the first array on each rank; a scatter's
 // receive buffer) where shm was measured faster than MPI, each against MPI in the same run (bench_collectives, 2 ranks
-// on an idle machine, 3 and 4 on 2 cores for the crowded case; README, "Shared memory"). Operations and sizes not listed stay on MPI: bcast above
-// 256 KiB, allgathers past 256 KiB a rank, alltoall past 512 KiB and reduce above 16 KiB went either way or to MPI.
+// on an idle machine, 3 and 4 on 2 cores for the crowded case; README, "Shared memory"). Operations and sizes not
+// listed stay on MPI: bcast above 256 KiB, allgathers past 256 KiB a rank, alltoall past 512 KiB, reduce above 16 KiB
+// and gather and scatter above 4 KiB a rank went either way or to MPI.
 // Reduce (to rank 0, float32 sum, 2 ranks; 3 and 4 crowded): with a CPU each, 0.13-0.74x MPI from 512 B to 16 KiB and
 // 0.76-1.26 at 8-128 B (five runs each), where the MPI route took 1.25-1.9x (the pipeline's own cost beside MPI's
 // 0.2 us); crowded 0.34-1.37 from 512 B to 32 KiB, and 4-17x at 128 B (MPI's non-roots return once their message is
@@ -27,9 +28,9 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 // (about half of the runs at 2 ranks: the non-root's copying and folding ran ~5x slower, on the CPU all the time; not
 // explained yet), so larger reduces stay on MPI.
 // Gather and scatter (root 0, float32, the bytes of the block each rank sends or receives; 2026-11-29, two runs at 2
-// ranks, one each at 3 and 4): with a CPU each, shm forced 0.92-1.22x raw MPI at 4-64 B (gather) and 1.01-1.73 (scatter)
-// where the MPI route took 1.38-1.80, 0.25-0.87 from 256 B to 4 KiB (the MPI route 1.04-1.38), 1.5-7.5 from 16 KiB
-// (MPI copies once); crowded 3-44x below 2 KiB, so only with a CPU each, up to 4 KiB.
+// ranks, one each at 3 and 4): with a CPU each, shm forced 0.92-1.22x raw MPI at 4-64 B (gather) and 1.01-1.73
+// (scatter) where the MPI route took 1.38-1.80, 0.25-0.87 from 256 B to 4 KiB (the MPI route 1.04-1.38), 1.5-7.5 from
+// 16 KiB (MPI copies once); crowded 3-44x below 2 KiB, so only with a CPU each, up to 4 KiB.
 // A bcast below 512 B takes shm only where the ranks have a CPU each: crowded, MPI's root returns as soon as its
 // message is in the receiver's fast box while shm's waits for the previous bcast's readers (16-18x MPI at 3-4 ranks
 // on 2 cores), but with a CPU each shm took 0.10 us where the MPI route took 0.16 (raw MPI 0.09). Sendrecv was faster

@@ -1,6 +1,6 @@
-// The shm backend: allreduce, reduce, bcast, allgather, reduce_scatter, alltoall, barrier and sendrecv on host buffers
-// among the ranks of one node, through one shared segment per communicator (shm_segment.hpp). Sendrecv, the one
-// operation between two ranks rather than all, has its own channels (shm_pairs.hpp).
+// The shm backend: allreduce, reduce, bcast, allgather, reduce_scatter, gather, scatter, alltoall, barrier and sendrecv
+// on host buffers among the ranks of one node, through one shared segment per communicator (shm_segment.hpp).
+// Sendrecv, the one operation between two ranks rather than all, has its own channels (shm_pairs.hpp).
 //
 // Every step of every operation is the same handshake over the segment's two buffer sets (shm_steps.hpp). Messages
 // larger than a slot are cut into slot-sized chunks. An allreduce (or reduce) chunk above kShmSplitBytes is reduced by
