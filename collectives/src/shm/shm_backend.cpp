@@ -203,14 +203,24 @@ class ShmBackend final : public Backend {
   }
   void reduce_one_way(const Array& send, Array* out, ReduceOp op, const OpContext& ctx) {
     const std::size_t bytes = send.nbytes(), item = send.itemsize();
+    to_root(bytes_of(send), bytes, out != nullptr, ctx, [&](int set) {
+      fold(bytes_of(*out), send.numel(), item, Reducer(send.dtype(), op, bytes),
+           [&](int p) { return part(set, p, bytes); });
+    });
+  }
+
+  // One one-way step toward the root (a small reduce, a gather's chunk): every rank writes `bytes` from `mine` as its
+  // part and posts; the root waits for every part, hands the set to take(set), and posts that it has read; every rank
+  // owes the step (it waits only before writing the set again).
+  template <typename Take>
+  void to_root(const unsigned char* mine, std::size_t bytes, bool root, const OpContext& ctx, Take&& take) {
     steps_.before_one_way(ctx);
     const int set = steps_.next_set();
     const std::uint32_t s = steps_.next_step();
-    std::memcpy(part(set, me_, bytes), bytes_of(send), bytes);
-    if (out) {
+    std::memcpy(part(set, me_, bytes), mine, bytes);
+    if (root) {
       steps_.wait_all(set, s, ctx);
-      fold(bytes_of(*out), send.numel(), item, Reducer(send.dtype(), op, bytes),
-           [&](int p) { return part(set, p, bytes); });
+      take(set);
     }
     steps_.post(set, s);
     steps_.owe(set, s);
@@ -369,16 +379,9 @@ class ShmBackend final : public Backend {
     unsigned char* r = out ? bytes_of(*out) : nullptr;
     chunks(n, ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
       const std::size_t bytes = m * item;
-      steps_.before_one_way(ctx);
-      const int set = steps_.next_set();
-      const std::uint32_t st = steps_.next_step();
-      std::memcpy(part(set, me_, bytes), s + off * item, bytes);
-      if (r) {
-        steps_.wait_all(set, st, ctx);
+      to_root(s + off * item, bytes, r != nullptr, ctx, [&](int set) {
         for (int p = 0; p < n_; ++p) std::memcpy(r + (p * n + off) * item, part(set, p, bytes), bytes);
-      }
-      steps_.post(set, st);
-      steps_.owe(set, st);
+      });
     });
   }
 
