@@ -7,15 +7,8 @@
 // all ranks in parallel: each folds its share of the elements into the result slot, posts a second step, and then
 // every rank copies the result out. Smaller chunks are folded whole by every rank after the one step.
 //
-// From the sizes in shm_cma.hpp up, bcast, allgather and alltoall copy once instead of twice where the ranks may read
-// each other's memory (shm_cma.hpp): each rank posts its buffer's address in its flag line, the others read it with
-// process_vm_readv, and a second handshake (the bcast root's wait for every reader) keeps each buffer in place until
-// all have read it. From kCmaReduceBytes an allreduce does the same: every rank posts its input's and its output's
-// addresses, folds its share of the elements from the others' inputs straight into its output (piece by piece, through
-// a buffer that stays in cache), writes each piece, still in cache, into the others' outputs (process_vm_writev), and
-// posts again before it returns (its input is theirs to read, its output theirs to write, until all have posted). Only
-// where every rank has a CPU: with more ranks than CPUs (3-4 on 2 cores) the segment path measured faster (0.31-0.67x
-// MPI against 0.48-0.74x).
+// From the sizes in shm_cma.hpp up, bcast, allgather, alltoall and (where every rank has a CPU) allreduce copy once
+// instead of twice where the ranks may read each other's memory (shm_single_copy.hpp).
 //
 // Reductions are MPI_Reduce_local on the MPI backend's datatypes and operations (mpi_types.hpp): the same arithmetic
 // as on MPI (float16/bfloat16 in float32, wrapping 8/16-bit integer sums, NaN-propagating min/max, bool logic), folded
@@ -25,65 +18,23 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backend.hpp"
-#include "mpi/mpi_request.hpp"
-#include "mpi/mpi_types.hpp"
 #include "shardkit/core/error.hpp"
 #include "shm/shm_cma.hpp"
 #include "shm/shm_fold.hpp"
 #include "shm/shm_pairs.hpp"
 #include "shm/shm_segment.hpp"
+#include "shm/shm_single_copy.hpp"
 #include "shm/shm_steps.hpp"
 
 namespace shardkit::detail {
 namespace {
-
-// The piece of each rank's input a single-copy allreduce reads at a time: the pieces of every rank stay in L2.
-constexpr std::size_t kCmaPieceBytes = std::size_t{128} << 10;
-
-// Parts up to this many bytes fold through shm_fold() where it covers the reduction; larger ones through
-// MPI_Reduce_local, whose vectorised loops (Open MPI's op/avx, chosen at run time) are faster from about there: a
-// float32, float64 or int32 sum in place took 3-4x less time in our loop at 8-64 B, 1.2-1.3x less at 512 B, the same at
-// 1 KiB, and 1.2x more at 4-16 KiB (one rank, min and median of 15 rounds, on this project's 2-core AVX-512 machine).
-constexpr std::size_t kOwnFoldBytes = std::size_t{1} << 10;
-
-// How one part folds into another: the backend's own loop (small parts, and every first fold of two parts into a
-// third, which saves copying one of them out first), or MPI_Reduce_local (handles looked up only when some part may
-// need them).
-struct Reducer {
-  ShmFold own = nullptr;
-  MPI_Datatype type = MPI_DATATYPE_NULL;
-  MPI_Op op = MPI_OP_NULL;
-
-  Reducer(DType dtype, ReduceOp reduce, std::size_t largest_part) : own(shm_fold(dtype, reduce)) {
-    if (!own || largest_part > kOwnFoldBytes) {
-      type = mpi_datatype(dtype);
-      op = mpi_op(reduce, dtype);
-    }
-  }
-  // inout = in op inout.
-  void operator()(const unsigned char* in, unsigned char* inout, std::int64_t count, std::size_t item) const {
-    if (own && count * item <= kOwnFoldBytes)
-      own(in, inout, inout, count);
-    else
-      SHARDKIT_MPI_CHECK(MPI_Reduce_local(in, inout, static_cast<int>(count), type, op));
-  }
-  // out = in op acc (out overlaps neither).
-  void operator()(const unsigned char* in, const unsigned char* acc, unsigned char* out, std::int64_t count,
-                  std::size_t item) const {
-    if (own) return own(in, acc, out, count);
-    std::memcpy(out, acc, count * item);
-    (*this)(in, out, count, item);
-  }
-};
 
 unsigned char* bytes_of(const Array& a) { return static_cast<unsigned char*>(const_cast<void*>(a.data())); }
 
@@ -98,7 +49,8 @@ class ShmBackend final : public Backend {
         abort_(std::move(abort)),
         policy_(policy),
         steps_(seg_, me_, policy_, std::move(names), *abort_),
-        pairs_(seg_, cma_, me_, policy_, *abort_) {}
+        pairs_(seg_, cma_, me_, policy_, *abort_),
+        single_copy_(seg_, cma_, steps_, me_, *abort_) {}
 
   BackendKind kind() const noexcept override { return BackendKind::kShm; }
   bool crowded() const noexcept override { return policy_.crowded; }
@@ -112,7 +64,7 @@ class ShmBackend final : public Backend {
     switch (c.op) {
       case OpKind::kAllreduce:
         if (cma_.usable && !policy_.crowded && c.send->nbytes() >= kCmaReduceBytes)
-          allreduce_cma(*c.send, *c.recv, a.reduce, ctx);
+          single_copy_.allreduce(*c.send, *c.recv, a.reduce, ctx);
         else
           reduce(*c.send, c.recv, a.reduce, ctx);
         break;
@@ -125,14 +77,14 @@ class ShmBackend final : public Backend {
       case OpKind::kBcast: {
         const Array& buf = c.send ? *c.send : *c.recv;
         if (cma_.usable && buf.nbytes() >= kCmaBcastBytes)
-          bcast_cma(bytes_of(buf), buf.nbytes(), a.root, ctx);
+          single_copy_.bcast(bytes_of(buf), buf.nbytes(), a.root, ctx);
         else
           bcast(buf, a.root, ctx);
         break;
       }
       case OpKind::kAllgather:
         if (cma_.usable && c.send->nbytes() >= (policy_.crowded ? kCmaCrowdedGatherBytes : kCmaGatherBytes))
-          gather_cma(bytes_of(*c.send), bytes_of(*c.recv), c.send->nbytes(), 0, ctx);
+          single_copy_.gather(bytes_of(*c.send), bytes_of(*c.recv), c.send->nbytes(), 0, ctx);
         else
           allgather(*c.send, *c.recv, ctx);
         break;
@@ -143,7 +95,7 @@ class ShmBackend final : public Backend {
         // In place, a rank's own buffer is overwritten while the others may still read it: through the segment then.
         const std::size_t block = c.send->nbytes() / n_;
         if (cma_.usable && block >= kCmaAlltoallBytes && !c.in_place())
-          gather_cma(bytes_of(*c.send), bytes_of(*c.recv), block, me_ * block, ctx);
+          single_copy_.gather(bytes_of(*c.send), bytes_of(*c.recv), block, me_ * block, ctx);
         else
           alltoall(*c.send, *c.recv, ctx);
         break;
@@ -170,7 +122,7 @@ class ShmBackend final : public Backend {
       if (bytes <= kShmSplitBytes || n_ == 1) {
         std::memcpy(part(set, me_, bytes), in + at, bytes);
         steps_.step(set, ctx);
-        if (res) fold(res + at, m, item, fold_in, [&](int p) { return part(set, p, bytes); });
+        if (res) fold_ranks(n_, res + at, m, item, fold_in, [&](int p) { return part(set, p, bytes); });
         return;
       }
       // This rank's share of the elements, folded into the set's result slot; then every rank copies the result. Only
@@ -183,7 +135,7 @@ class ShmBackend final : public Backend {
       steps_.step(set, ctx);
       unsigned char* result = seg_.slot(set, n_);
       if (hi > lo) {
-        fold(result + lo * item, hi - lo, item, fold_in,
+        fold_ranks(n_, result + lo * item, hi - lo, item, fold_in,
              [&](int p) { return (p == me_ ? in + at : seg_.slot(set, p)) + lo * item; });
       }
       steps_.step(set, ctx);
@@ -204,7 +156,7 @@ class ShmBackend final : public Backend {
   void reduce_one_way(const Array& send, Array* out, ReduceOp op, const OpContext& ctx) {
     const std::size_t bytes = send.nbytes(), item = send.itemsize();
     to_root(bytes_of(send), bytes, out != nullptr, ctx, [&](int set) {
-      fold(bytes_of(*out), send.numel(), item, Reducer(send.dtype(), op, bytes),
+      fold_ranks(n_, bytes_of(*out), send.numel(), item, Reducer(send.dtype(), op, bytes),
            [&](int p) { return part(set, p, bytes); });
     });
   }
@@ -224,42 +176,6 @@ class ShmBackend final : public Backend {
     }
     steps_.post(set, s);
     steps_.owe(set, s);
-  }
-
-  // Single copy: see the top of this file. In place (send and out one buffer), a rank's share of its buffer is read and
-  // written only by itself, and rank p's share only by rank p, which reads each piece before it writes it.
-  void allreduce_cma(const Array& send, Array& out, ReduceOp op, const OpContext& ctx) {
-    const std::size_t item = send.itemsize();
-    const std::int64_t m = send.numel();
-    const std::int64_t piece = std::max<std::int64_t>(1, static_cast<std::int64_t>(kCmaPieceBytes / item));
-    const Reducer fold_in(send.dtype(), op, std::min<std::size_t>(send.nbytes(), piece * item));
-    const unsigned char* in = bytes_of(send);
-    unsigned char* res = bytes_of(out);
-    const bool in_place = in == res;
-    const int set = steps_.next_set();
-    const std::uint32_t posted = steps_.next_step();
-    post_addresses(set, posted, {in, res});
-    steps_.wait_all(set, posted, ctx);
-    // Every rank's inputs for one piece: the others' read into the cache-sized buffer, this rank's own from its input
-    // (in place, copied there too: folding writes the output before it reads this rank's part).
-    pieces_.resize(static_cast<std::size_t>(n_) * piece * item);
-    const std::int64_t lo = m * me_ / n_, hi = m * (me_ + 1) / n_;  // this rank's share of the elements
-    for (std::int64_t off = lo; off < hi; off += piece) {
-      const std::int64_t k = std::min(piece, hi - off);
-      const std::size_t at = off * item, bytes = k * item;
-      auto held = [&](int p) { return pieces_.data() + static_cast<std::size_t>(p) * piece * item; };
-      for (int j = 1; j < n_; ++j) {  // each starts with its right neighbour: not all at rank 0 at once
-        const int p = (me_ + j) % n_;
-        read_posted(held(p), set, p, 0, at, bytes, ctx);
-      }
-      if (in_place) std::memcpy(held(me_), in + at, bytes);
-      fold(res + at, k, item, fold_in, [&](int p) { return p == me_ && !in_place ? in + at : held(p); });
-      for (int j = 1; j < n_; ++j) {  // the piece is still in cache: into every other rank's output
-        const int p = (me_ + j) % n_;
-        copy_posted(res + at, set, p, 1, at, bytes, true, ctx);
-      }
-    }
-    steps_.step(set, ctx);  // every share is in every output, and nobody reads an input any more
   }
 
   void bcast(const Array& buf, int root, const OpContext& ctx) {
@@ -293,81 +209,6 @@ class ShmBackend final : public Backend {
       steps_.post(set, s);
       steps_.owe(set, s);
     });
-  }
-
-  // Single copy: the root posts its buffer's address; the others read it from the root's memory and post; the root
-  // returns once all have read (its buffer is theirs until then).
-  void bcast_cma(unsigned char* buf, std::size_t bytes, int root, const OpContext& ctx) {
-    steps_.before_one_way(ctx);
-    const int set = steps_.next_set();
-    const std::uint32_t s = steps_.next_step();
-    if (me_ == root) {
-      post_address(set, s, buf);
-      // Not a size-checked wait_all: a reader that went on (another root's next two bcasts) may post a later step of
-      // this set with another size meanwhile; each compared its size with the root's when it read.
-      steps_.wait_all_posted(set, s, ctx);
-      return;
-    }
-    steps_.wait_root(set, root, s, ctx);
-    read_posted(buf, set, root, 0, 0, bytes, ctx);
-    steps_.post(set, s);
-    steps_.owe(set, s);
-  }
-
-  // Single copy: every rank posts its send buffer's address, reads `bytes` at offset `at` of every other rank's
-  // (allgather: 0; alltoall: where its own block lies) into block p of its receive buffer, and waits until all have
-  // read before returning (its send buffer is theirs until then).
-  void gather_cma(const unsigned char* send, unsigned char* recv, std::size_t bytes, std::size_t at,
-                  const OpContext& ctx) {
-    const int set = steps_.next_set();
-    const std::uint32_t s = steps_.next_step();
-    post_address(set, s, send);
-    steps_.wait_all(set, s, ctx);
-    std::memmove(recv + me_ * bytes, send + at, bytes);  // allgather in place: the two may be one
-    for (int k = 1; k < n_; ++k) {  // each rank starts with its right neighbour: not all at rank 0 at once
-      const int p = (me_ + k) % n_;
-      read_peer(recv + p * bytes, set, p, at, bytes, s, ctx);
-    }
-    steps_.step(set, ctx);
-  }
-
-  void post_address(int set, std::uint32_t s, const void* buf) { post_addresses(set, s, {buf}); }
-
-  // Posts step s in `set` with the addresses of up to kInlineBytes / 8 buffers in the flag line.
-  void post_addresses(int set, std::uint32_t s, std::initializer_list<const void*> bufs) {
-    ShmLine& l = seg_.line(set, me_);
-    std::size_t k = 0;
-    for (const void* b : bufs) {
-      const auto at = reinterpret_cast<std::uintptr_t>(b);
-      std::memcpy(l.data + k++ * sizeof at, &at, sizeof at);
-    }
-    steps_.post(set, s);
-  }
-
-  // Copies `bytes` from offset `at` of the buffer rank p posted at step s of `set` (waiting for it).
-  void read_peer(unsigned char* to, int set, int p, std::size_t at, std::size_t bytes, std::uint32_t s,
-                 const OpContext& ctx) {
-    steps_.wait_for(set, p, s, ctx);
-    read_posted(to, set, p, 0, at, bytes, ctx);
-  }
-
-  // Copies `bytes` from offset `at` of the `which`-th buffer rank p posted in `set` (already known to be posted).
-  void read_posted(unsigned char* to, int set, int p, int which, std::size_t at, std::size_t bytes,
-                   const OpContext& ctx) {
-    copy_posted(to, set, p, which, at, bytes, false, ctx);
-  }
-
-  // read_posted, or (write) the other way: `bytes` at `here` to offset `at` of that buffer.
-  void copy_posted(unsigned char* here, int set, int p, int which, std::size_t at, std::size_t bytes, bool write,
-                   const OpContext& ctx) {
-    std::uintptr_t address = 0;
-    std::memcpy(&address, seg_.line(set, p).data + which * sizeof address, sizeof address);
-    if (bytes == 0) return;
-    auto* there = reinterpret_cast<unsigned char*>(address + at);
-    if (!(write ? cma_write(cma_.pids[p], there, here, bytes) : cma_read(cma_.pids[p], here, there, bytes)))
-      raise_unfinished(ctx, *abort_,
-                       concat(write ? "process_vm_writev to rank " : "process_vm_readv from rank ", steps_.name(p),
-                              " failed (", std::strerror(errno), ")"));
   }
 
   // One-way, chunk by chunk, as a small reduce: every rank writes its part of its block and posts; the root waits for
@@ -430,7 +271,7 @@ class ShmBackend final : public Backend {
     const Reducer fold_in(send.dtype(), op, std::min(recv.nbytes(), ShmSegment::kSlotBytes / n_));
     unsigned char* r = bytes_of(recv);
     exchange_blocks(bytes_of(send), recv.numel(), item, ctx, [&](std::int64_t off, std::int64_t m, auto piece) {
-      fold(r + off * item, m, item, fold_in, piece);
+      fold_ranks(n_, r + off * item, m, item, fold_in, piece);
     });
   }
 
@@ -466,14 +307,6 @@ class ShmBackend final : public Backend {
     for (std::int64_t off = 0; off < total; off += per) f(off, std::min(per, total - off));
   }
 
-  // out = src(0) op src(1) op ... op src(n-1), in the same order on every rank.
-  template <typename Src>
-  void fold(unsigned char* out, std::int64_t count, std::size_t item, const Reducer& r, Src&& src) const {
-    if (n_ == 1) return static_cast<void>(std::memcpy(out, src(0), count * item));
-    r(src(1), src(0), out, count, item);
-    for (int p = 2; p < n_; ++p) r(src(p), out, count, item);
-  }
-
   // Where rank p's part of `bytes` lives in `set`: inline in its flag line when it fits.
   unsigned char* part(int set, int p, std::size_t bytes) const {
     return bytes <= ShmSegment::kInlineBytes ? seg_.line(set, p).data : seg_.slot(set, p);
@@ -498,7 +331,7 @@ class ShmBackend final : public Backend {
   WaitPolicy policy_;
   ShmSteps steps_;
   ShmPairs pairs_;
-  std::vector<unsigned char> pieces_;  // allreduce_cma's pieces of every rank's input
+  ShmSingleCopy single_copy_;
 };
 
 }  // namespace
