@@ -1,22 +1,28 @@
 """Per-call cost of shardkit's collectives on JAX arrays against mpi4jax, in one run.
 
 For each size (float64 elements), the time per call of
-  - sk jit        shardkit.mpi.allreduce inside jax.jit (XLA FFI handler): `iters` calls in one compiled fori_loop
+  - sk jit        shardkit.mpi.allreduce inside jax.jit (XLA FFI handler): `loop` calls in one compiled fori_loop
   - mpi4jax jit   mpi4jax.allreduce likewise (0.8+ returns no token)
+  - sk jit call   one jax.jit call of a program with one shardkit.mpi.allreduce: what a compiled step pays to start,
+                  JAX's dispatch included (a program with an ordered effect, as every collective's is, takes JAX's
+                  Python dispatch path and a runtime token per call)
+  - mpi4jax jit call  likewise
   - sk eager      shardkit.mpi.allreduce(x, op=MPI.SUM) on a jax.Array
   - mpi4jax eager mpi4jax.allreduce(x, op=MPI.SUM) on a jax.Array
   - sk numpy      shardkit.mpi.allreduce on a NumPy array (the native path, for reference)
   - psum jit      sk.psum in a fori_loop inside jax.jit(sk.shard_map(...)) on the global array
   - jax gloo psum JAX's own multi-process psum likewise (jax.shard_map over every process's CPU device, with
-                  jax.distributed and the gloo CPU collectives), run by one helper process per rank: jax.distributed
-                  must be set up before JAX computes anything, and it changes what jax.devices() means, so it stays
-                  out of the processes measuring shardkit (which use MPI, not jax.distributed)
+                  jax.distributed and the gloo CPU collectives), but `iters` in one loop (each psum takes tens of
+                  microseconds: the call's dispatch is a small part of that loop), run by one helper process per rank:
+                  jax.distributed must be set up before JAX computes anything, and it changes what jax.devices()
+                  means, so it stays out of the processes measuring shardkit (which use MPI, not jax.distributed)
 alternating them over repeats (each repeat starting at the next case, and each sample after untimed warm-up calls of
 its own case), with the min and median over repeats and the ratios to mpi4jax. Results are checked first (a fast
 wrong answer is no result). mpi4jax is optional (scripts/setup.sh installs it as the baseline); where JAX's gloo
 baseline cannot run, the table says why instead of giving a number.
 
-    mpirun -np 2 python examples/benchmarks/jax_overhead.py [--sizes 8,4096] [--iters 500] [--repeats 5] [--no-gloo]
+    mpirun -np 2 python examples/benchmarks/jax_overhead.py [--sizes 8,4096] [--iters 500] [--loop 20000] [--repeats 5]
+        [--no-gloo]
 """
 
 import argparse
@@ -99,7 +105,10 @@ def timed(fn, iters, warm):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="8,4096")
-    parser.add_argument("--iters", type=int, default=500)
+    parser.add_argument("--iters", type=int, default=500, help="calls per sample of the per-call cases")
+    parser.add_argument("--loop", type=int, default=20000,
+                        help="allreduces in one compiled loop (sk jit, mpi4jax jit, psum jit): enough that the jit "
+                             "call's own dispatch (sk jit call) is a small part of each")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-gloo", action="store_true", help="skip JAX's own multi-process psum (gloo)")
     parser.add_argument("--json", default=None, help="write results to this file ('-': stdout)")
@@ -115,11 +124,12 @@ def main():
         mpi4jax = None
     size = MPI.COMM_WORLD.Get_size()
     mesh = sk.Mesh((size,), ("x",))
-    it = args.iters
-    # Inside jit: `iters` allreduces in one compiled loop (as mpi4jax's own benchmarks count), v -> sum(v) / size
+    it = args.loop
+    # Inside jit: `loop` allreduces in one compiled loop (as mpi4jax's own benchmarks count), v -> sum(v) / size
     # keeps v == x on every rank, so the check holds for the loop as for one call.
     loop = lambda red: jax.jit(lambda x: jax.lax.fori_loop(0, it, lambda i, v: red(v) / size, x))  # noqa: E731
-    sk_loop = loop(lambda v: sk.mpi.allreduce(v, op=MPI.SUM)[0])
+    sk_red = lambda v: sk.mpi.allreduce(v, op=MPI.SUM)[0]  # noqa: E731
+    sk_loop, sk_once = loop(sk_red), jax.jit(sk_red)
     # (The result is gathered into the global array in the same program, as JAX's global output is addressable.)
     # check_vma=False, as JAX's own loop in gloo_child: psum's unvarying result is carried as the varying block.
     psum_loop = jax.jit(lambda g: sk.process_allgather(sk.shard_map(
@@ -128,6 +138,7 @@ def main():
     # name: (call, allreduces per call, expected result)
     cases = {
         "sk jit": (lambda x, g, xn: sk_loop(x), it, lambda xn: xn),
+        "sk jit call": (lambda x, g, xn: sk_once(x), 1, lambda xn: size * xn),
         "sk eager": (lambda x, g, xn: sk.mpi.allreduce(x, op=MPI.SUM)[0], 1, lambda xn: size * xn),
         "sk numpy": (lambda x, g, xn: sk.mpi.allreduce(xn, op=MPI.SUM)[0], 1, lambda xn: size * xn),
         "psum jit": (lambda x, g, xn: psum_loop(g), it, lambda xn: np.tile(xn, size)),
@@ -137,8 +148,9 @@ def main():
             r = mpi4jax.allreduce(x, op=MPI.SUM)
             return r[0] if isinstance(r, tuple) else r
 
-        m4j_loop = loop(m4j)
+        m4j_loop, m4j_once = loop(m4j), jax.jit(m4j)
         cases["mpi4jax jit"] = (lambda x, g, xn: m4j_loop(x), it, lambda xn: xn)
+        cases["mpi4jax jit call"] = (lambda x, g, xn: m4j_once(x), 1, lambda xn: size * xn)
         cases["mpi4jax eager"] = (lambda x, g, xn: m4j(x), 1, lambda xn: size * xn)
     results = []
     for n in [int(s) for s in args.sizes.split(",")]:
@@ -159,7 +171,7 @@ def main():
                     samples[name].append(timed(lambda: fn(x, g, xn), 1, 1) / per_call)
                 else:
                     slow = name == "mpi4jax eager"  # 10-30 ms a call
-                    calls = max(it // 50, 3) if slow else it
+                    calls = max(args.iters // 50, 3) if slow else args.iters
                     samples[name].append(timed(lambda: fn(x, g, xn), calls, 1 if slow else max(calls // 10, 1)))
         row: dict[str, float] = {"elements": n, "bytes": 8 * n, "ranks": size}
         for k, v in samples.items():
@@ -167,7 +179,7 @@ def main():
             row[f"{k}_us_median"] = 1e6 * statistics.median(v)
         results.append(row)
     gloo, gloo_why = (None, "skipped (--no-gloo)") if args.no_gloo else run_gloo_baseline(
-        MPI.COMM_WORLD, [r["elements"] for r in results], it, args.repeats)
+        MPI.COMM_WORLD, [r["elements"] for r in results], args.iters, args.repeats)
     names = list(cases)
     if gloo is not None:
         names.append("jax gloo psum")
@@ -177,8 +189,8 @@ def main():
             r["jax gloo psum_us_median"] = 1e6 * statistics.median(v)
 
     if MPI.COMM_WORLD.Get_rank() == 0:
-        print(f"# per-call time in microseconds, {size} ranks, {args.iters} calls x {args.repeats} repeats "
-              f"(min / median over repeats)")
+        print(f"# per-call time in microseconds, {size} ranks, {args.repeats} repeats of {args.loop} calls in one "
+              f"compiled loop (jit) or {args.iters} calls (the others); min / median over repeats")
         print(f"{'elements':>9} " + " ".join(f"{k:>19}" for k in names))
         for r in results:
             cells = [f"{r[k + '_us_min']:8.2f} / {r[k + '_us_median']:8.2f}" for k in names]
@@ -187,7 +199,9 @@ def main():
             for r in results:
                 print(f"{r['elements']:>9} elements: sk jit / mpi4jax jit = "
                       f"{r['sk jit_us_median'] / r['mpi4jax jit_us_median']:.2f} (median), "
-                      f"{r['sk jit_us_min'] / r['mpi4jax jit_us_min']:.2f} (min); sk eager / mpi4jax eager = "
+                      f"{r['sk jit_us_min'] / r['mpi4jax jit_us_min']:.2f} (min); sk jit call / mpi4jax jit call = "
+                      f"{r['sk jit call_us_median'] / r['mpi4jax jit call_us_median']:.2f} (median); "
+                      f"sk eager / mpi4jax eager = "
                       f"{r['sk eager_us_median'] / r['mpi4jax eager_us_median']:.3f}")
         for r in results:
             print(f"{r['elements']:>9} elements: sk eager - sk numpy = "
