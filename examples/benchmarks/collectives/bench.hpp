@@ -39,7 +39,7 @@ struct Options {
 };
 
 /// The usage text (-h).
-extern const char* const kUsage;
+const char* usage_text();
 
 /// Parses and validates the command line (every rank alike). @throws UsageError.
 Options parse_args(int argc, char** argv);

@@ -75,6 +75,6 @@ int run(const Runtime& rt, const Options& opt) {
 }  // namespace shardkit::bench
 
 int main(int argc, char** argv) {
-  return shardkit::bench::bench_main(argc, argv, "bench_collectives", shardkit::bench::kUsage,
+  return shardkit::bench::bench_main(argc, argv, "bench_collectives", shardkit::bench::usage_text(),
                                      shardkit::bench::parse_args, shardkit::bench::run);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <string>
 #include <string_view>
 
 #include "args.hpp"
@@ -12,7 +13,9 @@ namespace shardkit::bench {
 
 using shardkit::detail::concat;
 
-const char* const kUsage =
+namespace {
+
+constexpr const char* kUsageHead =
     "usage: bench_collectives [options]\n"
     "  -b MINBYTES   smallest message size (default 8); suffixes K, M, G (powers of 1024)\n"
     "  -e MAXBYTES   largest message size (default 64M)\n"
@@ -24,13 +27,11 @@ const char* const kUsage =
     "  -d DTYPE      float32 (default), float64, int8..int64, uint8..uint64, complex64, complex128\n"
     "                (nccl-tests' float, double, int, char also accepted)\n"
     "  -o REDOP      reduction of allreduce / reduce_scatter / reduce: sum (default), prod, min, max\n"
-    "  --op NAME     allreduce (default), allgather, reduce_scatter, bcast, reduce, gather, scatter,\n"
-    "                alltoall, sendrecv, barrier (no data: one row); a comma-separated list, or all\n"
+    "  --op NAME     the operation (default allreduce; barrier moves no data: one row), one of\n";
+constexpr const char* kUsageTail =
     "  --json PATH   also write the results as JSON to PATH ('-': stdout; the table then goes to stderr)\n"
     "  --checked     run shardkit in checked mode (signature exchange before each collective) to show its cost\n"
     "  -h, --help    this text\n";
-
-namespace {
 
 DType parse_dtype(std::string_view name) {
   // nccl-tests' names first.
@@ -70,6 +71,25 @@ std::vector<const CollectiveTest*> parse_collectives(std::string_view list) {
 }
 
 }  // namespace
+
+// The operations' names come from the table of entries (all_collectives()).
+const char* usage_text() {
+  static const std::string text = [] {
+    const std::string indent(16, ' ');
+    std::string ops, line = indent;
+    for (const CollectiveTest* c : all_collectives()) {
+      const std::string name = concat(c->name, ", ");
+      if (line.size() + name.size() > 100) {
+        ops += line.substr(0, line.size() - 1) + "\n";  // without the trailing space
+        line = indent;
+      }
+      line += name;
+    }
+    ops += line + "or all; a comma-separated list\n";
+    return concat(kUsageHead, ops, kUsageTail);
+  }();
+  return text.c_str();
+}
 
 Options parse_args(int argc, char** argv) {
   Options o;
