@@ -7,9 +7,8 @@
 // its input's and its output's addresses, folds its share of the elements from the others' inputs straight into its
 // output (piece by piece, through a buffer that stays in cache), writes each piece, still in cache, into the others'
 // outputs (process_vm_writev), and posts again before it returns (its input is theirs to read, its output theirs to
-// write, until all have posted). The backend (shm_backend.cpp) chooses these paths only where every rank has a CPU for
-// allreduce: with more ranks than CPUs (3-4 on 2 cores) the segment path measured faster (0.31-0.67x MPI against
-// 0.48-0.74x).
+// write, until all have posted). The backend (shm_backend.cpp) takes this allreduce only where every rank has a CPU:
+// with more ranks than CPUs (3-4 on 2 cores) the segment path measured faster (0.31-0.67x MPI against 0.48-0.74x).
 
 #include <cstddef>
 #include <cstdint>
