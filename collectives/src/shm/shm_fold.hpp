@@ -3,7 +3,8 @@
 // The shm backend's own element-wise folds, for small messages: there MPI_Reduce_local's dispatch costs more than
 // the arithmetic. The same arithmetic as the MPI backend's reductions (mpi_types.hpp: wrapping integer sums and
 // products, NaN-propagating float min/max) on the dtypes and reductions they cover; every other combination (bool,
-// float16/bfloat16, complex, logical reductions) keeps going through MPI_Reduce_local.
+// float16/bfloat16, complex, logical reductions) keeps going through MPI_Reduce_local. Reducer chooses between the
+// two for each part, and fold_ranks() folds every rank's part in rank order with it.
 
 #include <mpi.h>
 
