@@ -3,6 +3,7 @@
 // The state behind a Communicator, shared by its construction (communicator.cpp) and the pipeline that runs every
 // operation (pipeline.cpp).
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -45,6 +46,10 @@ struct CommunicatorImpl {
   // The last operation of each backend: switching backend waits for the other one (rule 3 across backends).
   Token last_mpi, last_nccl;
   std::unique_ptr<FlightRecorder> recorder;  // this communicator's recent operations (flight_recorder.hpp)
+  // Whether some thread is inside run(): a second thread's operation meanwhile is refused (one thread at a time,
+  // communicator.hpp). Relaxed, one load and one store an operation: two threads entering within the same few
+  // nanoseconds may both pass, but not one that comes while another's operation waits for the other ranks.
+  std::atomic<bool> running{false};
 
   /// The control communicator, created (collectively, under the timeout) on first use.
   MpiCommHandle control();

@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <memory>
 #include <numeric>
 #include <utility>
@@ -96,6 +97,18 @@ Result make_result(Array value, Token token) {
 
 Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   const OpSpec& spec = op_spec(op);
+  // One thread at a time: two threads' operations would start in a different order on each rank (a mismatch, a hang or
+  // wrong data); the second is refused before it sends anything.
+  if (running.load(std::memory_order_relaxed))
+    throw InvalidArgument(concat(spec.name, " on communicator '", options.name, "' while another thread's operation "
+                                 "runs on it: a communicator is used by one thread at a time (give each thread its "
+                                 "own, Communicator::dup; compiled JAX programs dispatched from two Python threads "
+                                 "run at once)"));
+  running.store(true, std::memory_order_relaxed);
+  struct Leave {
+    std::atomic<bool>& running;
+    ~Leave() { running.store(false, std::memory_order_relaxed); }
+  } leave{running};
   ensure_usable();
   validate(spec, a, {rank, size, tag_ub, &options.name});
   const Array* send = active(spec.send, rank, a.root) ? a.send : nullptr;

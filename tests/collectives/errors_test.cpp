@@ -1,6 +1,10 @@
 // Bad arguments raise InvalidArgument with the offending values before anything is sent: every rank raises, and
 // the communicator's sequence number does not move (no rank entered the collective).
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "collective_test_util.hpp"
 
 namespace shardkit::testing {
@@ -88,6 +92,49 @@ TEST(InvalidArguments, NegativeCountsAndNullBuffersCannotBeMade) {
   EXPECT_THROW(Array::empty({-4}, DType::kFloat32), InvalidArgument);
   EXPECT_THROW(Array::borrow(nullptr, {4}, DType::kFloat32, Device::cpu(), nullptr), InvalidArgument);
   EXPECT_NO_THROW(Array::borrow(nullptr, {0}, DType::kFloat32, Device::cpu(), nullptr));
+}
+
+// A communicator is used by one thread at a time: an operation from a second thread while the first thread's waits for
+// the other ranks is refused before it sends anything (the sequence moves by the first one only), and the first one
+// completes. 2-4 ranks (at 1 rank nothing waits); on the default route (shm at 2 ranks here) and on MPI.
+TEST(InvalidArguments, ASecondThreadWhileAnOperationRuns) {
+  for (BackendKind backend : {BackendKind::kAuto, BackendKind::kMpi}) {
+    CommOptions o;
+    o.name = "two threads";
+    o.backend = backend;
+    o.timeout = std::chrono::seconds(30);
+    auto comm = Communicator::world(o);
+    Communicator& c = *comm;
+    if (c.size() < 2) GTEST_SKIP() << "needs a rank to wait for";
+    const std::uint64_t seq = c.sequence();
+    if (c.rank() == 0) {
+      std::atomic<bool> started{false};
+      std::thread first([&] {
+        started = true;
+        c.barrier().wait();  // waits for the last rank, which comes late
+      });
+      while (!started) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      try {
+        c.allreduce(Array::zeros({4}, DType::kFloat32), ReduceOp::kSum);
+        ADD_FAILURE() << "no InvalidArgument for a second thread";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("allreduce on communicator 'two threads' while another thread's "
+                                             "operation runs on it"),
+                  std::string::npos)
+            << e.what();
+      }
+      first.join();
+    } else {
+      if (c.rank() == c.size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      c.barrier().wait();
+    }
+    EXPECT_EQ(c.sequence(), seq + 1) << "only the first thread's barrier ran";
+    // Usable again, from this thread.
+    Array x = Array::from_values<float>({1.0f, 1.0f, 1.0f});
+    c.allreduce_inplace(x, ReduceOp::kSum).wait();
+    EXPECT_EQ(x.to_vector<float>(), std::vector<float>(3, static_cast<float>(c.size())));
+  }
 }
 
 }  // namespace

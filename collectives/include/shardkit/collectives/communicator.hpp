@@ -57,7 +57,8 @@ struct CommunicatorImpl;
 /// Interrupted when SIGINT or SIGTERM ends its wait (shardkit/core/interrupt.hpp; aborted likewise), BackendError for
 /// failures of MPI, NCCL or CUDA.
 ///
-/// A communicator is used by one thread at a time.
+/// A communicator is used by one thread at a time: an operation that another thread starts while one runs raises
+/// InvalidArgument before it sends anything (the first goes on).
 class Communicator {
  public:
   /// All ranks of the job (a duplicate of the Runtime's world communicator). Collective.
