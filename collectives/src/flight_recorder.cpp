@@ -360,7 +360,7 @@ bool write_whole(const std::string& dir, const std::string& path, const std::str
 }
 }  // namespace
 
-std::string dump_flight_records(const std::string& reason, bool local) noexcept {
+std::string dump_flight_records(const std::string& reason, bool local, bool unless_recent) noexcept {
   flush_trace();  // the trace too: the job may end before exit
   thread_local bool dumping = false;  // a token asked while dumping may time out and ask for a dump itself
   if (dumping) return "";
@@ -373,6 +373,7 @@ std::string dump_flight_records(const std::string& reason, bool local) noexcept 
     static std::set<std::string> written;
     static std::string first;  // the reason a dump names: the first, then what came after it
     std::lock_guard once(mu);
+    if (unless_recent && wall_clock_us() - g_last_dump_us.load() < kRecentDumpUs) return "";
     if (!written.insert(reason).second) return "";
     if (first.empty()) first = reason;
     const std::string why = first == reason ? first : concat(first, " (then: ", reason, ")");

@@ -109,8 +109,12 @@ class FlightRecorder {
 /// Writes every live recorder of this process to <dump dir>/rank<world rank>.json with `reason` (at most once per
 /// reason; never throws). Returns the file written ("" when none). A dump this process decided on (`local`) asks
 /// every other rank's watchdog to write its own (watchdog.hpp); one another rank asked for does not ask again, and
-/// leaves pending tokens unasked (it runs on the watchdog's thread, which never calls MPI).
-std::string dump_flight_records(const std::string& reason, bool local = true) noexcept;
+/// leaves pending tokens unasked (it runs on the watchdog's thread, which never calls MPI). `unless_recent`: none
+/// when this process wrote one less than kRecentDumpUs ago, decided under the lock the dumps take (a dump another rank
+/// asks for while this rank writes its own would otherwise overwrite it, with its pending tokens unasked).
+std::string dump_flight_records(const std::string& reason, bool local = true, bool unless_recent = false) noexcept;
+/// How recent a dump makes another unnecessary (unless_recent, and the watchdog's answer to another rank's request).
+inline constexpr std::int64_t kRecentDumpUs = 2000000;
 /// The directory dumps go to: SHARDKIT_DUMP_DIR, else "shardkit-dump-<job id>" in the working directory.
 std::string flight_dump_dir();
 /// This process's rank in MPI_COMM_WORLD, as the recorders know it (-1 before the first); no MPI call.

@@ -141,12 +141,13 @@ std::int64_t busy_since() { return rank_activity().busy.busy_since_us; }
 void on_request(Watchdog& d, int from, bool report, const std::string& reason) {
   // Every rank that times out asks: one dump per burst is what the analyzer needs (the first describes the hang), and
   // a rank that has just written its own has nothing to add.
-  if (wall_clock_us() - flight_last_dump_us() < 2000000) return;
+  if (wall_clock_us() - flight_last_dump_us() < kRecentDumpUs) return;
   if (report) {
     say(describe_activity());
     d.warned_since_us = busy_since();  // this rank's line about its wait is said: no second one from its own warning
   }
-  dump_flight_records(concat("asked by rank ", from, ": ", reason), false);
+  // Asked again under the dumps' lock: this rank's own may be being written now.
+  dump_flight_records(concat("asked by rank ", from, ": ", reason), false, /*unless_recent=*/true);
 }
 
 // A dump this rank decides on from its watchdog (SIGUSR1, the hang warning): the line, the others, the dump.

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -93,6 +94,30 @@ TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
 
 // A compiled program carries each operation's site as an id, which its handler turns back into the site on every call
 // (call_site_of): the same site at every call, none for an id not given out, and an id given out later is found then.
+// A dump another rank asks for (the watchdog's answer, unless_recent) writes nothing when this rank has just written
+// its own, and decides so under the dumps' lock: decided before it, a request that came while this rank wrote its own
+// overwrote it, with its pending tokens unasked (seen as a flaky RecordsEveryOperationAndKeepsTheLastN under the
+// simulated GPU's delays). A dump of this rank's own still writes.
+TEST(FlightRecorder, AnotherRanksRequestRightAfterOwnDumpKeepsIt) {
+  char dir[] = "/tmp/shardkit-flight-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  setenv("SHARDKIT_DUMP_DIR", dir, 1);
+  // Not local: nothing asks the other ranks, whose requests would come here.
+  const std::string own = detail::dump_flight_records("own dump of the recent-dump test", /*local=*/false);
+  const std::string asked =
+      detail::dump_flight_records("asked by rank 9: the recent-dump test", /*local=*/false, /*unless_recent=*/true);
+  const std::string again = detail::dump_flight_records("own second dump of the recent-dump test", /*local=*/false);
+  unsetenv("SHARDKIT_DUMP_DIR");
+  EXPECT_FALSE(own.empty());
+  EXPECT_EQ(asked, "");
+  EXPECT_EQ(again, own);  // the same file, written again
+  std::stringstream text;
+  text << std::ifstream(own).rdbuf();
+  EXPECT_EQ(text.str().find("asked by rank 9"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("own second dump of the recent-dump test"), std::string::npos) << text.str();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(FlightRecorder, CallSiteIdsStandForTheirSites) {
   static const char* const kFile = "call_site_ids.py";  // interned, as the bindings' files are
   EXPECT_EQ(call_site_id({}), 0);
