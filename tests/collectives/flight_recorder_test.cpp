@@ -55,9 +55,11 @@ TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
 
   char dir[] = "/tmp/shardkit-flight-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
-  setenv("SHARDKIT_DUMP_DIR", dir, 1);
+  Config there = Config::get();
+  there.dump_dir = dir;  // where dumps go is the configuration's (SHARDKIT_DUMP_DIR as read at start)
+  Config::set(there);
   const std::string path = detail::dump_flight_records("FlightRecorder test");
-  unsetenv("SHARDKIT_DUMP_DIR");
+  Config::set(saved);
   ASSERT_FALSE(path.empty());
   std::stringstream text;
   text << std::ifstream(path).rdbuf();
@@ -92,8 +94,6 @@ TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
   EXPECT_NE(barrier.find("\"seq\": " + std::to_string(comm->sequence() - 1)), std::string::npos) << barrier;
 }
 
-// A compiled program carries each operation's site as an id, which its handler turns back into the site on every call
-// (call_site_of): the same site at every call, none for an id not given out, and an id given out later is found then.
 // A dump another rank asks for (the watchdog's answer, unless_recent) writes nothing when this rank has just written
 // its own, and decides so under the dumps' lock: decided before it, a request that came while this rank wrote its own
 // overwrote it, with its pending tokens unasked (seen as a flaky RecordsEveryOperationAndKeepsTheLastN under the
@@ -101,14 +101,17 @@ TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
 TEST(FlightRecorder, AnotherRanksRequestRightAfterOwnDumpKeepsIt) {
   char dir[] = "/tmp/shardkit-flight-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
-  setenv("SHARDKIT_DUMP_DIR", dir, 1);
+  const Config saved = Config::get();
+  Config here = saved;
+  here.dump_dir = dir;  // where dumps go is the configuration's (SHARDKIT_DUMP_DIR as read at start)
+  Config::set(here);
   // Not local: nothing asks the other ranks, whose requests would come here.
   const std::string own = detail::dump_flight_records("own dump of the recent-dump test", /*local=*/false);
   const std::string asked =
       detail::dump_flight_records("asked by rank 9: the recent-dump test", /*local=*/false, /*unless_recent=*/true);
   const std::string again = detail::dump_flight_records("own second dump of the recent-dump test", /*local=*/false);
-  unsetenv("SHARDKIT_DUMP_DIR");
-  EXPECT_FALSE(own.empty());
+  Config::set(saved);
+  EXPECT_EQ(own.rfind(dir, 0), 0u) << own;
   EXPECT_EQ(asked, "");
   EXPECT_EQ(again, own);  // the same file, written again
   std::stringstream text;
@@ -118,6 +121,8 @@ TEST(FlightRecorder, AnotherRanksRequestRightAfterOwnDumpKeepsIt) {
   std::filesystem::remove_all(dir);
 }
 
+// A compiled program carries each operation's site as an id, which its handler turns back into the site on every call
+// (call_site_of): the same site at every call, none for an id not given out, and an id given out later is found then.
 TEST(FlightRecorder, CallSiteIdsStandForTheirSites) {
   static const char* const kFile = "call_site_ids.py";  // interned, as the bindings' files are
   EXPECT_EQ(call_site_id({}), 0);
