@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <vector>
 
 #include "collective_test_util.hpp"
@@ -16,6 +17,27 @@
 
 namespace shardkit::testing {
 namespace {
+
+// While it lives, this process's dumps go to a fresh directory of their own (Config::dump_dir: SHARDKIT_DUMP_DIR is
+// read once, at start), removed with it.
+class DumpDirHere {
+ public:
+  DumpDirHere() {
+    if (!mkdtemp(dir_)) throw std::runtime_error("mkdtemp failed");
+    Config here = saved_;
+    here.dump_dir = dir_;
+    Config::set(here);
+  }
+  ~DumpDirHere() {
+    Config::set(saved_);
+    std::filesystem::remove_all(dir_);
+  }
+  const char* path() const { return dir_; }
+
+ private:
+  char dir_[28] = "/tmp/shardkit-flight-XXXXXX";
+  Config saved_ = Config::get();
+};
 
 // The JSON of communicator `name` in this rank's dump.
 std::string section(const std::string& dump, const std::string& name) {
@@ -53,13 +75,8 @@ TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
   }
   comm->barrier().wait();
 
-  char dir[] = "/tmp/shardkit-flight-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  Config there = Config::get();
-  there.dump_dir = dir;  // where dumps go is the configuration's (SHARDKIT_DUMP_DIR as read at start)
-  Config::set(there);
+  const DumpDirHere dir;
   const std::string path = detail::dump_flight_records("FlightRecorder test");
-  Config::set(saved);
   ASSERT_FALSE(path.empty());
   std::stringstream text;
   text << std::ifstream(path).rdbuf();
@@ -99,26 +116,19 @@ TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
 // overwrote it, with its pending tokens unasked (seen as a flaky RecordsEveryOperationAndKeepsTheLastN under the
 // simulated GPU's delays). A dump of this rank's own still writes.
 TEST(FlightRecorder, AnotherRanksRequestRightAfterOwnDumpKeepsIt) {
-  char dir[] = "/tmp/shardkit-flight-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const Config saved = Config::get();
-  Config here = saved;
-  here.dump_dir = dir;  // where dumps go is the configuration's (SHARDKIT_DUMP_DIR as read at start)
-  Config::set(here);
+  const DumpDirHere dir;
   // Not local: nothing asks the other ranks, whose requests would come here.
   const std::string own = detail::dump_flight_records("own dump of the recent-dump test", /*local=*/false);
   const std::string asked =
       detail::dump_flight_records("asked by rank 9: the recent-dump test", /*local=*/false, /*unless_recent=*/true);
   const std::string again = detail::dump_flight_records("own second dump of the recent-dump test", /*local=*/false);
-  Config::set(saved);
-  EXPECT_EQ(own.rfind(dir, 0), 0u) << own;
+  EXPECT_EQ(own.rfind(dir.path(), 0), 0u) << own;
   EXPECT_EQ(asked, "");
   EXPECT_EQ(again, own);  // the same file, written again
   std::stringstream text;
   text << std::ifstream(own).rdbuf();
   EXPECT_EQ(text.str().find("asked by rank 9"), std::string::npos) << text.str();
   EXPECT_NE(text.str().find("own second dump of the recent-dump test"), std::string::npos) << text.str();
-  std::filesystem::remove_all(dir);
 }
 
 // A compiled program carries each operation's site as an id, which its handler turns back into the site on every call

@@ -36,8 +36,6 @@
 namespace shardkit::detail {
 namespace {
 
-unsigned char* bytes_of(const Array& a) { return static_cast<unsigned char*>(const_cast<void*>(a.data())); }
-
 class ShmBackend final : public Backend {
  public:
   ShmBackend(ShmSegment seg, CmaPeers cma, WaitPolicy policy, int rank, std::vector<int> names,
@@ -136,7 +134,7 @@ class ShmBackend final : public Backend {
       unsigned char* result = seg_.slot(set, n_);
       if (hi > lo) {
         fold_ranks(n_, result + lo * item, hi - lo, item, fold_in,
-             [&](int p) { return (p == me_ ? in + at : seg_.slot(set, p)) + lo * item; });
+                   [&](int p) { return (p == me_ ? in + at : seg_.slot(set, p)) + lo * item; });
       }
       steps_.step(set, ctx);
       if (res) std::memcpy(res + at, result, bytes);
@@ -157,7 +155,7 @@ class ShmBackend final : public Backend {
     const std::size_t bytes = send.nbytes(), item = send.itemsize();
     to_root(bytes_of(send), bytes, out != nullptr, ctx, [&](int set) {
       fold_ranks(n_, bytes_of(*out), send.numel(), item, Reducer(send.dtype(), op, bytes),
-           [&](int p) { return part(set, p, bytes); });
+                 [&](int p) { return part(set, p, bytes); });
     });
   }
 

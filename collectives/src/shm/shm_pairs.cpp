@@ -13,13 +13,6 @@ namespace {
 // Half an outbox: a chunk of a message through the segment.
 constexpr std::size_t kChunkBytes = ShmSegment::kSlotBytes / 2;
 
-const unsigned char* bytes_of(const Array& a) {
-  return static_cast<const unsigned char*>(a.data());
-}
-unsigned char* bytes_of(Array& a) {
-  return static_cast<unsigned char*>(a.data());
-}
-
 }  // namespace
 
 // The head of a message, at the start of its post line's data.

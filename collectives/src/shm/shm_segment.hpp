@@ -20,9 +20,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "shardkit/core/array.hpp"
 #include "shardkit/launch/mpi.hpp"
 
 namespace shardkit::detail {
+
+/// The bytes of `a`'s buffer, which the shm files copy through the segment (an Array is a handle: a const one still
+/// names writable memory, as a bcast's buffer on the ranks that receive it).
+inline unsigned char* bytes_of(const Array& a) {
+  return static_cast<unsigned char*>(a.data());
+}
 
 /// Above this many bytes per chunk, an allreduce's (or reduce's) reduction is split across the ranks (a second
 /// handshake pays off); a reduce up to it is one-way (shm_backend.cpp).

@@ -4,17 +4,15 @@
 #include <cerrno>
 #include <cstring>
 
-#include "shm/shm_fold.hpp"
 #include "mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
+#include "shm/shm_fold.hpp"
 
 namespace shardkit::detail {
 namespace {
 
 // The piece of each rank's input an allreduce reads at a time: the pieces of every rank stay in L2.
 constexpr std::size_t kPieceBytes = std::size_t{128} << 10;
-
-const unsigned char* bytes_of(const Array& a) { return static_cast<const unsigned char*>(a.data()); }
 
 }  // namespace
 
@@ -26,7 +24,7 @@ void ShmSingleCopy::allreduce(const Array& send, Array& out, ReduceOp op, const 
   const std::int64_t piece = std::max<std::int64_t>(1, static_cast<std::int64_t>(kPieceBytes / item));
   const Reducer fold_in(send.dtype(), op, std::min<std::size_t>(send.nbytes(), piece * item));
   const unsigned char* in = bytes_of(send);
-  auto* res = static_cast<unsigned char*>(out.data());
+  unsigned char* res = bytes_of(out);
   const bool in_place = in == res;
   const int set = steps_.next_set();
   const std::uint32_t posted = steps_.next_step();
