@@ -269,47 +269,88 @@ TEST_P(Shm, LargeAllreduceKeepsEachBufferUntilAllAreDone) {
   }
 }
 
-// The single-copy allreduce runs only where every rank has a CPU; on a backend told so (this machine may have fewer
-// CPUs than ranks) it must give the exact sums at 2-4 ranks: dtypes of each width, counts that the ranks do not share
-// evenly, from just past the threshold to shares of several 128 KiB pieces, in place and not.
+// A shm backend told that every rank has a CPU (this machine may have fewer CPUs than ranks), which takes the
+// single-copy paths kept for that case: made by open(), which leaves it null (the test skipped) where they cannot run.
+// `run` runs one call on it.
+struct RoomyBackend {
+  std::shared_ptr<Communicator> world = Communicator::world();
+  std::unique_ptr<detail::Backend> backend;
+
+  void open() {
+    if (on_gpu()) GTEST_SKIP() << "host buffers only";  // the helpers make device arrays there
+    if (world->size() < 2 || !world_on_one_node()) GTEST_SKIP() << "single copy needs 2 ranks or more on one node";
+    if (!detail::probe_cma(world->mpi_handle()).usable) GTEST_SKIP() << "the kernel refuses process_vm_readv here";
+    static const WaitPolicy roomy = WaitPolicy::choose(1, 1, 1, 1);
+    ASSERT_FALSE(roomy.crowded);
+    world->barrier().wait();  // every rank has arrived: the backend's making blocks
+    std::string why;
+    backend = detail::make_shm_backend(world->mpi_handle(), std::make_shared<detail::AbortState>(), &why, {}, &roomy);
+    ASSERT_TRUE(backend) << why;
+  }
+  void run(OpKind op, const Array* send, Array* recv, const OpArgs& args) {
+    static const std::string name = "single copy";
+    const Token none;
+    auto ctx = detail::OpContext::for_step(op, "a test's operation", name, std::chrono::seconds(60));
+    ctx.after = &none;
+    backend->run(detail::BackendCall{op, send, recv, &args}, ctx);
+  }
+};
+
+// The single-copy allreduce runs only where every rank has a CPU; there it must give the exact sums at 2-4 ranks:
+// dtypes of each width, counts that the ranks do not share evenly, from just past the threshold to shares of several
+// 128 KiB pieces, in place and not.
 TEST(ShmBackend, SingleCopyAllreduceWhereEveryRankHasACpu) {
-  if (on_gpu()) GTEST_SKIP() << "host buffers only";  // the helpers below make device arrays there
-  auto world = Communicator::world();
-  if (world->size() < 2 || !world_on_one_node()) GTEST_SKIP() << "single copy needs 2 ranks or more on one node";
-  if (!detail::probe_cma(world->mpi_handle()).usable) GTEST_SKIP() << "the kernel refuses process_vm_readv here";
-  const WaitPolicy roomy = WaitPolicy::choose(1, 1, 1, 1);
-  ASSERT_FALSE(roomy.crowded);
-  world->barrier().wait();  // every rank has arrived: the backend's making blocks
-  std::string why;
-  auto backend = detail::make_shm_backend(world->mpi_handle(), std::make_shared<detail::AbortState>(), &why, {},
-                                          &roomy);
-  ASSERT_TRUE(backend) << why;
-  const std::string name = "single copy";
+  RoomyBackend b;
+  b.open();
+  if (!b.backend) return;
   for (DType dtype : {DType::kInt8, DType::kBFloat16, DType::kFloat32, DType::kComplex128}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
       if (!reduce_op_supports(op, dtype)) continue;
       for (const std::size_t bytes : {detail::kCmaReduceBytes * 3 / 2, std::size_t{1} << 20}) {
         const auto n = static_cast<std::int64_t>(bytes / dtype_size(dtype)) + 7;
-        const Array want = reference(dtype, {n}, op, 0, world->size() - 1);
+        const Array want = reference(dtype, {n}, op, 0, b.world->size() - 1);
         for (bool in_place : {false, true}) {
           SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << reduce_op_name(op) << " n=" << n
                                             << " in place " << in_place);
-          const Array x = input(dtype, {n}, world->rank(), pattern_for(op));
+          const Array x = input(dtype, {n}, b.world->rank(), pattern_for(op));
           Array buf = x.clone();
           Array out = in_place ? buf : Array::empty({n}, dtype);
           OpArgs args;
           args.reduce = op;
-          const detail::BackendCall call{OpKind::kAllreduce, &buf, &out, &args};
-          const Token none;
-          auto ctx =
-              detail::OpContext::for_step(OpKind::kAllreduce, "a test's allreduce", name, std::chrono::seconds(60));
-          ctx.after = &none;
-          backend->run(call, ctx);
+          b.run(OpKind::kAllreduce, &buf, &out, args);
           EXPECT_TRUE(same(out, want));
           if (!in_place) {
             EXPECT_TRUE(same(buf, x));  // the input is not modified
           }
         }
+      }
+    }
+  }
+}
+
+// Where every rank has a CPU a large bcast's root writes the head of the others' buffers while they read the rest: at
+// 2-4 ranks, from every root, sizes whose bytes the ranks do not share evenly (the head ends inside an element) from
+// the threshold up, back to back with small bcasts from the segment's ring (one-way: the root runs ahead).
+TEST(ShmBackend, SharedBcastWhereEveryRankHasACpu) {
+  RoomyBackend b;
+  b.open();
+  if (!b.backend) return;
+  const int n = b.world->size(), me = b.world->rank();
+  for (DType dtype : {DType::kInt8, DType::kFloat64}) {
+    const auto item = static_cast<std::int64_t>(dtype_size(dtype));
+    for (const std::int64_t count : {static_cast<std::int64_t>(detail::kCmaBcastBytes) / item,
+                                     static_cast<std::int64_t>(detail::kCmaBcastBytes) / item + 7,
+                                     (std::int64_t{1} << 20) / item + 3}) {
+      for (int root = 0; root < n; ++root) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " count=" << count << " root=" << root);
+        Array buf = input(dtype, {count}, me, Pattern::kData);
+        OpArgs args;
+        args.root = root;
+        b.run(OpKind::kBcast, me == root ? &buf : nullptr, me == root ? nullptr : &buf, args);
+        EXPECT_TRUE(same(buf, input(dtype, {count}, root, Pattern::kData)));
+        Array small = input(dtype, {3}, me, Pattern::kData);
+        b.run(OpKind::kBcast, me == root ? &small : nullptr, me == root ? nullptr : &small, args);
+        EXPECT_TRUE(same(small, input(dtype, {3}, root, Pattern::kData)));
       }
     }
   }

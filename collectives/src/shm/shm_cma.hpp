@@ -2,7 +2,8 @@
 
 // Single-copy reads of another rank's memory (Linux cross-memory attach, process_vm_readv): a large bcast, allgather,
 // alltoall, sendrecv or allreduce reads the other ranks' own buffers instead of copying through the segment twice (and
-// an allreduce writes its share of the result straight into theirs, process_vm_writev).
+// an allreduce writes its share of the result straight into theirs, process_vm_writev, as a bcast's root writes part of
+// the others' buffers where every rank has a CPU).
 // The kernel allows it only where this process may ptrace the other one (same user and no Yama restriction, or
 // CAP_SYS_PTRACE); containers often forbid it, so the ranks probe it once, when the backend is made, and fall back to
 // the segment when any rank cannot.
@@ -19,7 +20,8 @@ namespace shardkit::detail {
 
 /// From these many bytes the shm backend reads (or writes) peers' buffers directly where it may; below, it copies
 /// through its segment. Measured at 2 ranks, and at 3-4 on 2 cores for the crowded case (README, "Shared memory"):
-/// a bcast's buffer;
+/// a bcast's buffer (where every rank has a CPU, the root then writes 1/n of each other buffer while they read the
+/// rest);
 inline constexpr std::size_t kCmaBcastBytes = std::size_t{16} << 10;
 /// one rank's part of an allgather where every rank has a CPU (WaitPolicy::crowded false),
 inline constexpr std::size_t kCmaGatherBytes = std::size_t{8} << 10;

@@ -71,6 +71,23 @@ void ShmSingleCopy::bcast(unsigned char* buf, std::size_t bytes, int root, const
   steps_.owe(set, s);
 }
 
+// Every rank posts its buffer's address and waits for all; the root writes the first 1/n of every other rank's buffer
+// while each reads the rest from the root's; a second handshake ends it (the root's buffer is theirs to read, theirs
+// the root's to write, until then). Each core copies (n-1)/n of the bytes, where a reader alone would copy them all.
+void ShmSingleCopy::bcast_shared(unsigned char* buf, std::size_t bytes, int root, const OpContext& ctx) {
+  const int set = steps_.next_set();
+  const std::uint32_t s = steps_.next_step();
+  post_addresses(set, s, {buf});
+  steps_.wait_all(set, s, ctx);
+  const std::size_t head = bytes / n_;
+  if (me_ == root) {
+    for (int k = 1; k < n_; ++k) copy_posted(buf, set, (root + k) % n_, 0, 0, head, true, ctx);
+  } else {
+    copy_posted(buf + head, set, root, 0, head, bytes - head, false, ctx);
+  }
+  steps_.step(set, ctx);
+}
+
 // Every rank posts its send buffer's address, reads from every other rank's, and waits until all have read before
 // returning (its send buffer is theirs until then).
 void ShmSingleCopy::gather(const unsigned char* send, unsigned char* recv, std::size_t bytes, std::size_t at,
