@@ -12,10 +12,7 @@ class Chunked : public ::testing::Test {
  protected:
   void SetUp() override {
     if (on_gpu()) GTEST_SKIP() << "the MPI limit only concerns the MPI backend";
-    CommOptions o;
-    o.name = "chunked";
-    o.max_message_elements = 1000;
-    comm_ = Communicator::world(o);
+    comm_ = Communicator::world({.name = "chunked", .max_message_elements = 1000});
   }
   Communicator& comm() { return *comm_; }
   std::shared_ptr<Communicator> comm_;
@@ -100,11 +97,7 @@ TEST(ChunkedWildcards, RecvAndSendrecvFromAnySourceWithAnyTag) {
       EXPECT_EQ(rs.count, kN) << o.name;
     }
   }
-  CommOptions o;
-  o.name = "chunked-any-async";
-  o.max_message_elements = 1000;
-  o.async = true;
-  auto async = Communicator::world(o);
+  auto async = Communicator::world({.async = true, .name = "chunked-any-async", .max_message_elements = 1000});
   Array buf = Array::empty({kN}, d);
   EXPECT_THROW(async->recv_into(buf, kAnySource, 0), InvalidArgument);
   EXPECT_THROW(async->recv_into(buf, 0, kAnyTag), InvalidArgument);

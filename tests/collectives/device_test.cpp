@@ -62,10 +62,7 @@ TEST(MixedDevices, WorldMadeWhereOnlySomeRanksHaveAGpu) {
   int has = mine.kind == DeviceKind::kCUDA ? 1 : 0, all = 0, any = 0;
   MPI_Allreduce(&has, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&has, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  CommOptions o;
-  o.name = "mixed";
-  o.timeout = std::chrono::seconds(20);
-  auto c = Communicator::world(o);
+  auto c = Communicator::world({.timeout = std::chrono::seconds(20), .name = "mixed"});
   if (!all) {
     EXPECT_FALSE(c->has_nccl());
   }
@@ -100,10 +97,7 @@ TEST(NcclDevice, BufferOnAnotherDeviceIsRefused) {
 // entry collectives_nccl_settle_timeout checks the line this prints and the exit).
 TEST(NcclSettle, StuckEnqueueTimesOut) {
   if (!std::getenv("SHARDKIT_SIM_NCCL_ENQUEUE_STALL")) GTEST_SKIP() << "run by collectives_nccl_settle_timeout";
-  CommOptions o;
-  o.name = "settle";
-  o.timeout = std::chrono::seconds(1);
-  auto c = Communicator::world(o);
+  auto c = Communicator::world({.timeout = std::chrono::seconds(1), .name = "settle"});
   ASSERT_TRUE(c->has_nccl());
   const Array x = Array::arange(8, DType::kFloat32, runtime().device());
   const auto start = std::chrono::steady_clock::now();

@@ -99,11 +99,7 @@ TEST(InvalidArguments, NegativeCountsAndNullBuffersCannotBeMade) {
 // completes. 2-4 ranks (at 1 rank nothing waits); on the default route (shm at 2 ranks here) and on MPI.
 TEST(InvalidArguments, ASecondThreadWhileAnOperationRuns) {
   for (BackendKind backend : {BackendKind::kAuto, BackendKind::kMpi}) {
-    CommOptions o;
-    o.name = "two threads";
-    o.backend = backend;
-    o.timeout = std::chrono::seconds(30);
-    auto comm = Communicator::world(o);
+    auto comm = Communicator::world({.backend = backend, .timeout = std::chrono::seconds(30), .name = "two threads"});
     Communicator& c = *comm;
     if (c.size() < 2) GTEST_SKIP() << "needs a rank to wait for";
     const std::uint64_t seq = c.sequence();

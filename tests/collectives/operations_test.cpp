@@ -343,11 +343,9 @@ TEST_P(Ops, Barrier) {
 TEST(Barrier, NoRankLeavesBeforeTheLastArrives) {
   if (world()->size() < 2) GTEST_SKIP() << "needs two ranks";
   for (int mode = 0; mode < 3; ++mode) {
-    CommOptions o;
-    o.name = "barrier";
-    o.timeout = mode == 1 ? std::chrono::seconds(30) : std::chrono::milliseconds(0);
-    o.async = mode == 2;
-    auto c = Communicator::world(o);
+    auto c = Communicator::world({.timeout = mode == 1 ? std::chrono::seconds(30) : std::chrono::milliseconds(0),
+                                  .async = mode == 2,
+                                  .name = "barrier"});
     c->barrier().wait();  // everyone starts together
     const auto start = std::chrono::steady_clock::now();
     if (c->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(800));

@@ -167,10 +167,7 @@ TEST(ShmSendrecv, RoutesByWhatThePeersRun) {
 
 TEST(ShmFiles, NothingLeftInDevShmOnceMadeAndAfterAnError) {
   if (on_gpu()) GTEST_SKIP() << "host buffers only";
-  CommOptions o;
-  o.name = "shm files";
-  o.backend = BackendKind::kShm;
-  auto c = Communicator::world(o);
+  auto c = Communicator::world({.backend = BackendKind::kShm, .name = "shm files"});
   c->barrier().wait();  // makes the segment
   EXPECT_EQ(c->backend_for(OpKind::kBarrier, Device::cpu()), shm_route(OpKind::kBarrier));
   EXPECT_EQ(own_shm_segments(), 0);
@@ -211,10 +208,7 @@ TEST(ShmWaitPolicy, RanksBoundToACoreEachStillSpin) {
 // The default route sends a bcast below 512 B to shm only where the ranks have a CPU each (routing.cpp): the
 // communicator reads that from its shm backend's wait policy, once the first collective has made the backend.
 TEST(ShmRoute, SmallBcastsTakeShmOnlyWhereEveryRankHasACpu) {
-  CommOptions o;
-  o.name = "auto bcast";
-  o.backend = BackendKind::kAuto;
-  auto c = Communicator::world(o);
+  auto c = Communicator::world({.backend = BackendKind::kAuto, .name = "auto bcast"});
   EXPECT_EQ(c->allreduce(Array::from_values<float>({1, 1}), ReduceOp::kSum).value.to_vector<float>(),
             std::vector<float>(2, static_cast<float>(c->size())));
   if (c->size() < 2 || !world_on_one_node() || c->backend_for(OpKind::kAllreduce, Device::cpu()) != BackendKind::kShm)
@@ -226,10 +220,7 @@ TEST(ShmRoute, SmallBcastsTakeShmOnlyWhereEveryRankHasACpu) {
 }
 
 TEST(ShmRoute, MpiSettingNeverUsesShm) {
-  CommOptions o;
-  o.name = "mpi only";
-  o.backend = BackendKind::kMpi;
-  auto c = Communicator::world(o);
+  auto c = Communicator::world({.backend = BackendKind::kMpi, .name = "mpi only"});
   EXPECT_EQ(c->backend_for(OpKind::kAllreduce, Device::cpu()), BackendKind::kMpi);
   Array x = Array::from_values<float>({1, 1, 1});
   EXPECT_EQ(c->allreduce(x, ReduceOp::kSum).value.to_vector<float>(),

@@ -25,10 +25,7 @@ using detail::WaitPolicy;
 
 std::shared_ptr<Communicator>& shm_world() {
   static std::shared_ptr<Communicator> c = [] {
-    CommOptions o;
-    o.name = "shm";
-    o.backend = BackendKind::kShm;
-    return Communicator::world(o);
+    return Communicator::world({.backend = BackendKind::kShm, .name = "shm"});
   }();
   return c;
 }
@@ -506,11 +503,8 @@ TEST_P(Shm, SendrecvBesideCollectives) {
 // named on the receiving rank (and the communicator is aborted), rather than read in part.
 TEST(ShmSendrecv, AMessageLargerThanTheReceiveBufferIsNamed) {
   if (on_gpu()) GTEST_SKIP() << "host buffers only";
-  CommOptions o;
-  o.name = "shm mismatch";
-  o.backend = BackendKind::kShm;
-  o.timeout = std::chrono::seconds(20);
-  auto c = Communicator::world(o);
+  auto c =
+      Communicator::world({.backend = BackendKind::kShm, .timeout = std::chrono::seconds(20), .name = "shm mismatch"});
   if (c->size() < 2 || c->backend_for(OpKind::kSendrecv, Device::cpu()) != BackendKind::kShm)
     GTEST_SKIP() << "needs 2 ranks on shm";
   const int right = (c->rank() + 1) % c->size(), left = (c->rank() + c->size() - 1) % c->size();
