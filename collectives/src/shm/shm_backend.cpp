@@ -150,8 +150,8 @@ class ShmBackend final : public Backend {
     return c.op == OpKind::kReduce && n_ > 1 && c.send->nbytes() <= kShmSplitBytes;
   }
   // A large bcast where every rank has a CPU shares the copying between the root and the readers (shm_single_copy.hpp).
-  // With more ranks than CPUs the root's share only adds to the others' wait: 1.2-1.9x the one-way bcast's time at 3-4
-  // ranks on 2 cores, against 0.55-0.8x at 2 from 16 KiB to 256 KiB.
+  // With more ranks than CPUs the root's share mostly adds to the others' wait: from 16 KiB to 256 KiB, 1.3-2.4x the
+  // one-way bcast's time in five of six cases at 3-4 ranks on 2 cores (0.76x in one), against 0.58-0.93x at 2.
   bool shared_bcast(const BackendCall& c) const {
     return c.op == OpKind::kBcast && cma_.usable && !policy_.crowded && operation_size(c) >= kCmaBcastBytes;
   }
