@@ -7,37 +7,22 @@
 //
 // Counts above the communicator's max_message_elements (INT_MAX by default) are handled by splitting element-wise
 // operations into chunks, and by point-to-point pieces on the internal communicator for the data-movement collectives.
+// This file holds the collectives; staging and finishing a call are mpi_staged.hpp's, send/recv/sendrecv mpi_p2p's.
 
 #include <mpi.h>
 
 #include <algorithm>
-#include <array>
-#include <climits>
 
 #include "backend.hpp"
-#include "mpi/mpi_call.hpp"
-#include "mpi/mpi_request.hpp"
+#include "mpi/mpi_p2p.hpp"
 #include "mpi/mpi_types.hpp"
-#include "mpi/staging.hpp"
-#include "shardkit/core/error.hpp"
 
 namespace shardkit::detail {
 namespace {
 
-class MpiBackend final : public Backend {
+class MpiBackend final : public Backend, private MpiPointToPoint {
  public:
-  MpiBackend(MpiCommHandle comm, std::function<MpiCommHandle()> internal, std::shared_ptr<AbortState> abort,
-             std::int64_t max_count)
-      : c_(to_mpi<MPI_Comm>(comm)),
-        internal_(std::move(internal)),
-        abort_(std::move(abort)),
-        max_count_(max_count),
-        cuda_aware_(mpi_cuda_aware()) {
-    SHARDKIT_CHECK(max_count >= 1 && max_count <= INT_MAX, "max_message_elements must be in [1, INT_MAX], got ",
-                   max_count);
-    SHARDKIT_MPI_CHECK(MPI_Comm_rank(c_, &rank_));
-    SHARDKIT_MPI_CHECK(MPI_Comm_size(c_, &size_));
-  }
+  using MpiPointToPoint::MpiPointToPoint;
 
   BackendKind kind() const noexcept override { return BackendKind::kMpi; }
   void abort() noexcept override { abort_->aborted = true; }
@@ -270,217 +255,11 @@ class MpiBackend final : public Backend {
     return finish(std::move(p), ctx);
   }
 
-  // ---- point to point ----------------------------------------------------------------------------------------------
-
-  Token send(const Array& buf, int dest, int tag, const OpContext& ctx) {
-    PendingOp p;
-    const bool nb = nonblocking(ctx);
-    const MPI_Datatype t = mpi_datatype(buf.dtype());
-    Buf b = stage(buf, p, nb, Use::kIn);
-    for_chunks(max_count_, buf.numel(), [&](std::int64_t off, int n) {
-      call_mpi<MPI_Send, MPI_Isend>(p, nb, static_cast<const void*>(at(b, off)), n, t, dest, tag, c_);
-    });
-    return finish(std::move(p), ctx);
-  }
-
-  Token recv(Array& buf, int source, int tag, RecvStatus* status, const OpContext& ctx) {
-    PendingOp p;
-    const bool nb = nonblocking(ctx);
-    Buf b = stage(buf, p, nb, Use::kOut);
-    return recv_into(b, buf.dtype(), buf.numel(), source, tag, status, ctx, std::move(p), nullptr);
-  }
-
-  Token sendrecv(const Array& send, int dest, int send_tag, Array& recv, int source, int recv_tag,
-                 RecvStatus* status, const OpContext& ctx) {
-    PendingOp p;
-    const bool nb = nonblocking(ctx);
-    const MPI_Datatype st = mpi_datatype(send.dtype());
-    Buf s = stage(send, p, nb, Use::kIn);
-    Buf r = stage(recv, p, nb, Use::kOut);
-    const std::int64_t sn = send.numel(), rn = recv.numel();
-    if (s.ptr < r.ptr + rn * r.itemsize && r.ptr < s.ptr + sn * s.itemsize) [[unlikely]] {
-      // In place (the buffers overlap): MPI forbids a send buffer that the receive writes; the message goes from a copy.
-      p.keep_alive.push_back(send.clone());
-      s.ptr = static_cast<char*>(p.keep_alive.back().data());
-    }
-    if (!nb && sn <= max_count_ && rn <= max_count_) {
-      MPI_Status mst;
-      SHARDKIT_MPI_CHECK(MPI_Sendrecv(s.data(), static_cast<int>(sn), st, dest, send_tag, r.data(),
-                                      static_cast<int>(rn), mpi_datatype(recv.dtype()), mpi_source(source),
-                                      mpi_tag(recv_tag), c_, &mst));
-      fill_status(status, mst, recv.dtype());
-      return finish(std::move(p), ctx);
-    }
-    // Nonblocking or chunked: post the receive first, then the sends, then complete both together.
-    return recv_into(r, recv.dtype(), rn, source, recv_tag, status, ctx, std::move(p), [&](PendingOp& op) {
-      for_chunks(max_count_, sn, [&](std::int64_t off, int n) {
-        post<MPI_Isend>(op, static_cast<const void*>(at(s, off)), n, st, dest, send_tag, c_);
-      });
-    });
-  }
-
   Token barrier(const OpContext& ctx) {
     PendingOp p;
     call_mpi<MPI_Barrier, MPI_Ibarrier>(p, nonblocking(ctx), c_);
     return finish(std::move(p), ctx);
   }
-
- private:
-  static bool nonblocking(const OpContext& ctx) { return ctx.async || ctx.has_deadline(); }
-
-  // MPI's int copies of a v-collective's counts and displacements (`rows`, checked by fits_int), one after another in
-  // an array the pending operation keeps (keep_alive) while MPI may read it: through a blocking call, until a
-  // nonblocking one completes, and for good once abandoned. Returns where each row starts.
-  template <std::size_t N>
-  static std::array<const int*, N> mpi_ints(PendingOp& p, const std::array<std::span<const std::int64_t>, N>& rows) {
-    std::int64_t total = 0;
-    for (const auto& row : rows) total += std::ssize(row);
-    Array ints = Array::empty({total}, DType::kInt32);
-    int* out = static_cast<int*>(ints.data());
-    std::array<const int*, N> starts{};
-    for (std::size_t i = 0; i < N; ++i) {
-      starts[i] = out;
-      out = std::transform(rows[i].begin(), rows[i].end(), out, [](std::int64_t x) { return static_cast<int>(x); });
-    }
-    p.keep_alive.push_back(std::move(ints));
-    return starts;
-  }
-
-  bool fits_int(std::span<const std::int64_t> v) const {
-    for (std::int64_t x : v)
-      if (x > max_count_) return false;
-    return true;
-  }
-
-  static void chain(PendingOp& p, std::function<void(const std::vector<MPI_Status>&)> next) {
-    auto prev = std::move(p.on_complete);
-    p.on_complete = [prev = std::move(prev), next = std::move(next)](const std::vector<MPI_Status>& st) {
-      if (prev) prev(st);
-      next(st);
-    };
-  }
-
-  // Takes the operation by reference (moved from only when a pending token takes it): a blocking operation, the
-  // common case, builds and destroys one PendingOp.
-  Token finish(PendingOp&& p, const OpContext& ctx) {
-    if (p.requests.empty()) {
-      if (!p.copy_back.empty() || p.on_complete) p.finish({});  // blocking: done, only staged copies may remain
-      return Token();
-    }
-    if (ctx.async) return pending_token(std::move(p), ctx, abort_);
-    complete(p, ctx, *abort_);
-    return Token();
-  }
-
-  // GPU memory for a library that cannot read it: a pinned host copy (filled now for inputs).
-  bool needs_staging(const Array& a) const { return a.device().kind == DeviceKind::kCUDA && !cuda_aware_; }
-
-  // True when an operation can be one blocking MPI call on the buffers themselves: no timeout and not async, one
-  // chunk, and memory MPI reads (no staging); the buffers' ready events are then waited for. The per-call hot path
-  // of small reductions (psum, mpi4jax's allreduce): no pending-operation state to build.
-  bool direct(const OpContext& ctx, std::int64_t count, const Array& a, const Array& b) const {
-    if (nonblocking(ctx) || count > max_count_ || needs_staging(a) || needs_staging(b)) return false;
-    a.wait_ready();
-    b.wait_ready();
-    return true;
-  }
-
-  // The memory an operation uses for `a`: its own (kept alive by the pending operation when nonblocking), or, for GPU
-  // memory MPI cannot read, a pinned host copy: filled now for inputs, copied back after completion for outputs.
-  // The first case, every host buffer's, stays inline: it is the per-call cost of every small operation.
-  enum class Use { kIn, kOut, kInOut };
-  [[gnu::always_inline]] Buf stage(const Array& a, PendingOp& p, bool nb, Use use) {
-    a.wait_ready();
-    if (needs_staging(a)) [[unlikely]]
-      return stage_pinned(a, p, use);
-    if (nb) p.keep_alive.push_back(a);
-    return {static_cast<char*>(a.data()), static_cast<std::int64_t>(a.itemsize())};
-  }
-  [[gnu::noinline]] Buf stage_pinned(const Array& a, PendingOp& p, Use use) {
-    Array host = pinned_like(a);
-    if (use != Use::kOut) host.copy_from(a);
-    if (use == Use::kIn)
-      p.keep_alive.push_back(host);
-    else
-      p.copy_back.emplace_back(host, a);
-    return {static_cast<char*>(host.data()), static_cast<std::int64_t>(host.itemsize())};
-  }
-
-  static int mpi_source(int s) { return s == kAnySource ? MPI_ANY_SOURCE : s; }
-  static int mpi_tag(int t) { return t == kAnyTag ? MPI_ANY_TAG : t; }
-
-  static void fill_status(RecvStatus* out, const MPI_Status& st, DType dtype) {
-    if (!out) return;
-    out->source = st.MPI_SOURCE;
-    out->tag = st.MPI_TAG;
-    int n = 0;
-    MPI_Get_count(&st, mpi_datatype(dtype), &n);
-    out->count = n;
-  }
-
-  // Receives `b` (chunked) from source; `also` may post more requests (the sends of a sendrecv) after the first
-  // receive. With kAnySource, the first chunk fixes the source (and tag) of the following ones.
-  Token recv_into(const Buf& b, DType dtype, std::int64_t total, int source, int tag, RecvStatus* status,
-                  const OpContext& ctx, PendingOp p, const std::function<void(PendingOp&)>& also) {
-    const MPI_Datatype t = mpi_datatype(dtype);
-    const bool nb = nonblocking(ctx) || static_cast<bool>(also);
-    if (!nb) {
-      MPI_Status first{};
-      int src = mpi_source(source), tg = mpi_tag(tag);
-      bool is_first = true;
-      for_chunks(max_count_, total, [&](std::int64_t off, int n) {
-        MPI_Status st;
-        SHARDKIT_MPI_CHECK(MPI_Recv(at(b, off), n, t, src, tg, c_, &st));
-        if (is_first) {
-          first = st;
-          src = st.MPI_SOURCE;
-          tg = st.MPI_TAG;
-          is_first = false;
-        }
-      });
-      fill_status(status, first, dtype);
-      if (status && total > max_count_) status->count = total;
-      return finish(std::move(p), ctx);
-    }
-    const bool wildcard_chunks = total > max_count_ && (source == kAnySource || tag == kAnyTag);
-    if (wildcard_chunks && ctx.async)
-      throw InvalidArgument("recv of more than max_message_elements elements from any source or with any tag needs "
-                            "the first piece to arrive before the others are posted: name the source and tag, or "
-                            "use a communicator without CommOptions::async");
-    const std::size_t first_request = p.requests.size();
-    int src = mpi_source(source), tg = mpi_tag(tag);
-    for_chunks(max_count_, total, [&](std::int64_t off, int n) {
-      post<MPI_Irecv>(p, static_cast<void*>(at(b, off)), n, t, src, tg, c_);
-      if (off > 0) return;
-      if (also) also(p);  // a sendrecv's sends go out before its first piece is waited for
-      if (!wildcard_chunks) return;
-      // The first piece fixes the source and tag of the others, as in the blocking path: wait for it (deadline kept).
-      std::vector<MPI_Request> one{p.requests[first_request]};
-      std::vector<MPI_Status> st(1);
-      if (!wait_all(one, &st, ctx.deadline)) complete(p, ctx, *abort_);  // past the deadline or interrupted: raises
-      p.requests[first_request] = MPI_REQUEST_NULL;  // completed (and freed) through `one`
-      src = st[0].MPI_SOURCE;
-      tg = st[0].MPI_TAG;
-      if (status) fill_status(status, st[0], dtype);
-    });
-    if (status && wildcard_chunks) {
-      status->count = total;
-    } else if (status) {
-      p.want_statuses = true;
-      chain(p, [status, first_request, total, dtype, max = max_count_](const std::vector<MPI_Status>& st) {
-        if (st.size() > first_request) fill_status(status, st[first_request], dtype);
-        if (total > max) status->count = total;
-      });
-    }
-    return finish(std::move(p), ctx);
-  }
-
-  MPI_Comm c_;
-  std::function<MpiCommHandle()> internal_;
-  std::shared_ptr<AbortState> abort_;
-  std::int64_t max_count_;
-  int rank_ = 0, size_ = 1;
-  bool cuda_aware_;
 };
 
 }  // namespace
