@@ -12,6 +12,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
+#include <span>
 
 #include "backend.hpp"
 #include "mpi/mpi_p2p.hpp"
@@ -253,6 +255,31 @@ class MpiBackend final : public Backend, private MpiPointToPoint {
     }
     exchange(sends, recvs, send.dtype(), to_mpi<MPI_Comm>(internal_()), rank_, max_count_, p);
     return finish(std::move(p), ctx);
+  }
+
+  // MPI's int copies of a v-collective's counts and displacements (`rows`, checked by fits_int), one after another in
+  // an array the pending operation keeps (keep_alive) while MPI may read it: through a blocking call, until a
+  // nonblocking one completes, and for good once abandoned. Returns where each row starts.
+  template <std::size_t N>
+  static std::array<const int*, N> mpi_ints(PendingOp& p, const std::array<std::span<const std::int64_t>, N>& rows) {
+    std::int64_t total = 0;
+    for (const auto& row : rows) total += std::ssize(row);
+    Array ints = Array::empty({total}, DType::kInt32);
+    int* out = static_cast<int*>(ints.data());
+    std::array<const int*, N> starts{};
+    for (std::size_t i = 0; i < N; ++i) {
+      starts[i] = out;
+      out = std::transform(rows[i].begin(), rows[i].end(), out, [](std::int64_t x) { return static_cast<int>(x); });
+    }
+    p.keep_alive.push_back(std::move(ints));
+    return starts;
+  }
+
+  // Whether every count fits one MPI call (the communicator's max_message_elements).
+  bool fits_int(std::span<const std::int64_t> v) const {
+    for (std::int64_t x : v)
+      if (x > max_count_) return false;
+    return true;
   }
 
   Token barrier(const OpContext& ctx) {

@@ -7,12 +7,10 @@
 
 #include <mpi.h>
 
-#include <array>
 #include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <span>
 #include <vector>
 
 #include "backend.hpp"
@@ -40,30 +38,6 @@ class MpiStaged {
 
  protected:
   static bool nonblocking(const OpContext& ctx) { return ctx.async || ctx.has_deadline(); }
-
-  // MPI's int copies of a v-collective's counts and displacements (`rows`, checked by fits_int), one after another in
-  // an array the pending operation keeps (keep_alive) while MPI may read it: through a blocking call, until a
-  // nonblocking one completes, and for good once abandoned. Returns where each row starts.
-  template <std::size_t N>
-  static std::array<const int*, N> mpi_ints(PendingOp& p, const std::array<std::span<const std::int64_t>, N>& rows) {
-    std::int64_t total = 0;
-    for (const auto& row : rows) total += std::ssize(row);
-    Array ints = Array::empty({total}, DType::kInt32);
-    int* out = static_cast<int*>(ints.data());
-    std::array<const int*, N> starts{};
-    for (std::size_t i = 0; i < N; ++i) {
-      starts[i] = out;
-      out = std::transform(rows[i].begin(), rows[i].end(), out, [](std::int64_t x) { return static_cast<int>(x); });
-    }
-    p.keep_alive.push_back(std::move(ints));
-    return starts;
-  }
-
-  bool fits_int(std::span<const std::int64_t> v) const {
-    for (std::int64_t x : v)
-      if (x > max_count_) return false;
-    return true;
-  }
 
   // Takes the operation by reference (moved from only when a pending token takes it): a blocking operation, the
   // common case, builds and destroys one PendingOp.
