@@ -16,23 +16,29 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "args.hpp"
+#include "timing.hpp"
+
 namespace {
+
+using shardkit::bench::Stats;
+
+constexpr const char* kUsage =
+    "usage: bench_peer_copy [--from BYTES] [--to BYTES] [--bytes-per-size BYTES] [--repeats N]\n"
+    "sizes from --from to --to (K, M, G suffixes), factor 4; each measurement copies about\n"
+    "--bytes-per-size bytes in all\n";
 
 struct Options {
   std::size_t from = std::size_t{256} << 10, to = std::size_t{32} << 20, per_size = std::size_t{512} << 20;
   int repeats = 7;
-};
-
-struct Times {
-  double min = 0, median = 0;
 };
 
 [[noreturn]] void fail(const char* what) {
@@ -40,50 +46,26 @@ struct Times {
   std::exit(2);
 }
 
-std::size_t parse_bytes(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (*end) {
-    case 'K':
-      v *= 1 << 10;
-      break;
-    case 'M':
-      v *= 1 << 20;
-      break;
-    case 'G':
-      v *= 1 << 30;
-      break;
-    default:
-      break;
-  }
-  return static_cast<std::size_t>(v);
-}
-
+// @throws shardkit::bench::UsageError for an unknown option or a bad value.
 Options parse(int argc, char** argv) {
+  using namespace shardkit::bench;
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--from") {
-      o.from = parse_bytes(next());
-    } else if (a == "--to") {
-      o.to = parse_bytes(next());
-    } else if (a == "--bytes-per-size") {
-      o.per_size = parse_bytes(next());
-    } else if (a == "--repeats") {
-      o.repeats = std::max(1, std::atoi(next()));
+  ArgReader r(argc, argv, /*short_values=*/false);
+  while (r.next()) {
+    const std::string_view name = r.name();
+    if (name == "--help") {
+      std::printf("%s", kUsage);
+      std::exit(0);
+    } else if (name == "--from") {
+      o.from = static_cast<std::size_t>(parse_size(r.value(), name));
+    } else if (name == "--to") {
+      o.to = static_cast<std::size_t>(parse_size(r.value(), name));
+    } else if (name == "--bytes-per-size") {
+      o.per_size = static_cast<std::size_t>(parse_size(r.value(), name));
+    } else if (name == "--repeats") {
+      o.repeats = static_cast<int>(std::max<std::int64_t>(1, parse_int(r.value(), name)));
     } else {
-      std::printf(
-          "usage: bench_peer_copy [--from BYTES] [--to BYTES] [--bytes-per-size BYTES] [--repeats N]\n"
-          "sizes from --from to --to (K, M, G suffixes), factor 4; each measurement copies about\n"
-          "--bytes-per-size bytes in all\n");
-      std::exit(a == "--help" ? 0 : 2);
+      throw UsageError("unknown option " + std::string(r.text()));
     }
   }
   return o;
@@ -110,15 +92,14 @@ bool holds_pattern(const unsigned char* p, std::size_t bytes) {
 }
 
 template <typename Copy>
-Times time_copies(int repeats, int iters, Copy&& copy) {
+Stats time_copies(int repeats, int iters, Copy&& copy) {
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
+    const double start = shardkit::bench::now();
     for (int i = 0; i < iters; ++i) copy();
-    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / iters);
+    t.push_back((shardkit::bench::now() - start) / iters);
   }
-  std::sort(t.begin(), t.end());
-  return {t.front(), t[t.size() / 2]};
+  return shardkit::bench::stats(t, 1e6);
 }
 
 // A copy the compiler may not drop: the destination escapes.
@@ -158,7 +139,7 @@ bool measure(std::size_t bytes, const Options& o) {
       ok = ok && holds_pattern(dst, bytes);
       std::memset(dst, 1, bytes);
     };
-    Times t[4];
+    Stats t[4];
     t[0] = time_copies(o.repeats, iters, [&] { copy_bytes(dst, peer, bytes); });
     check();
     bool cma_ok = true;
@@ -185,8 +166,8 @@ bool measure(std::size_t bytes, const Options& o) {
   if (write(to_child[1], &mine, sizeof mine) != static_cast<ssize_t>(sizeof mine)) fail("write");
   char go = 0;
   if (read(to_parent[0], &go, 1) != 1) fail("read");
-  const Times both = time_copies(o.repeats, iters, [&] { copy_bytes(dst, mine, bytes); });
-  Times t[4];
+  const Stats both = time_copies(o.repeats, iters, [&] { copy_bytes(dst, mine, bytes); });
+  Stats t[4];
   bool ok = false;
   if (read(to_parent[0], t, sizeof t) != static_cast<ssize_t>(sizeof t) || read(to_parent[0], &ok, 1) != 1)
     fail("read");
@@ -206,7 +187,13 @@ bool measure(std::size_t bytes, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  Options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const shardkit::bench::UsageError& e) {
+    std::fprintf(stderr, "bench_peer_copy: %s\n%s", e.what(), kUsage);
+    return 2;
+  }
   std::printf(
       "# bench_peer_copy: a child process copies its parent's buffer; times per copy in us (min, median over"
       " %d repeats)\n",
