@@ -35,6 +35,7 @@ struct Options {
   std::vector<const CollectiveTest*> collectives;
   std::string json;      // "" none, "-" stdout
   bool checked = false;  // shardkit's checked mode, to show its cost
+  bool aa = false;       // A/A calibration: the shardkit column runs the raw MPI call too
   bool help = false;
 };
 
@@ -139,8 +140,17 @@ double time_calls(const Bench& b, Call& call) {
 /// Checks (once: both sides on the same inputs, outputs compared exactly), warms up, then times the two sides in
 /// alternation. `reset` restores the inputs and fills the output `out` with the sentinel.
 template <typename Reset, typename ShardkitCall, typename MpiCall>
-Row measure(const Bench& b, const Layout& l, Array& out, Reset reset, ShardkitCall shardkit_call, MpiCall mpi_call) {
+Row measure(const Bench& b, const Layout& l, Array& out, Reset reset, ShardkitCall shardkit_call_, MpiCall mpi_call) {
   Row row{nullptr, l, {}, {}, {}, -1};
+  // --aa: both columns run the raw MPI call, so that their ratio shows what this measurement's order and noise give
+  // two identical sides (expect 1 within that; with the same MPI call on both sides, 8 MiB allgathers measured
+  // 0.91-1.22).
+  auto shardkit_call = [&] {
+    if (b.opt.aa)
+      mpi_call();
+    else
+      shardkit_call_();
+  };
   if (b.opt.check) {
     reset();
     shardkit_call();

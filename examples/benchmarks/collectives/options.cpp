@@ -1,4 +1,4 @@
-// bench_collectives' command line: nccl-tests' flags (-b -e -f -n -w -r -c -d -o) plus --op, --json and --checked.
+// bench_collectives' command line: nccl-tests' flags (-b -e -f -n -w -r -c -d -o) plus --op, --json, --checked and --aa.
 
 #include <algorithm>
 #include <climits>
@@ -31,6 +31,8 @@ constexpr const char* kUsageHead =
 constexpr const char* kUsageTail =
     "  --json PATH   also write the results as JSON to PATH ('-': stdout; the table then goes to stderr)\n"
     "  --checked     run shardkit in checked mode (signature exchange before each collective) to show its cost\n"
+    "  --aa          A/A calibration: the shardkit column runs the raw MPI call too, so its ratio column shows the\n"
+    "                spread that two identical sides measure on this machine\n"
     "  -h, --help    this text\n";
 
 DType parse_dtype(std::string_view name) {
@@ -129,6 +131,8 @@ Options parse_args(int argc, char** argv) {
       if (o.json.empty()) throw UsageError("--json needs a path ('-' for stdout)");
     } else if (arg == "--checked" && !args.attached()) {
       o.checked = true;
+    } else if (arg == "--aa" && !args.attached()) {
+      o.aa = true;
     } else {
       throw UsageError(concat("unknown argument '", args.text(), "'"));
     }

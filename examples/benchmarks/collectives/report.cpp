@@ -49,6 +49,7 @@ void print_run_header(std::FILE* f, const Options& o, const Runtime& rt, const C
                human_bytes(o.min_bytes).c_str(), human_bytes(o.max_bytes).c_str(), static_cast<long long>(o.factor),
                o.iters, o.warmup, o.repeats, o.check ? "on" : "off");
   std::fprintf(f, "# times: per call, slowest rank; min and median over the repeats\n");
+  if (o.aa) std::fprintf(f, "# A/A (--aa): the shardkit column runs the raw MPI call too; its ratio is the noise\n");
 }
 
 void print_table_header(std::FILE* f, const CollectiveTest& c, const Options& o, int ranks) {
@@ -101,7 +102,7 @@ std::string json_report(const Options& o, const Runtime& rt, const CommOptions& 
   std::string j = "{\"benchmark\":\"collectives\"";
   j += concat(",\"ranks\":", rt.size(), ",\"dtype\":", json_string(dtype_name(o.dtype)),
               ",\"host\":", json_string(rt.host()), ",\"redop\":", json_string(reduce_op_name(o.redop)),
-              ",\"iters\":", o.iters, ",\"warmup\":", o.warmup, ",\"repeats\":", o.repeats,
+              ",\"iters\":", o.iters, ",\"warmup\":", o.warmup, ",\"repeats\":", o.repeats, ",\"aa\":", o.aa ? "true" : "false",
               ",\"mpi\":", json_string(mpi_library_version()),
               ",\"shardkit_options\":{\"backend\":", json_string(backend_name(copts.backend)),
               ",\"check\":", copts.check ? "true" : "false", ",\"timeout_ms\":", copts.timeout.count(),
