@@ -99,12 +99,23 @@ void CommunicatorImpl::decide_shm(const OpContext& op) {
   // The set-up makes blocking MPI calls: agree first, under the operation's deadline, that every rank has come. It is
   // part of the operation that asked for it (a timeout names that operation) and takes no sequence number of its own.
   agree_within_operation(control(), op, "the shared-memory set-up", options.check, *abort);
+  // Whether some rank has a GPU, where the NCCL decision has not said it yet (point-to-point operations stay off shm
+  // then: p2p_shm).
+  int has_gpu = device >= 0 ? 1 : 0;
+  SHARDKIT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &has_gpu, 1, MPI_INT, MPI_MAX, to_mpi<MPI_Comm>(control())));
+  gpu_somewhere = gpu_somewhere || has_gpu != 0;
   shm = make_hier_backend(control(), abort, options.max_message_elements, &shm_hierarchical, &shm_refusal);
   if (!shm_hierarchical) shm = make_shm_backend(control(), abort, &shm_refusal);
   if (Config::get().verbose && rank == 0)
     std::fprintf(stderr, "shardkit: communicator '%s': shm %s%s\n", options.name.c_str(),
                  !shm ? "refused: " : shm_hierarchical ? "in use, hierarchical (its ranks span nodes)" : "in use",
                  shm ? "" : shm_refusal.c_str());
+}
+
+void CommunicatorImpl::make_shm_now() {
+  if (options.async || (options.backend != BackendKind::kAuto && options.backend != BackendKind::kShm)) return;
+  decide_shm(OpContext::for_step(OpKind::kBarrier, "the shared-memory set-up", options.name, options.timeout));
+  p2p_shm = shm != nullptr && !shm_hierarchical && !gpu_somewhere;
 }
 
 void CommunicatorImpl::require_nccl(OpKind op) const {
@@ -124,6 +135,7 @@ bool CommunicatorImpl::nccl_usable_for(OpKind op) const {
 }
 
 void CommunicatorImpl::describe_shm(RouteRequest& r) const {
+  r.p2p_shm = p2p_shm;
   r.shm_hierarchical = shm_hierarchical;
   r.shm_crowded = shm && shm->crowded();
 }
@@ -140,7 +152,8 @@ namespace {
 // A communicator over `data`: owned (a duplicate or split made for it) or borrowed from the caller. With
 // `eager_nccl`, the NCCL decision (and bootstrap) happens now, on every rank of a build with NCCL, with or without a
 // GPU (a rank without one says no; skipping the decision there would leave the others waiting for it), so that
-// point-to-point operations on GPU buffers may use NCCL without bootstrapping it between two ranks only.
+// point-to-point operations on GPU buffers may use NCCL without bootstrapping it between two ranks only; and the shm
+// backend is made now (make_shm_now), so that point-to-point operations may use it from the first.
 std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, CommOptions options, int device,
                                         bool eager_nccl) {
   auto m = std::make_unique<CommunicatorImpl>();
@@ -179,11 +192,7 @@ std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, C
     m->decide_nccl();
     m->nccl_for_p2p = true;
   }
-  if (eager_nccl && m->options.backend == BackendKind::kShm && !m->options.async) {
-    // Forced to shm: made now, so that point-to-point operations before the first collective may use it too.
-    m->decide_shm(
-        OpContext::for_step(OpKind::kBarrier, "the shared-memory set-up", m->options.name, m->options.timeout));
-  }
+  if (eager_nccl) m->make_shm_now();
   if (Config::get().verbose && m->rank == 0)
     std::fprintf(stderr, "shardkit: communicator '%s': %d ranks, backends mpi%s\n", m->options.name.c_str(), m->size,
                  m->nccl ? "+nccl" : "");
@@ -265,6 +274,8 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, std::strin
   auto impl = detail::build(std::move(sub), 0, std::move(opts), m.device, false);
   impl->nccl_decided = m.nccl_decided;
   impl->nccl_for_p2p = m.nccl_decided;  // known to every rank of the split alike
+  impl->gpu_somewhere = m.gpu_somewhere;
+  impl->make_shm_now();  // every rank of the split is here
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 

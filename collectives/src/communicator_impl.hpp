@@ -29,6 +29,10 @@ struct CommunicatorImpl {
   bool shm_decided = false;
   bool gpu_somewhere = false;  // some rank has a GPU: known on every rank once the NCCL decision is made
   bool shm_hierarchical = false;  // shm spans nodes (shm/hierarchy.hpp): it serves fewer operations, on its own table
+  // Whether point-to-point operations take shm (RouteRequest::p2p_shm): only where shm was made with the communicator
+  // (make_shm_now), flat, and no rank has a GPU (whose buffers take MPI or NCCL: a send from one and its receive into
+  // host memory would take different backends).
+  bool p2p_shm = false;
   std::string shm_refusal;  // why the ranks have no shm backend
   std::shared_ptr<AbortState> abort = std::make_shared<AbortState>();
   int rank = 0;
@@ -59,6 +63,9 @@ struct CommunicatorImpl {
   /// Makes the shm backend: flat when every rank is on one node, hierarchical when they span nodes (collective, a step
   /// of the operation `op` that asked for it, under its deadline; where none can be made, shm_refusal says why).
   void decide_shm(const OpContext& op);
+  /// Makes the shm backend now, with the communicator (collective, under the timeout), where the setting may use it:
+  /// then point-to-point operations may use it too (p2p_shm).
+  void make_shm_now();
   /// @throws BackendError when the backend is forced to NCCL and `op` cannot use it here.
   void require_nccl(OpKind op) const;
   /// Whether `op` may run on NCCL here (NCCL agreed on; for point-to-point, agreed on at creation).

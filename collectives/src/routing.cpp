@@ -33,11 +33,12 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 // 16 KiB (MPI copies once); crowded 3-44x below 2 KiB, so only with a CPU each, up to 4 KiB.
 // A bcast below 512 B takes shm only where the ranks have a CPU each: crowded, MPI's root returns as soon as its
 // message is in the receiver's fast box while shm's waits for the previous bcast's readers (16-18x MPI at 3-4 ranks
-// on 2 cores), but with a CPU each shm took 0.10 us where the MPI route took 0.16 (raw MPI 0.09). Sendrecv was faster
-// or even at every size, but shm pairs a sendrecv only with the peer's sendrecv: the row serves only sendrecvs whose
-// peers are known to run one too (Peers::kAllSendrecv, a ppermute of every axis index). A program's own sendrecv,
-// which valid MPI may answer with a plain send or recv, takes shm only where SHARDKIT_BACKEND=shm forces it, and a
-// ppermute whose members send or receive alone (a chain) never.
+// on 2 cores), but with a CPU each shm took 0.10 us where the MPI route took 0.16 (raw MPI 0.09).
+// Point-to-point operations take shm at every size where the communicator decided so when it was made
+// (RouteRequest::p2p_shm; sends, receives and sendrecvs alike, matched as MPI matches them). Elsewhere (a communicator
+// wrapping the caller's, or made before shm could be) the sendrecv row serves only sendrecvs whose peers are known to
+// run one too (Peers::kAllSendrecv, a ppermute of every axis index, as a collective); a program's own sendrecv takes
+// shm there only where SHARDKIT_BACKEND=shm forces it, and a ppermute whose members send or receive alone never.
 struct ShmWins {
   OpKind op;
   std::int64_t from, upto;  // bytes, inclusive
@@ -92,6 +93,9 @@ bool hier_by_default(OpKind op, std::int64_t bytes) noexcept { return wins(kHier
 
 bool needs_shm(const RouteRequest& r) noexcept {
   if (r.placement != Placement::kHost && r.placement != Placement::kNone) return false;
+  const bool p2p = r.op == OpKind::kSend || r.op == OpKind::kRecv || r.op == OpKind::kSendrecv;
+  if (p2p && r.p2p_shm) return r.setting == BackendKind::kAuto || r.setting == BackendKind::kShm;
+  if (r.op == OpKind::kSend || r.op == OpKind::kRecv) return false;
   if (r.op == OpKind::kSendrecv && (!r.named_peers || r.peers == Peers::kMixed)) return false;
   const bool by_default =
       (r.op != OpKind::kSendrecv || r.peers == Peers::kAllSendrecv) &&

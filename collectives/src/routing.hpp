@@ -36,11 +36,15 @@ struct RouteRequest {
   /// Whether that backend's ranks outnumber their CPUs (Backend::crowded), which its table reads. Known once the
   /// backend is made; false until then.
   bool shm_crowded = false;
-  /// sendrecv: both peers named (no wildcard source), and both this rank or neither (shm's channels pair a send with
-  /// the peer's receive in the same call).
+  /// Whether the communicator's shm backend carries every point-to-point operation (send, recv, sendrecv, with MPI's
+  /// matching: shm/shm_p2p.hpp). Decided when the communicator was made, by every rank alike (a send before the
+  /// decision and its receive after it would take different backends): CommunicatorImpl::p2p_shm.
+  bool p2p_shm = false;
+  /// Where it does not, a sendrecv may still take shm where all the ranks run one at once (a collective, then) and the
+  /// communicator has shm: both peers named (no wildcard source), and both this rank or neither.
   bool named_peers = true;
-  /// sendrecv: what the peers run (OpArgs::peers). kAllSendrecv takes the table's sendrecv row; kUnknown takes shm
-  /// only where forced; kMixed never.
+  /// And what the peers run (OpArgs::peers): kAllSendrecv takes the table's sendrecv row; kUnknown takes shm only where
+  /// forced; kMixed never.
   Peers peers = Peers::kUnknown;
 };
 

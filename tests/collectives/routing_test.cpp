@@ -218,6 +218,40 @@ TEST(Routing, SmallRootedOperationsTakeShmOnlyWithACpuPerRank) {
   }
 }
 
+// On a communicator that made shm with itself (RouteRequest::p2p_shm), every send, recv and sendrecv takes it on auto
+// and where forced, whatever its size, its peers (wildcards too) and what they run; never on the mpi setting, and never
+// with GPU buffers. Without p2p_shm, plain sends and receives never take shm, not even forced.
+TEST(Routing, PointToPointTakesShmWhereTheCommunicatorMadeItWithItself) {
+  for (OpKind op : {OpKind::kSend, OpKind::kRecv, OpKind::kSendrecv}) {
+    for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{64} << 20}) {
+      SCOPED_TRACE(::testing::Message() << op_name(op) << " bytes=" << bytes);
+      RouteRequest r{op, BackendKind::kAuto, Placement::kHost};
+      r.shm_available = true;
+      r.p2p_shm = true;
+      r.bytes = bytes;
+      r.named_peers = false;
+      for (Peers peers : {Peers::kUnknown, Peers::kAllSendrecv, Peers::kMixed}) {
+        r.peers = peers;
+        for (BackendKind setting : {BackendKind::kAuto, BackendKind::kShm}) {
+          r.setting = setting;
+          EXPECT_EQ(detail::route(r), BackendKind::kShm);
+        }
+        r.setting = BackendKind::kMpi;
+        EXPECT_EQ(detail::route(r), BackendKind::kMpi);
+      }
+      r.setting = BackendKind::kAuto;
+      r.placement = Placement::kDevice;
+      EXPECT_FALSE(detail::needs_shm(r));
+      r.placement = Placement::kHost;
+      r.p2p_shm = false;
+      r.named_peers = true;
+      r.peers = Peers::kUnknown;
+      r.setting = BackendKind::kShm;
+      EXPECT_EQ(detail::route(r), op == OpKind::kSendrecv ? BackendKind::kShm : BackendKind::kMpi);
+    }
+  }
+}
+
 // A sendrecv takes shm only between named peers, both this rank or neither: a wildcard source could be any rank's
 // message, and shm's channels pair each send with the peer's receive in the same call.
 TEST(Routing, ShmSendrecvNeedsNamedPeers) {

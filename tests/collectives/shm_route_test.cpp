@@ -1,5 +1,5 @@
 // The shm backend's surroundings: which route each operation takes (on auto by size across hosts, by the block for a
-// scatter, by what the peers run for a sendrecv, never shm on the mpi setting), the wait policy (spin with a CPU per
+// scatter, point-to-point by how the communicator was made, never shm on the mpi setting), the wait policy (spin with a CPU per
 // rank, yield and sleep when crowded), and that nothing is left in /dev/shm. The operations' results are
 // shm_test.cpp's.
 
@@ -138,30 +138,50 @@ INSTANTIATE_TEST_SUITE_P(SomeDTypes, ShmAuto,
                                            DType::kComplex64),
                          dtype_param_name);
 
-// Which sendrecvs take shm (OpArgs::peers): one that every rank runs (a ppermute of every axis index, a matmul ring)
-// by default, making the segment itself on auto; a program's own only where forced; one whose peers send or receive
-// alone (a ppermute chain) never, forced or not, since those peers are on MPI. The flight recorder says which route
-// each call took, in call order; the results are checked too.
-TEST(ShmSendrecv, RoutesByWhatThePeersRun) {
+// Which point-to-point operations take shm. On a communicator made with shm on one node (RouteRequest::p2p_shm): every
+// send, recv and sendrecv, whatever the peers run, on auto and forced alike. On one that wraps the caller's (shm made
+// later, by its first collective) only sendrecvs that every rank runs (a ppermute of every axis index, a matmul ring)
+// by default, a program's own only where forced, those whose peers send or receive alone (a ppermute chain) never,
+// and plain sends and receives never. Across hosts (the hierarchical backend) none. The flight recorder says which
+// route each call took, in call order; the results are checked too.
+TEST(ShmPointToPoint, RoutesByHowTheCommunicatorWasMade) {
   if (on_gpu()) GTEST_SKIP() << "host buffers only";
-  for (BackendKind setting : {BackendKind::kAuto, BackendKind::kShm}) {
-    CommOptions o;
-    o.name = setting == BackendKind::kAuto ? "peers on auto" : "peers forced to shm";
-    o.backend = setting;
-    auto c = Communicator::world(o);
-    const int right = (c->rank() + 1) % c->size(), left = (c->rank() + c->size() - 1) % c->size();
-    std::vector<std::string> want;
-    for (Peers peers : {Peers::kAllSendrecv, Peers::kUnknown, Peers::kMixed, Peers::kAllSendrecv}) {
-      SCOPED_TRACE(::testing::Message() << o.name << " peers=" << static_cast<int>(peers));
-      const Array x = input(DType::kFloat64, {5}, c->rank(), Pattern::kData);
-      Array y = Array::empty({5}, DType::kFloat64);
-      c->sendrecv_into(x, right, y, left, /*send_tag=*/3, /*recv_tag=*/3, nullptr, {}, peers).wait();
-      EXPECT_TRUE(same(y, input(DType::kFloat64, {5}, left, Pattern::kData)));
-      const bool shm = world_on_one_node() && (peers == Peers::kAllSendrecv ||
-                                               (peers == Peers::kUnknown && setting == BackendKind::kShm));
-      want.push_back(std::string("5 ") + (shm ? "shm" : "mpi"));
+  for (const bool wrapped : {false, true}) {
+    for (BackendKind setting : {BackendKind::kAuto, BackendKind::kShm}) {
+      CommOptions o;
+      o.name = std::string(wrapped ? "wrapped" : "made") + (setting == BackendKind::kAuto ? " on auto" : " forced");
+      o.backend = setting;
+      auto c = wrapped ? Communicator::wrap_mpi(from_mpi(MPI_COMM_WORLD), o) : Communicator::world(o);
+      c->barrier().wait();  // a wrapped communicator makes its shm here
+      const int right = (c->rank() + 1) % c->size(), left = (c->rank() + c->size() - 1) % c->size();
+      const bool flat = world_on_one_node();
+      std::vector<std::string> want, want_plain;
+      for (Peers peers : {Peers::kAllSendrecv, Peers::kUnknown, Peers::kMixed, Peers::kAllSendrecv}) {
+        SCOPED_TRACE(::testing::Message() << o.name << " peers=" << static_cast<int>(peers));
+        const Array x = input(DType::kFloat64, {5}, c->rank(), Pattern::kData);
+        Array y = Array::empty({5}, DType::kFloat64);
+        c->sendrecv_into(x, right, y, left, /*send_tag=*/3, /*recv_tag=*/3, nullptr, {}, peers).wait();
+        EXPECT_TRUE(same(y, input(DType::kFloat64, {5}, left, Pattern::kData)));
+        const bool shm = flat && (!wrapped || peers == Peers::kAllSendrecv ||
+                                  (peers == Peers::kUnknown && setting == BackendKind::kShm));
+        want.push_back(std::string("5 ") + (shm ? "shm" : "mpi"));
+      }
+      // A send to the right and a receive from the left, one after the other (ranks in turn, so that none waits for
+      // the next to send first).
+      const Array x = input(DType::kFloat64, {3}, c->rank(), Pattern::kData);
+      Array y = Array::empty({3}, DType::kFloat64);
+      if (c->rank() % 2 == 0) c->send(x, right, 4).wait();
+      c->recv_into(y, left, 4).wait();
+      if (c->rank() % 2 == 1) c->send(x, right, 4).wait();
+      EXPECT_TRUE(same(y, input(DType::kFloat64, {3}, left, Pattern::kData)));
+      want_plain.push_back(std::string("3 ") + (flat && !wrapped ? "shm" : "mpi"));
+      EXPECT_EQ(recorded_routes(o.name, OpKind::kSendrecv), want) << o.name;
+      EXPECT_EQ(recorded_routes(o.name, OpKind::kSend), want_plain) << o.name;
+      EXPECT_EQ(recorded_routes(o.name, OpKind::kRecv), want_plain) << o.name;
+      for (OpKind op : {OpKind::kSend, OpKind::kRecv})
+        EXPECT_EQ(c->backend_for(op, Device::cpu()), flat && !wrapped ? BackendKind::kShm : BackendKind::kMpi)
+            << o.name << " " << op_name(op);
     }
-    EXPECT_EQ(recorded_routes(o.name, OpKind::kSendrecv), want);
   }
 }
 

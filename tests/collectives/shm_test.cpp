@@ -15,7 +15,7 @@
 #include "backend.hpp"
 #include "collective_test_util.hpp"
 #include "shm/shm_cma.hpp"
-#include "shm/shm_pairs.hpp"
+#include "shm/shm_p2p.hpp"
 #include "shm/shm_segment.hpp"
 
 namespace shardkit::testing {
@@ -383,13 +383,14 @@ TEST_P(Shm, ReduceScatter) {
 }
 
 // Counts for the operations that move data only: shm_counts, and past the single-copy thresholds (8 KiB: alltoall's
-// block and a roomy allgather's part; 16 KiB: bcast's and sendrecv's; a crowded allgather's), past a sendrecv's inline
-// bytes and chunk (half a slot), and past three chunks.
+// block and a roomy allgather's part, a message of three ring entries; 16 KiB: bcast's and sendrecv's; a crowded
+// allgather's), past a point-to-point message's inline bytes, and half a slot and more (a message around its ring many
+// times).
 std::vector<std::int64_t> movement_counts(DType dtype) {
   const auto item = static_cast<std::int64_t>(dtype_size(dtype));
   std::vector<std::int64_t> c = shm_counts(dtype, true);
   for (std::size_t bytes :
-       {std::size_t{8} << 10, detail::ShmPairs::kInlineBytes + 1, detail::ShmPairs::kSingleCopyBytes + 1,
+       {std::size_t{8} << 10, detail::ShmP2p::kInlineBytes + 1, detail::ShmP2p::kSingleCopyBytes + 1,
         detail::kCmaCrowdedGatherBytes + 1, detail::ShmSegment::kSlotBytes / 2 + 1,
         3 * detail::ShmSegment::kSlotBytes / 2 + 5})
     c.push_back(static_cast<std::int64_t>(bytes) / item + 1);

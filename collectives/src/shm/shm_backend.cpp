@@ -1,6 +1,6 @@
-// The shm backend: allreduce, reduce, bcast, allgather, reduce_scatter, gather, scatter, alltoall, barrier and sendrecv
-// on host buffers among the ranks of one node, through one shared segment per communicator (shm_segment.hpp).
-// Sendrecv, the one operation between two ranks rather than all, has its own channels (shm_pairs.hpp).
+// The shm backend: allreduce, reduce, bcast, allgather, reduce_scatter, gather, scatter, alltoall and barrier, and
+// send, recv and sendrecv, on host buffers among the ranks of one node, through one shared segment per communicator
+// (shm_segment.hpp). Point-to-point messages have their own rings and MPI's matching (shm_p2p.hpp).
 //
 // Every step of every operation is the same handshake over the segment's two buffer sets (shm_steps.hpp). Messages
 // larger than a slot are cut into slot-sized chunks. An allreduce (or reduce) chunk above kShmSplitBytes is reduced by
@@ -28,7 +28,7 @@
 #include "shardkit/core/error.hpp"
 #include "shm/shm_cma.hpp"
 #include "shm/shm_fold.hpp"
-#include "shm/shm_pairs.hpp"
+#include "shm/shm_p2p.hpp"
 #include "shm/shm_segment.hpp"
 #include "shm/shm_single_copy.hpp"
 #include "shm/shm_steps.hpp"
@@ -47,7 +47,7 @@ class ShmBackend final : public Backend {
         abort_(std::move(abort)),
         policy_(policy),
         steps_(seg_, me_, policy_, std::move(names), *abort_),
-        pairs_(seg_, cma_, me_, policy_, *abort_),
+        p2p_(seg_, cma_, me_, policy_, *abort_),
         single_copy_(seg_, cma_, steps_, me_, *abort_) {}
 
   BackendKind kind() const noexcept override { return BackendKind::kShm; }
@@ -58,6 +58,15 @@ class ShmBackend final : public Backend {
     const OpArgs& a = *c.args;
     for (const Array* x : {c.send, static_cast<const Array*>(c.recv)})
       if (x) x->wait_ready();
+    // Point-to-point: between two ranks, on rings of their own (no step of the collectives' sets).
+    switch (c.op) {
+      case OpKind::kSend: p2p_.send(*c.send, a.dest, a.send_tag, ctx); return Token();
+      case OpKind::kRecv: p2p_.recv(*c.recv, a.source, a.recv_tag, a.status, ctx); return Token();
+      case OpKind::kSendrecv:
+        p2p_.sendrecv(*c.send, a.dest, a.send_tag, *c.recv, a.source, a.recv_tag, a.status, ctx);
+        return Token();
+      default: break;
+    }
     steps_.begin(operation_size(c), one_way(c), ctx);
     switch (c.op) {
       case OpKind::kAllreduce:
@@ -101,9 +110,6 @@ class ShmBackend final : public Backend {
         break;
       }
       case OpKind::kBarrier: steps_.step(steps_.next_set(), ctx); break;
-      case OpKind::kSendrecv:
-        pairs_.sendrecv(*c.send, a.dest, a.send_tag, *c.recv, a.source, a.recv_tag, a.status, ctx);
-        break;
       default: SHARDKIT_ASSERT(false, "the shm backend does not implement ", op_name(c.op));
     }
     return Token();
@@ -337,7 +343,7 @@ class ShmBackend final : public Backend {
   std::shared_ptr<AbortState> abort_;
   WaitPolicy policy_;
   ShmSteps steps_;
-  ShmPairs pairs_;
+  ShmP2p p2p_;
   ShmSingleCopy single_copy_;
 };
 
@@ -354,6 +360,8 @@ bool shm_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept {
     case OpKind::kScatter:
     case OpKind::kAlltoall:
     case OpKind::kBarrier:
+    case OpKind::kSend:
+    case OpKind::kRecv:
     case OpKind::kSendrecv: return true;
     default: return false;
   }

@@ -50,6 +50,9 @@ ShmSegment::ShmSegment(ShmSegment&& o) noexcept
     : base_(std::exchange(o.base_, nullptr)),
       bytes_(o.bytes_),
       data_offset_(o.data_offset_),
+      p2p_lines_(o.p2p_lines_),
+      p2p_data_(o.p2p_data_),
+      p2p_(o.p2p_),
       ranks_(o.ranks_) {}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
@@ -58,6 +61,9 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
     base_ = std::exchange(o.base_, nullptr);
     bytes_ = o.bytes_;
     data_offset_ = o.data_offset_;
+    p2p_lines_ = o.p2p_lines_;
+    p2p_data_ = o.p2p_data_;
+    p2p_ = o.p2p_;
     ranks_ = o.ranks_;
   }
   return *this;
@@ -75,10 +81,15 @@ ShmSegment ShmSegment::create(MpiCommHandle handle, std::string* why) {
   ShmSegment s;
   s.ranks_ = size;
   const auto n = static_cast<std::size_t>(size);
-  // Two lines per rank (the sets), then two per ordered pair, then each rank's ring and its read line; two slots per
-  // rank and set, plus results, plus outboxes.
-  s.data_offset_ = round_up(kLinesOffset + (2 * n + 2 * n * n + n * (kRingLines + 1)) * sizeof(ShmLine), 4096);
-  s.bytes_ = s.data_offset_ + (2 * (n + 1) + n) * kSlotBytes;
+  // Two lines per rank (the sets), then each rank's ring and its read line, then the point-to-point lines (each ordered
+  // pair's ring entries, freed and read lines; each rank's doorbell); two slots per rank and set, plus results, then
+  // the point-to-point payloads.
+  s.p2p_ = P2pGeometry::for_ranks(size);
+  const std::size_t ring_entries = n * n * static_cast<std::size_t>(s.p2p_.entries);
+  s.p2p_lines_ = 2 * n + n * (kRingLines + 1);
+  s.data_offset_ = round_up(kLinesOffset + (s.p2p_lines_ + ring_entries + 2 * n * n + n) * sizeof(ShmLine), 4096);
+  s.p2p_data_ = s.data_offset_ + 2 * (n + 1) * kSlotBytes;
+  s.bytes_ = s.p2p_data_ + ring_entries * s.p2p_.payload;
 
   // Rank 0 names and sizes the file; the name is unique to this process and call.
   struct {
@@ -160,6 +171,18 @@ void shm_post(ShmLine& line, std::uint32_t step) noexcept {
   line.flag.store(step, std::memory_order_seq_cst);
   if (line.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&line.flag);
 }
+
+void shm_ring(ShmLine& bell) noexcept {
+  if (bell.sleepers.load(std::memory_order_seq_cst) == 0) return;
+  bell.flag.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&bell.flag);
+}
+
+void shm_sleep(ShmLine& bell, std::uint32_t seen, std::chrono::nanoseconds timeout) noexcept {
+  futex_wait(&bell.flag, seen, timeout);
+}
+
+void shm_relax() noexcept { cpu_relax(); }
 
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
               std::chrono::steady_clock::time_point deadline, const ShmLine* also) noexcept {

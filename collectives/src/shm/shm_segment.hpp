@@ -6,11 +6,13 @@
 // ranks sleeping on that flag, the size of the operation posted, and 48 bytes of inline data: small messages travel
 // in the flag's own cache line);
 // then, for each set, one data slot per rank plus one result slot (kSlotBytes each). Operations alternate sets, so
-// a rank may fill one set while slower ranks still read the other. Point-to-point exchanges (shm_pairs.hpp) have
-// their own part after that: two lines per ordered pair of ranks (the sender's post, the receiver's acknowledgement)
-// and one outbox per rank (kSlotBytes), so they never touch what a collective of other ranks may still be reading.
-// Small bcasts have a ring of their own (kRingLines lines per rank as root, and one line per rank saying the last of
-// them it has read), so that a root may run that many ahead of its readers (shm_steps.hpp).
+// a rank may fill one set while slower ranks still read the other. Small bcasts have a ring of their own (kRingLines
+// lines per rank as root, and one line per rank saying the last of them it has read), so that a root may run that many
+// ahead of its readers (shm_steps.hpp). Point-to-point messages (shm_p2p.hpp) have their own part, so they never touch
+// what a collective of other ranks may still be reading: for each ordered pair of ranks a ring of P2pGeometry::entries
+// entries (a line each, with a payload of P2pGeometry::payload bytes in the data part), a line on which the receiver
+// counts the entries it has freed and one on which it counts the sender's buffers it has read itself (single copy);
+// and for each rank a doorbell line that the others ring where it may sleep.
 //
 // The segment is made by the communicator's rank 0 (shm_open with a unique name), mapped by every rank and unlinked
 // as soon as all have mapped it: from then on nothing is left in /dev/shm, whatever happens to the processes.
@@ -45,6 +47,16 @@ struct alignas(64) ShmLine {
 static_assert(sizeof(ShmLine) == 64 && std::atomic<std::uint32_t>::is_always_lock_free &&
               std::atomic<std::uint64_t>::is_always_lock_free);
 
+/// The size of each ordered pair's point-to-point ring: fewer and smaller entries where the ranks are many (the pairs
+/// grow as their square).
+struct P2pGeometry {
+  int entries;          ///< a power of two
+  std::size_t payload;  ///< bytes per entry, beside what its line holds
+  static P2pGeometry for_ranks(int ranks) noexcept {
+    return ranks <= 16 ? P2pGeometry{16, std::size_t{4} << 10} : P2pGeometry{4, std::size_t{1} << 10};
+  }
+};
+
 /// A mapped segment; move-only, unmapped on destruction.
 class ShmSegment {
  public:
@@ -73,29 +85,42 @@ class ShmSegment {
   unsigned char* slot(int set, int rank) const noexcept {
     return base_ + data_offset_ + (static_cast<std::size_t>(set) * (ranks_ + 1) + rank) * kSlotBytes;
   }
-  /// The line `from` posts its messages to `to` on.
-  ShmLine& post_line(int from, int to) const noexcept { return pair_lines()[from * ranks_ + to]; }
-  /// The line `to` acknowledges what it took of `from`'s messages on.
-  ShmLine& ack_line(int from, int to) const noexcept { return pair_lines()[(ranks_ + to) * ranks_ + from]; }
   /// Line j of the ring of small bcasts rank `root` sends.
-  ShmLine& ring_line(int root, int j) const noexcept {
-    return pair_lines()[2 * ranks_ * ranks_ + root * kRingLines + j];
-  }
+  ShmLine& ring_line(int root, int j) const noexcept { return lines()[2 * ranks_ + root * kRingLines + j]; }
   /// The line rank `rank` posts the step of each small bcast it has read on (not of those it sent).
-  ShmLine& read_line(int rank) const noexcept {
-    return pair_lines()[2 * ranks_ * ranks_ + ranks_ * kRingLines + rank];
+  ShmLine& read_line(int rank) const noexcept { return lines()[2 * ranks_ + ranks_ * kRingLines + rank]; }
+
+  /// The point-to-point rings' size.
+  const P2pGeometry& p2p() const noexcept { return p2p_; }
+  /// Entry i of the ring `from` sends its messages to `to` on.
+  ShmLine& p2p_entry(int from, int to, int i) const noexcept {
+    return lines()[p2p_lines_ + static_cast<std::size_t>(pair(from, to)) * p2p_.entries + i];
   }
-  /// Rank `rank`'s outbox for point-to-point messages (kSlotBytes).
-  unsigned char* outbox(int rank) const noexcept {
-    return base_ + data_offset_ + (2 * (static_cast<std::size_t>(ranks_) + 1) + rank) * kSlotBytes;
+  /// The payload of that entry (P2pGeometry::payload bytes).
+  unsigned char* p2p_payload(int from, int to, int i) const noexcept {
+    return base_ + p2p_data_ + (static_cast<std::size_t>(pair(from, to)) * p2p_.entries + i) * p2p_.payload;
   }
+  /// The line `to` counts the entries of `from`'s ring it has freed on.
+  ShmLine& p2p_freed(int from, int to) const noexcept { return lines()[p2p_lines_ + pairs_entries() + pair(from, to)]; }
+  /// The line `to` counts the buffers of `from` it has read itself (single copy) on.
+  ShmLine& p2p_read(int from, int to) const noexcept {
+    return lines()[p2p_lines_ + pairs_entries() + pairs() + pair(from, to)];
+  }
+  /// Rank `rank`'s doorbell: rung (its flag advanced, its sleepers woken) by whoever posts what it may wait for.
+  ShmLine& bell(int rank) const noexcept { return lines()[p2p_lines_ + pairs_entries() + 2 * pairs() + rank]; }
 
  private:
   static constexpr std::size_t kLinesOffset = 64;
-  ShmLine* pair_lines() const noexcept { return reinterpret_cast<ShmLine*>(base_ + kLinesOffset) + 2 * ranks_; }
+  ShmLine* lines() const noexcept { return reinterpret_cast<ShmLine*>(base_ + kLinesOffset); }
+  std::size_t pair(int from, int to) const noexcept { return static_cast<std::size_t>(from) * ranks_ + to; }
+  std::size_t pairs() const noexcept { return static_cast<std::size_t>(ranks_) * ranks_; }
+  std::size_t pairs_entries() const noexcept { return pairs() * p2p_.entries; }
   unsigned char* base_ = nullptr;
   std::size_t bytes_ = 0;
   std::size_t data_offset_ = 0;
+  std::size_t p2p_lines_ = 0;  // index of the first point-to-point line
+  std::size_t p2p_data_ = 0;   // byte offset of the first payload
+  P2pGeometry p2p_{};
   int ranks_ = 0;
 };
 
@@ -121,6 +146,15 @@ struct WaitPolicy {
 
 /// Posts `step` on `line` and wakes its sleepers.
 void shm_post(ShmLine& line, std::uint32_t step) noexcept;
+
+/// A doorbell (ShmSegment::bell): after a store that its owner may be waiting for, advances the bell's flag and wakes
+/// the owner where it sleeps on it (nothing to do, beyond reading its sleepers, where it does not).
+void shm_ring(ShmLine& bell) noexcept;
+/// Its owner, having counted itself among the bell's sleepers, read the flag (`seen`) and found nothing to do: sleeps
+/// until the bell rings (the flag moves past `seen`) or `timeout` passes (a spurious wake-up is possible).
+void shm_sleep(ShmLine& bell, std::uint32_t seen, std::chrono::nanoseconds timeout) noexcept;
+/// A spinning waiter's pause between two looks.
+void shm_relax() noexcept;
 
 /// Waits until `line` (or `also`, where given) reaches `step` or `deadline` passes or a signal arrives
 /// (shardkit/core/interrupt.hpp); true when one of them reached it. Spins, then yields, then sleeps on `line`'s futex

@@ -1,0 +1,134 @@
+#pragma once
+
+// Point-to-point messages of the shm backend (send, recv, sendrecv), matched as MPI matches them: a receive takes the
+// earliest message from its source (any source: from any rank) with its tag (or any tag); messages from one rank to
+// another never overtake each other; a message no receive wants yet waits in the receiver's queue of unexpected
+// messages.
+//
+// Each ordered pair of ranks has a ring of entries in the segment (shm_segment.hpp, P2pGeometry). A message up to an
+// entry's payload travels in one entry (up to kInlineBytes in the entry's line itself), and its sender returns once it
+// is posted, as MPI's eager messages. A larger one travels as a run of entries, the first with the message's head, and
+// its sender returns once the last is posted; or, from kSingleCopyBytes where the ranks may read each other's memory
+// (shm_cma.hpp), as one entry with the sender's address: the receiver reads the buffer itself, and the sender returns
+// once it has (MPI's rendezvous). A rank's messages to itself go straight to its own queue.
+//
+// While a rank waits (for room in a ring, for its buffer to be read, for a message), it moves what arrived into its
+// queue and posts what its sendrecv still has to send, so that ranks sending to each other at once all progress. A
+// rank whose peer is not in a point-to-point operation on the communicator may post up to P2pGeometry::entries entries
+// to it, then waits (MPI's eager buffering is larger, but bounded too).
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <vector>
+
+#include "backend.hpp"
+#include "shm/shm_cma.hpp"
+#include "shm/shm_segment.hpp"
+
+namespace shardkit::detail {
+
+class ShmP2p {
+ public:
+  /// Messages up to this many bytes travel in their entry's line, after the head.
+  static constexpr std::size_t kInlineBytes = 24;
+  /// From this many bytes the receiver reads the sender's buffer itself, where the ranks may (shm_cma.hpp).
+  static constexpr std::size_t kSingleCopyBytes = std::size_t{16} << 10;
+
+  ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitPolicy& policy, AbortState& abort);
+  ~ShmP2p();
+  ShmP2p(const ShmP2p&) = delete;
+  ShmP2p& operator=(const ShmP2p&) = delete;
+
+  /// Sends `buf` to `dest` with `tag`.
+  /// @throws TimeoutError naming `dest` when it takes nothing before the deadline (a full ring, or a large message).
+  void send(const Array& buf, int dest, int tag, const OpContext& ctx);
+  /// Receives the earliest matching message from `source` (or kAnySource) with `tag` (or kAnyTag) into `buf`.
+  /// @throws MismatchError (the communicator aborted) when the message is larger than `buf` or of another dtype;
+  /// InvalidArgument when only this rank could send it and it has not (a wait that could never end; nothing taken);
+  /// TimeoutError naming the source.
+  void recv(Array& buf, int source, int tag, RecvStatus* status, const OpContext& ctx);
+  /// Sends `send` to `dest` and receives into `recv` from `source`, both at once (`send` and `recv` may overlap).
+  void sendrecv(const Array& send, int dest, int send_tag, Array& recv, int source, int recv_tag, RecvStatus* status,
+                const OpContext& ctx);
+
+ private:
+  struct Head;
+  // A message that arrived before a receive wanted it: its data (or, single copy, where the sender's buffer is).
+  struct Message {
+    int source;
+    int tag;
+    DType dtype;
+    std::uint64_t bytes;
+    std::uint64_t address = 0;  // single copy: the sender's buffer, read once a receive takes it
+    bool single_copy = false;
+    bool complete = true;  // false while the rest of its entries arrive (Incoming::queued)
+    std::unique_ptr<unsigned char[]> data;
+  };
+  // Where the rest of a message in several entries from one rank goes: a receive's buffer or a queued message's.
+  struct Incoming {
+    unsigned char* to = nullptr;
+    std::uint64_t bytes = 0;
+    std::uint64_t got = 0;
+    Message* queued = nullptr;
+    bool active() const { return to != nullptr && got < bytes; }
+  };
+  // The message this rank is sending (at most one: a send or sendrecv returns only once it is done).
+  struct Outgoing {
+    bool active = false;
+    const unsigned char* from = nullptr;
+    std::uint64_t bytes = 0;
+    std::uint64_t sent = 0;  // bytes posted
+    int dest = -1;
+    int tag = 0;
+    DType dtype{};
+    bool single_copy = false;
+    bool head_posted = false;
+    std::uint32_t read = 0;  // single copy: the count of reads of this rank's buffers by `dest` that means done
+  };
+
+  // Sending.
+  void start(const Array& buf, const unsigned char* from, int dest, int tag);
+  bool advance();  // posts what the ring has room for; true once the outgoing message is done
+  bool room(int dest);
+  void post_entry();
+  void queue_own(const unsigned char* from, std::uint64_t bytes, int tag, DType dtype);
+  void finish_send(const OpContext& ctx);
+  // Receiving.
+  ShmLine* ready_entry(int source);
+  // Where an entry's data lies: in its line for a whole message of up to kInlineBytes, else in its payload.
+  const unsigned char* entry_data(int source, const ShmLine& line, std::uint64_t inline_bytes) const;
+  void free_entry(int source);
+  ShmLine* peek(int source);  // the head of the next message from `source`, once what precedes it has arrived
+  void take_head(int source, ShmLine& line, unsigned char* to, Message* queued, const OpContext* ctx);
+  void queue_head(int source, ShmLine& line);
+  void drain(int skip = -1);  // queues what arrived from every rank but `skip` (-1: none; kAnySource: all skipped)
+  bool deliver_from_rings(Array& buf, int source, int tag, RecvStatus* status, const OpContext& ctx);
+  void deliver_queued(std::list<Message>::iterator m, Array& buf, RecvStatus* status, const OpContext& ctx);
+  void finish_incoming(int source, const OpContext& ctx);
+  void read_single_copy(int source, unsigned char* to, std::uint64_t address, std::uint64_t bytes,
+                        const OpContext& ctx);
+  void check_fits(int source, int tag, DType dtype, std::uint64_t bytes, const Array& buf, int want_tag,
+                  const OpContext& ctx);
+  void refuse_endless_wait(int source, int tag, const OpContext& ctx) const;
+  // Waiting: spins, yields, then sleeps on this rank's bell; `ready` is asked again each time (and may make progress).
+  template <typename Ready>
+  void wait_until(const OpContext& ctx, int peer, Ready&& ready);
+
+  const ShmSegment& seg_;
+  const CmaPeers& cma_;
+  int me_, n_;
+  P2pGeometry geo_;
+  WaitPolicy policy_;
+  AbortState& abort_;
+  std::vector<std::uint32_t> posted_;  // entries posted to each rank
+  std::vector<std::uint32_t> freed_;   // entries each rank was last seen to have freed of this rank's ring to it
+  std::vector<std::uint32_t> reads_posted_;  // single-copy messages posted to each rank
+  std::vector<std::uint32_t> taken_;         // entries taken from each rank
+  std::vector<std::uint32_t> reads_done_;    // single-copy messages of each rank read
+  std::vector<Incoming> incoming_;
+  std::list<Message> queue_;  // unexpected messages, in arrival order (a rank's in the order it sent them)
+  Outgoing out_;
+};
+
+}  // namespace shardkit::detail

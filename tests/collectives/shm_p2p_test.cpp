@@ -1,0 +1,206 @@
+// Point-to-point operations on the shm backend (shm/shm_p2p.hpp), on the default route of a communicator made on one
+// node: MPI's matching (by source and tag, the earliest first, wildcards), messages that arrive before a receive wants
+// them (whole, in several ring entries, or read from the sender's buffer), more messages than a ring holds while both
+// ranks send, and the errors. Across hosts point-to-point operations stay on MPI: the same bodies check them there.
+// ctest runs them at 1-4 ranks, and again without single-copy reads (SHARDKIT_SHM_SINGLE_COPY=0: large messages then
+// travel through the rings).
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "collective_test_util.hpp"
+#include "shm/shm_p2p.hpp"
+#include "shm/shm_segment.hpp"
+
+namespace shardkit::testing {
+namespace {
+
+using detail::P2pGeometry;
+using detail::ShmP2p;
+
+class ShmP2pTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (on_gpu()) GTEST_SKIP() << "host buffers only";
+  }
+  static Communicator& comm() {
+    static std::shared_ptr<Communicator> c = Communicator::world({.name = "shm p2p"});
+    return *c;
+  }
+  int rank() { return comm().rank(); }
+  int size() { return comm().size(); }
+  int right() { return (rank() + 1) % size(); }
+  int left() { return (rank() + size() - 1) % size(); }
+  // Bytes of a message for each way a message travels: none, inline, one entry's payload, several entries, and from
+  // the single-copy threshold up (several entries too where single copy is off), past the ring's entries.
+  static std::vector<std::int64_t> sizes() {
+    const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(comm().size()).payload);
+    const auto entries = static_cast<std::int64_t>(P2pGeometry::for_ranks(comm().size()).entries);
+    return {0, 8, static_cast<std::int64_t>(ShmP2p::kInlineBytes) + 4, payload, 3 * payload - 4,
+            static_cast<std::int64_t>(ShmP2p::kSingleCopyBytes) + 4, 2 * entries * payload + 12};
+  }
+  // A message of `bytes` (whole int32 elements) from rank `from` with `tag`: its contents say both.
+  static Array message(std::int64_t bytes, int from, int tag) {
+    std::vector<std::int32_t> v(static_cast<std::size_t>(bytes / 4));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int32_t>(from * 1000003 + tag * 7919 + i);
+    return Array::from_values<std::int32_t>(v);
+  }
+  static bool on_shm(OpKind op) { return comm().backend_for(op, Device::cpu()) == BackendKind::kShm; }
+};
+
+// A rank sends its right neighbour one message of each size that travels eagerly (up to an entry's payload: its send
+// returns once posted), tags 0, 1, ...; the neighbour takes them last tag first, so that every earlier one arrives
+// before a receive wants it and waits in its queue.
+TEST_F(ShmP2pTest, ReceivesTakeMessagesByTagWhateverOrderTheyCameIn) {
+  EXPECT_EQ(on_shm(OpKind::kSend), world_on_one_node());
+  EXPECT_EQ(on_shm(OpKind::kRecv), world_on_one_node());
+  const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(size()).payload);
+  std::vector<std::int64_t> eager;
+  for (std::int64_t b : sizes())
+    if (b <= payload) eager.push_back(b);
+  const int n = static_cast<int>(eager.size());
+  for (int t = 0; t < n; ++t) comm().send(message(eager[t], rank(), t), right(), t).wait();
+  for (int t = n - 1; t >= 0; --t) {
+    SCOPED_TRACE(::testing::Message() << "tag=" << t << " bytes=" << eager[t]);
+    Array y = Array::zeros({eager[t] / 4 + 2}, DType::kInt32);
+    RecvStatus st;
+    comm().recv_into(y, left(), t, &st).wait();
+    EXPECT_TRUE(same(y.slice(0, 0, eager[t] / 4), message(eager[t], left(), t)));
+    EXPECT_EQ(st.source, left());
+    EXPECT_EQ(st.tag, t);
+    EXPECT_EQ(st.count, eager[t] / 4);
+  }
+}
+
+// Every size through sendrecv (its send progresses while its receive waits), out of place and in place.
+TEST_F(ShmP2pTest, EverySizeArrivesWholeThroughSendrecv) {
+  for (std::int64_t b : sizes()) {
+    SCOPED_TRACE(::testing::Message() << "bytes=" << b);
+    Array y = Array::zeros({b / 4}, DType::kInt32);
+    RecvStatus st;
+    comm().sendrecv_into(message(b, rank(), 5), right(), y, left(), 5, kAnyTag, &st).wait();
+    EXPECT_TRUE(same(y, message(b, left(), 5)));
+    EXPECT_EQ(st.source, left());
+    EXPECT_EQ(st.tag, 5);
+    EXPECT_EQ(st.count, b / 4);
+    Array buf = message(b, rank(), 6);
+    comm().sendrecv_into(buf, right(), buf, left(), 6, 6).wait();
+    EXPECT_TRUE(same(buf, message(b, left(), 6)));
+  }
+}
+
+// A large message sent eagerly (in several entries: below the single-copy threshold, or at any size where single copy
+// is off), then a small one; the receiver takes the small one first, so the large one is queued, whole or in part (its
+// rest then goes straight into the receive's buffer). Pairs of ranks; the last of an odd count sits out.
+TEST_F(ShmP2pTest, ALargeMessageWaitsInTheQueueWhileALaterOneIsTaken) {
+  if (!on_shm(OpKind::kSend)) GTEST_SKIP() << "point-to-point on MPI (across hosts), whose large sends wait for the receive";
+  const char* single_copy = std::getenv("SHARDKIT_SHM_SINGLE_COPY");
+  const bool eager_large = single_copy && std::string(single_copy) == "0";
+  const int partner = size() == 1 ? 0 : (rank() % 2 == 0 ? rank() + 1 : rank() - 1);
+  for (std::int64_t b : sizes()) {
+    if (b >= static_cast<std::int64_t>(ShmP2p::kSingleCopyBytes) && !eager_large && size() > 1) continue;
+    SCOPED_TRACE(::testing::Message() << "bytes=" << b);
+    if (partner < size()) {
+      if (rank() % 2 == 0 || size() == 1) {
+        comm().send(message(b, rank(), 1), partner, 1).wait();
+        comm().send(message(8, rank(), 2), partner, 2).wait();
+      }
+      if (rank() % 2 == 1 || size() == 1) {
+        Array small = Array::zeros({2}, DType::kInt32), large = Array::zeros({b / 4}, DType::kInt32);
+        comm().recv_into(small, partner, 2).wait();
+        EXPECT_TRUE(same(small, message(8, partner, 2)));
+        comm().recv_into(large, partner, 1).wait();
+        EXPECT_TRUE(same(large, message(b, partner, 1)));
+      }
+    }
+    comm().barrier().wait();
+  }
+}
+
+// Every rank but 0 sends rank 0 two messages of one tag (and rank 0 itself one); rank 0 takes them from any source with
+// any tag: each rank's first before its second, every message once.
+TEST_F(ShmP2pTest, AnySourceTakesEveryRanksMessagesEachInTheOrderSent) {
+  if (rank() != 0) {
+    comm().send(message(12, rank(), 0), 0, 3).wait();
+    comm().send(message(40, rank(), 1), 0, 3).wait();
+  } else {
+    comm().send(message(12, 0, 0), 0, 3).wait();
+    std::vector<int> seen(static_cast<std::size_t>(size()), 0);
+    const int total = 2 * (size() - 1) + 1;
+    for (int i = 0; i < total; ++i) {
+      Array y = Array::zeros({10}, DType::kInt32);
+      RecvStatus st;
+      comm().recv_into(y, kAnySource, kAnyTag, &st).wait();
+      ASSERT_GE(st.source, 0);
+      ASSERT_LT(st.source, size());
+      const int k = seen[static_cast<std::size_t>(st.source)]++;
+      const std::int64_t bytes = k == 0 ? 12 : 40;
+      EXPECT_EQ(st.tag, 3);
+      EXPECT_EQ(st.count, bytes / 4) << "from rank " << st.source << ", its message " << k;
+      EXPECT_TRUE(same(y.slice(0, 0, bytes / 4), message(bytes, st.source, k)));
+    }
+    for (int r = 0; r < size(); ++r) EXPECT_EQ(seen[static_cast<std::size_t>(r)], r == 0 ? 1 : 2) << "rank " << r;
+  }
+  comm().barrier().wait();
+}
+
+// Pairs of ranks send each other three rings' worth of messages before either receives: each waits for room in its ring
+// while the other does too, and moves what arrived into its queue meanwhile (without that, both would wait for good).
+// One message in the middle is larger (several entries).
+TEST_F(ShmP2pTest, BothRanksSendMoreThanTheRingHoldsBeforeReceiving) {
+  const int partner = size() == 1 ? 0 : (rank() % 2 == 0 ? rank() + 1 : rank() - 1);
+  if (partner >= size()) {
+    comm().barrier().wait();
+    return;
+  }
+  const int count = 3 * P2pGeometry::for_ranks(size()).entries;
+  // Message 7 takes three entries (below the single-copy threshold: sent eagerly).
+  auto bytes_of_message = [](int i) -> std::int64_t { return i == 7 ? 12 << 10 : 4 * (i % 5 + 1); };
+  static_assert((12 << 10) < ShmP2p::kSingleCopyBytes);
+  for (int i = 0; i < count; ++i) comm().send(message(bytes_of_message(i), rank(), i), partner, i).wait();
+  for (int i = 0; i < count; ++i) {
+    SCOPED_TRACE(::testing::Message() << "message " << i);
+    Array y = Array::zeros({bytes_of_message(i) / 4}, DType::kInt32);
+    RecvStatus st;
+    comm().recv_into(y, partner, kAnyTag, &st).wait();
+    EXPECT_EQ(st.tag, i);
+    EXPECT_TRUE(same(y, message(bytes_of_message(i), partner, i)));
+  }
+  comm().barrier().wait();
+}
+
+// A receive from itself that nothing sent before would wait forever: refused at once, nothing taken; a message larger
+// than the receive buffer, or of another dtype, is named on the receiving rank and aborts the communicator there.
+TEST_F(ShmP2pTest, ImpossibleAndMismatchedReceivesAreNamed) {
+  if (!on_shm(OpKind::kRecv)) GTEST_SKIP() << "point-to-point on MPI (across hosts)";
+  Array y = Array::zeros({4}, DType::kInt32);
+  EXPECT_THROW(comm().recv_into(y, rank(), 9), InvalidArgument);
+  comm().send(message(16, rank(), 9), rank(), 8).wait();
+  EXPECT_THROW(comm().recv_into(y, rank(), 9), InvalidArgument);  // another tag
+  comm().recv_into(y, rank(), 8).wait();
+  EXPECT_TRUE(same(y, message(16, rank(), 9)));
+  if (size() < 2) return;
+  for (const bool larger : {true, false}) {
+    auto c = Communicator::world({.name = larger ? "shm p2p larger" : "shm p2p dtype"});
+    if (c->rank() == 0) {
+      c->send(larger ? message(36, 0, 0) : Array::zeros({4}, DType::kFloat32), 1, 0).wait();
+    } else if (c->rank() == 1) {
+      Array z = Array::zeros({4}, DType::kInt32);
+      try {
+        c->recv_into(z, 0, 0).wait();
+        ADD_FAILURE() << "no error";
+      } catch (const MismatchError& e) {
+        const std::string want = larger ? "rank 0 sent 36 bytes of int32 with tag 0, rank 1 expected at most 16 bytes of "
+                                          "int32 with tag 0"
+                                        : "rank 0 sent 16 bytes of float32 with tag 0, rank 1 expected at most 16 "
+                                          "bytes of int32";
+        EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      }
+      EXPECT_TRUE(c->aborted());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardkit::testing
