@@ -159,13 +159,13 @@ class Communicator {
   Token send(const Array& buf, int dest, int tag = 0, const Token& after = {}) {
     return run(OpKind::kSend, {.send = &buf, .dest = dest, .send_tag = tag}, after);
   }
-  /// Receives into buf from source (kAnySource allowed on MPI) with tag (kAnyTag allowed on MPI).
+  /// Receives into buf from source (kAnySource: any, but on NCCL) with tag (kAnyTag: any).
   Token recv_into(Array& buf, int source, int tag = kAnyTag, RecvStatus* status = nullptr, const Token& after = {}) {
     return run(OpKind::kRecv, {.recv = &buf, .source = source, .recv_tag = tag, .status = status}, after);
   }
   /// Sends `send` to dest and receives into `recv` from source at once (deadlock-free exchange). `peers`: what the
   /// other ranks run meanwhile (Peers::kAllSendrecv where every rank of the communicator runs a sendrecv, as a ring
-  /// does, which lets it take shm).
+  /// does, which lets it take shm on a communicator that wraps the caller's).
   Token sendrecv_into(const Array& send, int dest, Array& recv, int source, int send_tag = 0, int recv_tag = kAnyTag,
                       RecvStatus* status = nullptr, const Token& after = {}, Peers peers = Peers::kUnknown) {
     return run(OpKind::kSendrecv,

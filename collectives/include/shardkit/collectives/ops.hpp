@@ -67,13 +67,15 @@ struct RecvStatus {
   std::int64_t count = 0;  ///< elements received
 };
 
-/// sendrecv: what the peers run at the same time. shm pairs a sendrecv only with the peer's sendrecv, so this decides
-/// whether shm may carry it (README, "Shared memory").
+/// sendrecv: what the peers run at the same time. On a communicator made with shm (world, from_mpi, split, dup on one
+/// node) every point-to-point operation takes shm whatever this says; on one that wraps the caller's (shm made by its
+/// first collective), point-to-point operations take MPI, and this decides whether a sendrecv may take shm all the
+/// same (README, "Shared memory").
 enum class Peers : std::uint8_t {
-  kUnknown,       ///< a program's own sendrecv, which MPI may answer with a send or recv: shm only where forced
+  kUnknown,       ///< a program's own sendrecv, which may be answered with a send or recv: there, shm only where forced
   kAllSendrecv,   ///< every rank of the communicator runs a sendrecv now (a ppermute of every axis index): routed as
                   ///< a collective, shm by default
-  kMixed,         ///< some peers send or receive alone, or sit out (any other ppermute): always MPI
+  kMixed,         ///< some peers send or receive alone, or sit out (any other ppermute): there, always MPI
 };
 
 /// The arguments of any operation; each operation reads the fields its table entry names and ignores the others.

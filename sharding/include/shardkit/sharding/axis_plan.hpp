@@ -78,7 +78,7 @@ struct AxisPlan {
   int source = -1;  ///< ppermute: the axis index this rank receives from (-1: none)
   int tag = kPpermuteTag;
   /// ppermute: what the other members run (kAllSendrecv: the permutation moves every axis index; kMixed otherwise),
-  /// which decides whether the exchange may take shm (OpArgs::peers)
+  /// which decides whether the exchange may take shm on a communicator that wraps the caller's (OpArgs::peers)
   Peers peers = Peers::kUnknown;
   DType input = DType::kFloat32;
   DType output = DType::kFloat32;
