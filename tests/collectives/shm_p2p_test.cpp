@@ -37,8 +37,13 @@ class ShmP2pTest : public ::testing::Test {
   static std::vector<std::int64_t> sizes() {
     const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(comm().size()).payload);
     const auto entries = static_cast<std::int64_t>(P2pGeometry::for_ranks(comm().size()).entries);
-    return {0, 8, static_cast<std::int64_t>(ShmP2p::kInlineBytes) + 4, payload, 3 * payload - 4,
-            static_cast<std::int64_t>(ShmP2p::kSingleCopyBytes) + 4, 2 * entries * payload + 12};
+    return {0,
+            8,
+            static_cast<std::int64_t>(ShmP2p::kInlineBytes) + 4,
+            payload,
+            3 * payload - 4,
+            static_cast<std::int64_t>(ShmP2p::kSingleCopyBytes) + 4,
+            2 * entries * payload + 12};
   }
   // A message of `bytes` (whole int32 elements) from rank `from` with `tag`: its contents say both.
   static Array message(std::int64_t bytes, int from, int tag) {
@@ -94,7 +99,8 @@ TEST_F(ShmP2pTest, EverySizeArrivesWholeThroughSendrecv) {
 // is off), then a small one; the receiver takes the small one first, so the large one is queued, whole or in part (its
 // rest then goes straight into the receive's buffer). Pairs of ranks; the last of an odd count sits out.
 TEST_F(ShmP2pTest, ALargeMessageWaitsInTheQueueWhileALaterOneIsTaken) {
-  if (!on_shm(OpKind::kSend)) GTEST_SKIP() << "point-to-point on MPI (across hosts), whose large sends wait for the receive";
+  if (!on_shm(OpKind::kSend))
+    GTEST_SKIP() << "point-to-point on MPI (across hosts), whose large sends wait for the receive";
   const char* single_copy = std::getenv("SHARDKIT_SHM_SINGLE_COPY");
   const bool eager_large = single_copy && std::string(single_copy) == "0";
   const int partner = size() == 1 ? 0 : (rank() % 2 == 0 ? rank() + 1 : rank() - 1);
@@ -193,10 +199,11 @@ TEST_F(ShmP2pTest, ImpossibleAndMismatchedReceivesAreNamed) {
         c->recv_into(z, 0, 0).wait();
         ADD_FAILURE() << "no error";
       } catch (const MismatchError& e) {
-        const std::string want = larger ? "rank 0 sent 36 bytes of int32 with tag 0, rank 1 expected at most 16 bytes of "
-                                          "int32 with tag 0"
-                                        : "rank 0 sent 16 bytes of float32 with tag 0, rank 1 expected at most 16 "
-                                          "bytes of int32";
+        const std::string want = larger
+                                     ? "rank 0 sent 36 bytes of int32 with tag 0, rank 1 expected at most 16 bytes of "
+                                       "int32 with tag 0"
+                                     : "rank 0 sent 16 bytes of float32 with tag 0, rank 1 expected at most 16 "
+                                       "bytes of int32";
         EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
       }
       EXPECT_TRUE(c->aborted());

@@ -1,6 +1,6 @@
 // The shm backend's surroundings: which route each operation takes (on auto by size across hosts, by the block for a
-// scatter, point-to-point by how the communicator was made, never shm on the mpi setting), the wait policy (spin with a CPU per
-// rank, yield and sleep when crowded), and that nothing is left in /dev/shm. The operations' results are
+// scatter, point-to-point by how the communicator was made, never shm on the mpi setting), the wait policy (spin with a
+// CPU per rank, yield and sleep when crowded), and that nothing is left in /dev/shm. The operations' results are
 // shm_test.cpp's.
 
 #include <sched.h>

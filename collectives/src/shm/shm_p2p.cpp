@@ -32,7 +32,9 @@ bool matches(int s, int t, int source, int tag) {
   return (source == kAnySource || source == s) && (tag == kAnyTag || tag == t);
 }
 
-std::string tag_text(int tag) { return tag == kAnyTag ? std::string("any") : concat(tag); }
+std::string tag_text(int tag) {
+  return tag == kAnyTag ? std::string("any") : concat(tag);
+}
 
 }  // namespace
 
@@ -72,13 +74,13 @@ ShmP2p::ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitP
       reads_done_(posted_),
       incoming_(static_cast<std::size_t>(n_)) {
   static_assert(sizeof(Head) == 24 && sizeof(ShmLine::data) >= sizeof(Head) + kInlineBytes);
-  SHARDKIT_ASSERT(geo_.payload >= kInlineBytes && (geo_.entries & (geo_.entries - 1)) == 0,
-                  "a point-to-point ring of ", geo_.entries, " entries of ", geo_.payload, " bytes");
+  SHARDKIT_ASSERT(geo_.payload >= kInlineBytes && (geo_.entries & (geo_.entries - 1)) == 0, "a point-to-point ring of ",
+                  geo_.entries, " entries of ", geo_.payload, " bytes");
 }
 
 ShmP2p::~ShmP2p() = default;
 
-// ---- sending ---------------------------------------------------------------------------------------------------------
+// ---- sending -------------------------------------------------------------------------------------------------
 
 void ShmP2p::send(const Array& buf, int dest, int tag, const OpContext& ctx) {
   if (dest == me_) {
@@ -138,8 +140,7 @@ bool ShmP2p::advance() {
     if (!room(out_.dest)) return false;
     post_entry();
   }
-  if (out_.single_copy &&
-      !reached(seg_.p2p_read(me_, out_.dest).flag.load(std::memory_order_acquire), out_.read))
+  if (out_.single_copy && !reached(seg_.p2p_read(me_, out_.dest).flag.load(std::memory_order_acquire), out_.read))
     return false;
   out_.active = false;
   return true;
@@ -194,7 +195,7 @@ void ShmP2p::queue_own(const unsigned char* from, std::uint64_t bytes, int tag, 
   copy_bytes(m.data.get(), from, bytes);
 }
 
-// ---- receiving -------------------------------------------------------------------------------------------------------
+// ---- receiving -----------------------------------------------------------------------------------------------
 
 void ShmP2p::recv(Array& buf, int source, int tag, RecvStatus* status, const OpContext& ctx) {
   for (auto it = queue_.begin(); it != queue_.end(); ++it)
@@ -263,7 +264,8 @@ void ShmP2p::take_head(int s, ShmLine& line, unsigned char* to, Message* queued,
       else
         read_single_copy(s, to, h.address, bytes, *ctx);
       break;
-    case Kind::kMore: SHARDKIT_ASSERT(false, "rank ", s, " sent a message's piece before its head");
+    case Kind::kMore:
+      SHARDKIT_ASSERT(false, "rank ", s, " sent a message's piece before its head");
   }
 }
 

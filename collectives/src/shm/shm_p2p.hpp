@@ -121,8 +121,8 @@ class ShmP2p {
   P2pGeometry geo_;
   WaitPolicy policy_;
   AbortState& abort_;
-  std::vector<std::uint32_t> posted_;  // entries posted to each rank
-  std::vector<std::uint32_t> freed_;   // entries each rank was last seen to have freed of this rank's ring to it
+  std::vector<std::uint32_t> posted_;        // entries posted to each rank
+  std::vector<std::uint32_t> freed_;         // entries each rank was last seen to have freed of this rank's ring to it
   std::vector<std::uint32_t> reads_posted_;  // single-copy messages posted to each rank
   std::vector<std::uint32_t> taken_;         // entries taken from each rank
   std::vector<std::uint32_t> reads_done_;    // single-copy messages of each rank read

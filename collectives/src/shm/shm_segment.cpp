@@ -182,7 +182,9 @@ void shm_sleep(ShmLine& bell, std::uint32_t seen, std::chrono::nanoseconds timeo
   futex_wait(&bell.flag, seen, timeout);
 }
 
-void shm_relax() noexcept { cpu_relax(); }
+void shm_relax() noexcept {
+  cpu_relax();
+}
 
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
               std::chrono::steady_clock::time_point deadline, const ShmLine* also) noexcept {
