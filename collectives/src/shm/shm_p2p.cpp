@@ -1,18 +1,14 @@
 #include "shm/shm_p2p.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <string>
 #include <utility>
 
 #include "mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
-#include "shardkit/core/interrupt.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -369,44 +365,10 @@ void ShmP2p::refuse_endless_wait(int source, int tag, const OpContext& ctx) cons
 
 template <typename Ready>
 void ShmP2p::wait_until(const OpContext& ctx, int peer, Ready&& ready) {
-  if (ready()) return;
-  for (int i = 0; i < policy_.spins; ++i) {
-    shm_relax();
-    if (ready()) return;
-  }
-  const InterruptibleWait waiting;
-  using std::chrono::steady_clock;
-  ShmLine& bell = seg_.bell(me_);
-  for (long k = 0;; ++k) {
-    if (ready()) return;
-    const auto now = steady_clock::now();
-    if (interrupt_signal() != 0 || now >= ctx.deadline)
-      raise_unfinished(ctx, abort_,
-                       peer == kAnySource ? std::string("no rank sent it a message it takes (shared memory)")
-                                          : concat("rank(s) ", peer, " did not arrive (shared memory)"));
-    if (k < policy_.yields) {
-      sched_yield();
-      continue;
-    }
-    // Sleep until the bell rings; at most 50 ms at a time, so that the deadline and signals are seen.
-    bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    const std::uint32_t seen = bell.flag.load(std::memory_order_seq_cst);
-    bool done = false;
-    try {
-      done = ready();
-    } catch (...) {
-      bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-      throw;
-    }
-    if (!done) {
-      const std::chrono::nanoseconds left =
-          ctx.has_deadline() ? std::chrono::nanoseconds(ctx.deadline - now) : std::chrono::milliseconds(50);
-      shm_sleep(bell, seen, std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(50)));
-    }
-    bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    if (done) return;
-  }
+  if (shm_wait_until(seg_.bell(me_), policy_, ctx.deadline, ready)) return;
+  raise_unfinished(ctx, abort_,
+                   peer == kAnySource ? std::string("no rank sent it a message it takes (shared memory)")
+                                      : concat("rank(s) ", peer, " did not arrive (shared memory)"));
 }
 
 }  // namespace shardkit::detail

@@ -178,8 +178,8 @@ void shm_ring(ShmLine& bell) noexcept {
   futex_wake_all(&bell.flag);
 }
 
-void shm_sleep(ShmLine& bell, std::uint32_t seen, std::chrono::nanoseconds timeout) noexcept {
-  futex_wait(&bell.flag, seen, timeout);
+void shm_sleep(ShmLine& line, std::uint32_t seen, std::chrono::nanoseconds timeout) noexcept {
+  futex_wait(&line.flag, seen, timeout);
 }
 
 void shm_relax() noexcept {
@@ -188,35 +188,10 @@ void shm_relax() noexcept {
 
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
               std::chrono::steady_clock::time_point deadline, const ShmLine* also) noexcept {
-  auto done = [&] {
+  return shm_wait_until(line, policy, deadline, [&] {
     return reached(line.flag.load(std::memory_order_acquire), step) ||
            (also && reached(also->flag.load(std::memory_order_acquire), step));
-  };
-  for (int i = 0; i < policy.spins; ++i) {
-    if (done()) return true;
-    cpu_relax();
-  }
-  const InterruptibleWait waiting;
-  using std::chrono::steady_clock;
-  for (long k = 0;; ++k) {
-    if (done()) return true;
-    if (interrupt_signal() != 0) return false;
-    const auto now = (k & 7) == 0 || k >= policy.yields ? steady_clock::now() : steady_clock::time_point::min();
-    if (now >= deadline) return false;
-    if (k < policy.yields) {
-      sched_yield();
-      continue;
-    }
-    // Sleep; at most 50 ms at a time, so that the deadline and signals are seen.
-    line.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    const std::uint32_t seen = line.flag.load(std::memory_order_seq_cst);
-    if (!reached(seen, step) && !(also && reached(also->flag.load(std::memory_order_acquire), step))) {
-      auto left = deadline == steady_clock::time_point::max() ? std::chrono::nanoseconds(std::chrono::milliseconds(50))
-                                                              : std::chrono::nanoseconds(deadline - now);
-      futex_wait(&line.flag, seen, std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(50)));
-    }
-    line.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-  }
+  });
 }
 
 }  // namespace shardkit::detail

@@ -17,12 +17,16 @@
 // The segment is made by the communicator's rank 0 (shm_open with a unique name), mapped by every rank and unlinked
 // as soon as all have mapped it: from then on nothing is left in /dev/shm, whatever happens to the processes.
 
+#include <sched.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 
 #include "shardkit/core/array.hpp"
+#include "shardkit/core/interrupt.hpp"
 #include "shardkit/launch/mpi.hpp"
 
 namespace shardkit::detail {
@@ -150,15 +154,55 @@ void shm_post(ShmLine& line, std::uint32_t step) noexcept;
 /// A doorbell (ShmSegment::bell): after a store that its owner may be waiting for, advances the bell's flag and wakes
 /// the owner where it sleeps on it (nothing to do, beyond reading its sleepers, where it does not).
 void shm_ring(ShmLine& bell) noexcept;
-/// Its owner, having counted itself among the bell's sleepers, read the flag (`seen`) and found nothing to do: sleeps
-/// until the bell rings (the flag moves past `seen`) or `timeout` passes (a spurious wake-up is possible).
-void shm_sleep(ShmLine& bell, std::uint32_t seen, std::chrono::nanoseconds timeout) noexcept;
+/// A waiter, having counted itself among `line`'s sleepers, read its flag (`seen`) and found nothing to do: sleeps
+/// until the flag moves past `seen` or `timeout` passes (a spurious wake-up is possible).
+void shm_sleep(ShmLine& line, std::uint32_t seen, std::chrono::nanoseconds timeout) noexcept;
 /// A spinning waiter's pause between two looks.
 void shm_relax() noexcept;
 
-/// Waits until `line` (or `also`, where given) reaches `step` or `deadline` passes or a signal arrives
-/// (shardkit/core/interrupt.hpp); true when one of them reached it. Spins, then yields, then sleeps on `line`'s futex
-/// (`also` is seen within 50 ms then).
+/// Waits until `ready()` returns true (true), or `deadline` passes or a signal arrives (shardkit/core/interrupt.hpp;
+/// false). `ready` is asked at every look, and may make progress or throw. Spins, then yields, then sleeps on
+/// `sleep_on`'s futex, at most 50 ms at a time so that the deadline and signals are seen: whoever makes `ready()` true
+/// must post or ring that line then (shm_post, shm_ring).
+template <typename Ready>
+bool shm_wait_until(ShmLine& sleep_on, const WaitPolicy& policy, std::chrono::steady_clock::time_point deadline,
+                    Ready&& ready) {
+  for (int i = 0; i < policy.spins; ++i) {
+    if (ready()) return true;
+    shm_relax();
+  }
+  const InterruptibleWait waiting;
+  using std::chrono::steady_clock;
+  for (long k = 0;; ++k) {
+    if (ready()) return true;
+    if (interrupt_signal() != 0) return false;
+    const auto now = (k & 7) == 0 || k >= policy.yields ? steady_clock::now() : steady_clock::time_point::min();
+    if (now >= deadline) return false;
+    if (k < policy.yields) {
+      sched_yield();
+      continue;
+    }
+    // Counted among the sleepers before the last look (sequentially consistent with the poster's store and its read
+    // of the sleepers: one of them sees the other), and until awake again, even where `ready` throws.
+    struct Sleeper {
+      ShmLine& line;
+      explicit Sleeper(ShmLine& l) : line(l) {
+        line.sleepers.fetch_add(1, std::memory_order_seq_cst);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+      }
+      ~Sleeper() { line.sleepers.fetch_sub(1, std::memory_order_seq_cst); }
+    } sleeper(sleep_on);
+    const std::uint32_t seen = sleep_on.flag.load(std::memory_order_seq_cst);
+    if (ready()) return true;
+    const std::chrono::nanoseconds left = deadline == steady_clock::time_point::max()
+                                              ? std::chrono::nanoseconds(std::chrono::milliseconds(50))
+                                              : std::chrono::nanoseconds(deadline - now);
+    shm_sleep(sleep_on, seen, std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(50)));
+  }
+}
+
+/// Waits until `line` (or `also`, where given) reaches `step` or `deadline` passes or a signal arrives; true when one
+/// of them reached it (shm_wait_until, sleeping on `line`: `also` is seen within 50 ms then).
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
               std::chrono::steady_clock::time_point deadline, const ShmLine* also = nullptr) noexcept;
 
