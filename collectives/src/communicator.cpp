@@ -99,11 +99,6 @@ void CommunicatorImpl::decide_shm(const OpContext& op) {
   // The set-up makes blocking MPI calls: agree first, under the operation's deadline, that every rank has come. It is
   // part of the operation that asked for it (a timeout names that operation) and takes no sequence number of its own.
   agree_within_operation(control(), op, "the shared-memory set-up", options.check, *abort);
-  // Whether some rank has a GPU, where the NCCL decision has not said it yet (point-to-point operations stay off shm
-  // then: p2p_shm).
-  int has_gpu = device >= 0 ? 1 : 0;
-  SHARDKIT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &has_gpu, 1, MPI_INT, MPI_MAX, to_mpi<MPI_Comm>(control())));
-  gpu_somewhere = gpu_somewhere || has_gpu != 0;
   shm = make_hier_backend(control(), abort, options.max_message_elements, &shm_hierarchical, &shm_refusal);
   if (!shm_hierarchical) shm = make_shm_backend(control(), abort, &shm_refusal);
   if (Config::get().verbose && rank == 0)
@@ -115,6 +110,13 @@ void CommunicatorImpl::decide_shm(const OpContext& op) {
 void CommunicatorImpl::make_shm_now() {
   if (options.async || (options.backend != BackendKind::kAuto && options.backend != BackendKind::kShm)) return;
   decide_shm(OpContext::for_step(OpKind::kBarrier, "the shared-memory set-up", options.name, options.timeout));
+  if (shm && !shm_hierarchical && !nccl_decided) {
+    // Whether some rank has a GPU, which the NCCL decision has not said yet (point-to-point operations stay off shm
+    // then). Every rank made the backend with this one: none is missing from this exchange.
+    int has_gpu = device >= 0 ? 1 : 0;
+    SHARDKIT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &has_gpu, 1, MPI_INT, MPI_MAX, to_mpi<MPI_Comm>(control())));
+    gpu_somewhere = has_gpu != 0;
+  }
   p2p_shm = shm != nullptr && !shm_hierarchical && !gpu_somewhere;
 }
 
