@@ -1,12 +1,15 @@
 // Point-to-point operations on the shm backend (shm/shm_p2p.hpp), on the default route of a communicator made on one
 // node: MPI's matching (by source and tag, the earliest first, wildcards), messages that arrive before a receive wants
 // them (whole, in several ring entries, or read from the sender's buffer), more messages than a ring holds while both
-// ranks send, and the errors. Across hosts point-to-point operations stay on MPI: the same bodies check them there.
+// ranks send or while the receiver sits in a collective (the sender's pending sends), freeing a communicator with sends
+// pending, and the errors. Across hosts point-to-point operations stay on MPI: the same bodies check them there.
 // ctest runs them at 1-4 ranks, and again without single-copy reads (SHARDKIT_SHM_SINGLE_COPY=0: large messages then
 // travel through the rings).
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collective_test_util.hpp"
@@ -176,6 +179,94 @@ TEST_F(ShmP2pTest, BothRanksSendMoreThanTheRingHoldsBeforeReceiving) {
     EXPECT_TRUE(same(y, message(bytes_of_message(i), partner, i)));
   }
   comm().barrier().wait();
+}
+
+// Each rank sends its right neighbour three rings' worth of small messages and goes into a collective before its
+// neighbour takes any: the sends return at once (the ring full, the rest wait in the sender's pending queue, as MPI's
+// eager sends return), and the collective's wait posts them as the receiver frees room. Half the ranks are in the
+// collective while their right neighbours receive, so that only its wait can post the rest: an allreduce (on shm; the
+// even ranks wait in it), then a scan (which shm does not serve: MPI's wait; the odd ranks, which wait for rank 0's
+// part), each after checked mode's exchange where it is on.
+TEST_F(ShmP2pTest, EagerSendsReturnAndTheSendersCollectivePostsTheRest) {
+  CommOptions o;
+  o.name = "shm p2p pending";
+  o.timeout = std::chrono::seconds(20);
+  auto c = Communicator::world(o);
+  const int n = c->size(), me = c->rank(), to = (me + 1) % n, from = (me + n - 1) % n;
+  const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(n).payload);
+  const int count = 3 * P2pGeometry::for_ranks(n).entries;
+  // Every third one a whole entry's payload on shm; across hosts (MPI) all small, as Open MPI sends 4 KiB over TCP as a
+  // rendezvous, which waits for the receive.
+  const bool shm = c->backend_for(OpKind::kSend, Device::cpu()) == BackendKind::kShm;
+  auto bytes_of_message = [payload, shm](int i) -> std::int64_t { return i % 3 == 0 && shm ? payload : 4 * (i % 7); };
+  for (const OpKind collective : {OpKind::kAllreduce, OpKind::kScan}) {
+    SCOPED_TRACE(op_name(collective));
+    for (int i = 0; i < count; ++i) c->send(message(bytes_of_message(i), me, i), to, i).wait();
+    c->barrier().wait();
+    auto receive_all = [&] {
+      for (int i = 0; i < count; ++i) {
+        SCOPED_TRACE(::testing::Message() << "message " << i);
+        Array y = Array::zeros({bytes_of_message(i) / 4}, DType::kInt32);
+        RecvStatus st;
+        c->recv_into(y, from, i % 2 == 0 ? i : kAnyTag, &st).wait();
+        EXPECT_EQ(st.tag, i);
+        EXPECT_TRUE(same(y, message(bytes_of_message(i), from, i)));
+      }
+    };
+    auto sum_of_ones = [&] {
+      const Array one = Array::from_values<std::int32_t>({1});
+      auto [y, t] = collective == OpKind::kAllreduce ? c->allreduce(one, ReduceOp::kSum) : c->scan(one, ReduceOp::kSum);
+      t.wait();
+      EXPECT_EQ(y.to_vector<std::int32_t>()[0], collective == OpKind::kAllreduce ? n : me + 1);
+    };
+    if (me % 2 == (collective == OpKind::kAllreduce ? 0 : 1)) {
+      sum_of_ones();
+      receive_all();
+    } else {
+      receive_all();
+      sum_of_ones();
+    }
+  }
+  EXPECT_EQ(c->backend_for(OpKind::kScan, Device::cpu()), BackendKind::kMpi);
+}
+
+// A communicator freed with sends still pending posts them first, as its receiver takes them; one whose receiver freed
+// its end first drops them, with a warning that says so, instead of waiting for room that never comes.
+TEST_F(ShmP2pTest, FreeingACommunicatorPostsItsPendingSendsOrSaysWhyNot) {
+  if (size() < 2 || !on_shm(OpKind::kSend)) GTEST_SKIP() << "needs two ranks on shm";
+  const int count = 3 * P2pGeometry::for_ranks(size()).entries;
+  for (const bool receiver_first : {false, true}) {
+    SCOPED_TRACE(receiver_first ? "the receiver frees its end first" : "the receiver takes them");
+    CommOptions o;
+    o.name = "shm p2p free";
+    o.timeout = std::chrono::seconds(20);
+    auto c = Communicator::world(o);
+    if (receiver_first && rank() == 1) c.reset();
+    comm().barrier().wait();
+    if (rank() == 0) {
+      for (int i = 0; i < count; ++i) c->send(message(8, 0, i), 1, i).wait();
+      ::testing::internal::CaptureStderr();
+      c.reset();  // waits until rank 1 has taken them, or drops them
+      const std::string err = ::testing::internal::GetCapturedStderr();
+      if (receiver_first) {
+        const std::string want =
+            detail::concat("rank 0: ", count - P2pGeometry::for_ranks(size()).entries,
+                           " message(s) sent to rank 1 were never received: it had freed the communicator");
+        EXPECT_NE(err.find(want), std::string::npos) << err;
+      } else {
+        EXPECT_EQ(err.find("never received"), std::string::npos) << err;
+      }
+    } else if (rank() == 1 && c) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 frees its end meanwhile
+      for (int i = 0; i < count; ++i) {
+        Array y = Array::zeros({2}, DType::kInt32);
+        c->recv_into(y, 0, i).wait();
+        EXPECT_TRUE(same(y, message(8, 0, i))) << "message " << i;
+      }
+    }
+    c.reset();
+    comm().barrier().wait();
+  }
 }
 
 // A receive from itself that nothing sent before would wait forever: refused at once, nothing taken; a message larger

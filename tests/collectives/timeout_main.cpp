@@ -10,8 +10,9 @@
 //   timeout_main shm             on the shm backend (set up by a barrier first): the flags name the rank that did
 //                                not arrive, and no segment is left in /dev/shm
 //   timeout_main shm-sendrecv    the same with a sendrecv between each waiting rank and the last one
-//   timeout_main shm-send        the same with sends to the last rank, which never receives: one more than its ring
-//                                from each waiting rank holds (the last waits for room)
+//   timeout_main shm-send        the same with sends to the last rank, which never receives: a ring's worth of small
+//                                ones from each waiting rank (they return: posted, or pending), then one larger than
+//                                the ring (it waits: for room, or for the last rank to read it)
 //   timeout_main shm-bcast       the same with small bcasts (through the roots' rings): rank 0 sends one more than a
 //                                ring holds, which the last rank never reads (rank 0 waits to reuse the line), and
 //                                the other ranks read them too and wait in the next (rank 0 waits: they name it
@@ -102,8 +103,10 @@ int main(int argc, char** argv) {
   Token token;
   try {
     if (argc > 1 && std::strcmp(argv[1], "shm-send") == 0) {
-      const int entries = shardkit::detail::P2pGeometry::for_ranks(comm->size()).entries;
-      for (int i = 0; i <= entries; ++i) comm->send(Array::zeros({4}, DType::kFloat32), skipper, 0);
+      const auto ring = shardkit::detail::P2pGeometry::for_ranks(comm->size());
+      for (int i = 0; i <= ring.entries; ++i) comm->send(Array::zeros({4}, DType::kFloat32), skipper, 0);
+      const auto larger = static_cast<std::int64_t>((ring.entries + 1) * ring.payload / 4);
+      comm->send(Array::zeros({larger}, DType::kFloat32), skipper, 0);
     } else if (argc > 1 && std::strcmp(argv[1], "shm-sendrecv") == 0) {
       Array y = Array::zeros({16}, DType::kFloat32);
       token = comm->sendrecv_into(Array::zeros({16}, DType::kFloat32), skipper, y, skipper, 0, 0);

@@ -177,6 +177,20 @@ def test_send_recv_with_status_and_tags(mpi, rank, size):
     mpi.barrier()
 
 
+def test_small_sends_return_before_their_receives_as_mpis_eager_sends_do(mpi, rank, size):
+    # More small messages than shm's ring to a rank holds, then a barrier the receiver joins before taking any: each send
+    # returns at once (as an eager MPI_Send does), and the rest go out while the sender waits in its next operations.
+    right, left = (rank + 1) % size, (rank - 1) % size
+    count = 40
+    for i in range(count):
+        mpi.send(np.full(3, rank * 1000 + i, np.int64), right, tag=i)
+    mpi.barrier()
+    for i in range(count):
+        r, _ = mpi.recv(np.zeros(3, np.int64), left, tag=i)
+        assert r.tolist() == [left * 1000 + i] * 3
+    mpi.barrier()
+
+
 def test_sendrecv_ring(mpi, rank, size):
     right, left = (rank + 1) % size, (rank - 1) % size
     status = MPI.Status()

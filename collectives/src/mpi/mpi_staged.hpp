@@ -37,7 +37,8 @@ class MpiStaged {
   }
 
  protected:
-  static bool nonblocking(const OpContext& ctx) { return ctx.async || ctx.has_deadline(); }
+  // Polled (not one blocking call) with a deadline, async, or while the communicator's waits have work to do.
+  static bool nonblocking(const OpContext& ctx) { return ctx.async || ctx.has_deadline() || ctx.progress_pending(); }
 
   // Takes the operation by reference (moved from only when a pending token takes it): a blocking operation, the
   // common case, builds and destroys one PendingOp.

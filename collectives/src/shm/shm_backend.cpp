@@ -52,12 +52,14 @@ class ShmBackend final : public Backend {
 
   BackendKind kind() const noexcept override { return BackendKind::kShm; }
   bool crowded() const noexcept override { return policy_.crowded; }
+  const std::function<bool()>* progress() const noexcept override { return &flush_; }
   void abort() noexcept override { abort_->aborted = true; }
 
   Token run(const BackendCall& c, const OpContext& ctx) override {
     const OpArgs& a = *c.args;
     for (const Array* x : {c.send, static_cast<const Array*>(c.recv)})
       if (x) x->wait_ready();
+    p2p_.flush();  // point-to-point sends still pending go first where their rings have room now
     // Point-to-point: between two ranks, on rings of their own (no step of the collectives' sets).
     switch (c.op) {
       case OpKind::kSend: p2p_.send(*c.send, a.dest, a.send_tag, ctx); return Token();
@@ -345,6 +347,7 @@ class ShmBackend final : public Backend {
   ShmSteps steps_;
   ShmP2p p2p_;
   ShmSingleCopy single_copy_;
+  std::function<bool()> flush_ = [this]() noexcept { return p2p_.flush(); };
 };
 
 }  // namespace

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -68,13 +70,32 @@ ShmP2p::ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitP
       reads_posted_(posted_),
       taken_(posted_),
       reads_done_(posted_),
-      incoming_(static_cast<std::size_t>(n_)) {
+      incoming_(static_cast<std::size_t>(n_)),
+      pending_(static_cast<std::size_t>(n_)),
+      dropped_(static_cast<std::size_t>(n_), 0) {
   static_assert(sizeof(Head) == 24 && sizeof(ShmLine::data) >= sizeof(Head) + kInlineBytes);
   SHARDKIT_ASSERT(geo_.payload >= kInlineBytes && (geo_.entries & (geo_.entries - 1)) == 0, "a point-to-point ring of ",
                   geo_.entries, " entries of ", geo_.payload, " bytes");
 }
 
-ShmP2p::~ShmP2p() = default;
+ShmP2p::~ShmP2p() {
+  seg_.bell(me_).size.store(1, std::memory_order_seq_cst);  // closed(me_): a sender waiting for room gives up
+  for (int p = 0; p < n_; ++p)
+    if (p != me_) shm_ring(seg_.bell(p));
+  if (pending_count_ != 0 && !abort_.aborted)
+    shm_wait_until(seg_.bell(me_), policy_, deadline_after(pending_timeout_), [&] { return !flush(); });
+  auto warn = [&](std::size_t lost, int p, const char* why) {
+    if (lost != 0)
+      std::fprintf(stderr, "shardkit: warning: rank %d: %zu message(s) sent to rank %d were never received: %s\n", me_,
+                   lost, p, why);
+  };
+  for (int p = 0; p < n_; ++p) {
+    warn(dropped_[p], p, "it had freed the communicator");
+    warn(pending_[p].size(), p,
+         abort_.aborted ? "the communicator was aborted"
+                        : "they still waited for room in its ring when the timeout passed (or a signal came)");
+  }
+}
 
 // ---- sending -------------------------------------------------------------------------------------------------
 
@@ -84,6 +105,19 @@ void ShmP2p::send(const Array& buf, int dest, int tag, const OpContext& ctx) {
     return;
   }
   start(buf, bytes_of(buf), dest, tag);
+  if (out_.bytes <= geo_.payload) {  // eager: posted now where the ring has room, else pending
+    if (flush_to(dest) && room(dest)) {
+      post_entry(out_);
+    } else {
+      auto data = std::make_unique<unsigned char[]>(std::max<std::uint64_t>(out_.bytes, 1));
+      copy_bytes(data.get(), out_.from, out_.bytes);
+      pending_[dest].push_back(Pending{tag, out_.dtype, out_.bytes, std::move(data)});
+      ++pending_count_;
+      pending_timeout_ = ctx.timeout;
+    }
+    out_.active = false;
+    return;
+  }
   finish_send(ctx);
 }
 
@@ -131,10 +165,12 @@ void ShmP2p::finish_send(const OpContext& ctx) {
 }
 
 bool ShmP2p::advance() {
+  flush();
   if (!out_.active) return true;
+  if (!pending_[out_.dest].empty()) return false;  // what was sent before goes first
   while (!out_.head_posted || (!out_.single_copy && out_.sent < out_.bytes)) {
     if (!room(out_.dest)) return false;
-    post_entry();
+    post_entry(out_);
   }
   if (out_.single_copy && !reached(seg_.p2p_read(me_, out_.dest).flag.load(std::memory_order_acquire), out_.read))
     return false;
@@ -149,8 +185,34 @@ bool ShmP2p::room(int dest) {
   return posted_[dest] - freed_[dest] < k;
 }
 
-void ShmP2p::post_entry() {
-  Outgoing& o = out_;
+bool ShmP2p::closed(int rank) const noexcept {
+  return seg_.bell(rank).size.load(std::memory_order_acquire) != 0;
+}
+
+bool ShmP2p::flush() noexcept {
+  if (pending_count_ == 0) return false;
+  for (int d = 0; d < n_; ++d) flush_to(d);
+  return pending_count_ != 0;
+}
+
+bool ShmP2p::flush_to(int d) noexcept {
+  std::deque<Pending>& q = pending_[d];
+  if (!q.empty() && closed(d)) {  // nothing will take them
+    dropped_[d] += q.size();
+    pending_count_ -= q.size();
+    q.clear();
+  }
+  while (!q.empty() && room(d)) {
+    Pending& m = q.front();
+    Outgoing o{.active = true, .from = m.data.get(), .bytes = m.bytes, .dest = d, .tag = m.tag, .dtype = m.dtype};
+    post_entry(o);
+    q.pop_front();
+    --pending_count_;
+  }
+  return q.empty();
+}
+
+void ShmP2p::post_entry(Outgoing& o) {
   const int d = o.dest;
   const int i = static_cast<int>(posted_[d] & static_cast<std::uint32_t>(geo_.entries - 1));
   ShmLine& line = seg_.p2p_entry(me_, d, i);

@@ -12,12 +12,21 @@
 // (shm_cma.hpp), as one entry with the sender's address: the receiver reads the buffer itself, and the sender returns
 // once it has (MPI's rendezvous). A rank's messages to itself go straight to its own queue.
 //
+// A send of up to an entry's payload never waits for its receiver, as MPI's eager sends do not: where the ring to the
+// receiver is full (it is taking nothing: busy, or in a collective), a copy waits in the sender's queue of pending
+// sends and is posted once the ring has room. Every later wait of the sender on the communicator posts pending sends
+// (point-to-point ones here; the others through OpContext::progress: the collectives' on shm or MPI, checked mode's
+// exchange), and so does the backend's destruction, until the receiver has freed its end or the timeout of the send
+// that queued the last one passes (what is still pending then is dropped, with a warning). A rank that computes
+// outside shardkit meanwhile posts nothing, as a rank outside MPI makes no progress on MPI's own queue of pending
+// sends; nor does one that waits on another communicator.
+//
 // While a rank waits (for room in a ring, for its buffer to be read, for a message), it moves what arrived into its
-// queue and posts what its sendrecv still has to send, so that ranks sending to each other at once all progress. A
-// rank whose peer is not in a point-to-point operation on the communicator may post up to P2pGeometry::entries entries
-// to it, then waits (MPI's eager buffering is larger, but bounded too).
+// queue and posts what its sends still have to send, so that ranks sending to each other at once all progress.
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <vector>
@@ -36,12 +45,14 @@ class ShmP2p {
   static constexpr std::size_t kSingleCopyBytes = std::size_t{16} << 10;
 
   ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitPolicy& policy, AbortState& abort);
+  /// Marks this rank's end gone (senders waiting for room to it drop what they have for it), then waits until its own
+  /// pending sends are posted (see above).
   ~ShmP2p();
   ShmP2p(const ShmP2p&) = delete;
   ShmP2p& operator=(const ShmP2p&) = delete;
 
-  /// Sends `buf` to `dest` with `tag`.
-  /// @throws TimeoutError naming `dest` when it takes nothing before the deadline (a full ring, or a large message).
+  /// Sends `buf` to `dest` with `tag`: up to an entry's payload, returns at once (posted, or pending: see above).
+  /// @throws TimeoutError naming `dest` when it takes nothing before the deadline (a larger message).
   void send(const Array& buf, int dest, int tag, const OpContext& ctx);
   /// Receives the earliest matching message from `source` (or kAnySource) with `tag` (or kAnyTag) into `buf`.
   /// @throws MismatchError (the communicator aborted) when the message is larger than `buf` or of another dtype;
@@ -51,6 +62,8 @@ class ShmP2p {
   /// Sends `send` to `dest` and receives into `recv` from `source`, both at once (`send` and `recv` may overlap).
   void sendrecv(const Array& send, int dest, int send_tag, Array& recv, int source, int recv_tag, RecvStatus* status,
                 const OpContext& ctx);
+  /// Posts the pending sends the rings have room for now; true while some are still pending. Never throws or waits.
+  bool flush() noexcept;
 
  private:
   struct Head;
@@ -87,11 +100,21 @@ class ShmP2p {
     std::uint32_t read = 0;  // single copy: the count of reads of this rank's buffers by `dest` that means done
   };
 
+  // An eager message that found its ring full: a copy, posted once the ring has room.
+  struct Pending {
+    int tag;
+    DType dtype;
+    std::uint64_t bytes;
+    std::unique_ptr<unsigned char[]> data;
+  };
+
   // Sending.
   void start(const Array& buf, const unsigned char* from, int dest, int tag);
-  bool advance();  // posts what the ring has room for; true once the outgoing message is done
+  bool advance();  // posts pending sends, then what the ring has room for; true once the outgoing message is done
   bool room(int dest);
-  void post_entry();
+  bool closed(int rank) const noexcept;  // whether `rank`'s end is gone (its ShmP2p destroyed)
+  bool flush_to(int dest) noexcept;      // posts what is pending for `dest` while there is room; true once none is
+  void post_entry(Outgoing& o);
   void queue_own(const unsigned char* from, std::uint64_t bytes, int tag, DType dtype);
   void finish_send(const OpContext& ctx);
   // Receiving.
@@ -129,6 +152,10 @@ class ShmP2p {
   std::vector<Incoming> incoming_;
   std::list<Message> queue_;  // unexpected messages, in arrival order (a rank's in the order it sent them)
   Outgoing out_;
+  std::vector<std::deque<Pending>> pending_;  // for each rank, in the order sent
+  std::size_t pending_count_ = 0;
+  std::vector<std::size_t> dropped_;              // pending sends to each rank dropped as its end was gone
+  std::chrono::milliseconds pending_timeout_{0};  // the timeout of the send that queued the last pending one
 };
 
 }  // namespace shardkit::detail

@@ -187,8 +187,11 @@ void shm_relax() noexcept {
 }
 
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
-              std::chrono::steady_clock::time_point deadline, const ShmLine* also) noexcept {
+              std::chrono::steady_clock::time_point deadline, const ShmLine* also,
+              const std::function<bool()>* progress) noexcept {
+  bool more = progress && (*progress)();
   return shm_wait_until(line, policy, deadline, [&] {
+    if (more) more = (*progress)();
     return reached(line.flag.load(std::memory_order_acquire), step) ||
            (also && reached(also->flag.load(std::memory_order_acquire), step));
   });

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "shardkit/core/array.hpp"
 #include "shardkit/core/interrupt.hpp"
@@ -110,7 +111,8 @@ class ShmSegment {
   ShmLine& p2p_read(int from, int to) const noexcept {
     return lines()[p2p_lines_ + pairs_entries() + pairs() + pair(from, to)];
   }
-  /// Rank `rank`'s doorbell: rung (its flag advanced, its sleepers woken) by whoever posts what it may wait for.
+  /// Rank `rank`'s doorbell: rung (its flag advanced, its sleepers woken) by whoever posts what it may wait for. Its
+  /// `size` turns non-zero once `rank` takes no more point-to-point messages (shm_p2p.hpp).
   ShmLine& bell(int rank) const noexcept { return lines()[p2p_lines_ + pairs_entries() + 2 * pairs() + rank]; }
 
  private:
@@ -202,8 +204,10 @@ bool shm_wait_until(ShmLine& sleep_on, const WaitPolicy& policy, std::chrono::st
 }
 
 /// Waits until `line` (or `also`, where given) reaches `step` or `deadline` passes or a signal arrives; true when one
-/// of them reached it (shm_wait_until, sleeping on `line`: `also` is seen within 50 ms then).
+/// of them reached it (shm_wait_until, sleeping on `line`: `also` is seen within 50 ms then). `progress`, where given,
+/// is called first and then at every look for as long as it returns true (OpContext::progress).
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
-              std::chrono::steady_clock::time_point deadline, const ShmLine* also = nullptr) noexcept;
+              std::chrono::steady_clock::time_point deadline, const ShmLine* also = nullptr,
+              const std::function<bool()>* progress = nullptr) noexcept;
 
 }  // namespace shardkit::detail
