@@ -75,9 +75,9 @@ ShmP2p::ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitP
       dropped_(static_cast<std::size_t>(n_), 0) {
   static_assert(sizeof(Head) == 24 && sizeof(ShmLine::data) >= sizeof(Head) + kInlineBytes);
   // An eager message (one entry) never goes by single copy: send() does not wait for its receiver.
-  SHARDKIT_ASSERT(geo_.payload >= kInlineBytes && geo_.payload < kSingleCopyBytes &&
-                      (geo_.entries & (geo_.entries - 1)) == 0,
-                  "a point-to-point ring of ", geo_.entries, " entries of ", geo_.payload, " bytes");
+  SHARDKIT_ASSERT(
+      geo_.payload >= kInlineBytes && geo_.payload < kSingleCopyBytes && (geo_.entries & (geo_.entries - 1)) == 0,
+      "a point-to-point ring of ", geo_.entries, " entries of ", geo_.payload, " bytes");
 }
 
 ShmP2p::~ShmP2p() {
