@@ -123,7 +123,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   ctx.timeout = options.timeout;
   ctx.deadline = deadline_after(options.timeout);
   ctx.async = options.async;
-  if (p2p_shm) ctx.progress = shm->progress();  // shm sends may be pending (shm_p2p.hpp)
+  ctx.progress = progress();
 
   // Route: from the backends' declarations, the setting and where this rank's buffers live. Collectives on host buffers
   // go to shm when route() would take it and the communicator has it (decided by the first such collective); other

@@ -182,60 +182,71 @@ TEST_F(ShmP2pTest, BothRanksSendMoreThanTheRingHoldsBeforeReceiving) {
   comm().barrier().wait();
 }
 
-// Each rank sends its right neighbour three rings' worth of small messages and goes into a collective before its
+// Each rank sends its right neighbour three rings' worth of small messages and goes into a collective step before its
 // neighbour takes any: the sends return at once (the ring full, the rest wait in the sender's pending queue, as MPI's
-// eager sends return), and the collective's wait posts them as the receiver frees room. Half the ranks are in the
-// collective while their right neighbours receive, so that only its wait can post the rest: an allreduce (on shm; the
-// even ranks wait in it), then a scan (which shm does not serve: MPI's wait; the odd ranks, which wait for rank 0's
-// part), each after checked mode's exchange where it is on.
+// eager sends return), and the step's wait posts them as the receiver frees room. Half the ranks are in the step while
+// their right neighbours receive, so that only its wait can post the rest: an allreduce (on shm; the even ranks wait in
+// it), a scan (which shm does not serve: MPI's wait; the odd ranks, which wait for rank 0's part) and a dup (MPI's
+// split, after an agreement). Once with a timeout and checked mode as the environment says (checked mode's exchange
+// waits first), once with neither (the MPI backend would otherwise make one blocking call).
 TEST_F(ShmP2pTest, EagerSendsReturnAndTheSendersCollectivePostsTheRest) {
-  CommOptions o;
-  o.name = "shm p2p pending";
-  o.timeout = std::chrono::seconds(20);
-  auto c = Communicator::world(o);
-  const int n = c->size(), me = c->rank(), to = (me + 1) % n, from = (me + n - 1) % n;
-  const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(n).payload);
-  const int count = 3 * P2pGeometry::for_ranks(n).entries;
-  // Every third one a whole entry's payload on shm; across hosts (MPI) all small, as Open MPI sends 4 KiB over TCP as a
-  // rendezvous, which waits for the receive.
-  const bool shm = c->backend_for(OpKind::kSend, Device::cpu()) == BackendKind::kShm;
-  auto bytes_of_message = [payload, shm](int i) -> std::int64_t { return i % 3 == 0 && shm ? payload : 4 * (i % 7); };
-  for (const OpKind collective : {OpKind::kAllreduce, OpKind::kScan}) {
-    SCOPED_TRACE(op_name(collective));
-    for (int i = 0; i < count; ++i) c->send(message(bytes_of_message(i), me, i), to, i).wait();
-    c->barrier().wait();
-    auto receive_all = [&] {
-      for (int i = 0; i < count; ++i) {
-        SCOPED_TRACE(::testing::Message() << "message " << i);
-        Array y = Array::zeros({bytes_of_message(i) / 4}, DType::kInt32);
-        RecvStatus st;
-        c->recv_into(y, from, i % 2 == 0 ? i : kAnyTag, &st).wait();
-        EXPECT_EQ(st.tag, i);
-        EXPECT_TRUE(same(y, message(bytes_of_message(i), from, i)));
+  for (const bool timed : {true, false}) {
+    SCOPED_TRACE(timed ? "with a timeout" : "without a timeout, unchecked");
+    CommOptions o;
+    o.name = "shm p2p pending";
+    o.timeout = std::chrono::seconds(timed ? 20 : 0);
+    if (!timed) o.check = false;
+    auto c = Communicator::world(o);
+    const int n = c->size(), me = c->rank(), to = (me + 1) % n, from = (me + n - 1) % n;
+    const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(n).payload);
+    const int count = 3 * P2pGeometry::for_ranks(n).entries;
+    // Every third one a whole entry's payload on shm; across hosts (MPI) all small, as Open MPI sends 4 KiB over TCP
+    // as a rendezvous, which waits for the receive.
+    const bool shm = c->backend_for(OpKind::kSend, Device::cpu()) == BackendKind::kShm;
+    auto bytes_of_message = [payload, shm](int i) -> std::int64_t { return i % 3 == 0 && shm ? payload : 4 * (i % 7); };
+    for (const std::string step : {"allreduce", "scan", "dup"}) {
+      SCOPED_TRACE(step);
+      for (int i = 0; i < count; ++i) c->send(message(bytes_of_message(i), me, i), to, i).wait();
+      c->barrier().wait();
+      auto receive_all = [&] {
+        for (int i = 0; i < count; ++i) {
+          SCOPED_TRACE(::testing::Message() << "message " << i);
+          Array y = Array::zeros({bytes_of_message(i) / 4}, DType::kInt32);
+          RecvStatus st;
+          c->recv_into(y, from, i % 2 == 0 ? i : kAnyTag, &st).wait();
+          EXPECT_EQ(st.tag, i);
+          EXPECT_TRUE(same(y, message(bytes_of_message(i), from, i)));
+        }
+      };
+      auto run_step = [&] {
+        const Array one = Array::from_values<std::int32_t>({1});
+        if (step == "dup") {
+          EXPECT_EQ(c->dup()->size(), n);
+          return;
+        }
+        auto [y, t] = step == "allreduce" ? c->allreduce(one, ReduceOp::kSum) : c->scan(one, ReduceOp::kSum);
+        t.wait();
+        EXPECT_EQ(y.to_vector<std::int32_t>()[0], step == "allreduce" ? n : me + 1);
+      };
+      if (me % 2 == (step == "scan" ? 1 : 0)) {
+        run_step();
+        receive_all();
+      } else {
+        receive_all();
+        run_step();
       }
-    };
-    auto sum_of_ones = [&] {
-      const Array one = Array::from_values<std::int32_t>({1});
-      auto [y, t] = collective == OpKind::kAllreduce ? c->allreduce(one, ReduceOp::kSum) : c->scan(one, ReduceOp::kSum);
-      t.wait();
-      EXPECT_EQ(y.to_vector<std::int32_t>()[0], collective == OpKind::kAllreduce ? n : me + 1);
-    };
-    if (me % 2 == (collective == OpKind::kAllreduce ? 0 : 1)) {
-      sum_of_ones();
-      receive_all();
-    } else {
-      receive_all();
-      sum_of_ones();
     }
+    EXPECT_EQ(c->backend_for(OpKind::kScan, Device::cpu()), BackendKind::kMpi);
   }
-  EXPECT_EQ(c->backend_for(OpKind::kScan, Device::cpu()), BackendKind::kMpi);
 }
 
-// A communicator freed with sends still pending posts them first, as its receiver takes them; one whose receiver freed
-// its end first drops them, with a warning that says so, instead of waiting for room that never comes.
+// A communicator freed with sends still pending posts them first, as its receiver takes them. Sends to a receiver that
+// has freed its end are dropped instead of waiting for room that never comes: the small ones with a warning when the
+// sender frees its own, a larger one (which would wait) with InvalidArgument at once.
 TEST_F(ShmP2pTest, FreeingACommunicatorPostsItsPendingSendsOrSaysWhyNot) {
   if (size() < 2 || !on_shm(OpKind::kSend)) GTEST_SKIP() << "needs two ranks on shm";
-  const int count = 3 * P2pGeometry::for_ranks(size()).entries;
+  const auto ring = P2pGeometry::for_ranks(size());
+  const int count = 3 * ring.entries;
   for (const bool receiver_first : {false, true}) {
     SCOPED_TRACE(receiver_first ? "the receiver frees its end first" : "the receiver takes them");
     CommOptions o;
@@ -246,13 +257,21 @@ TEST_F(ShmP2pTest, FreeingACommunicatorPostsItsPendingSendsOrSaysWhyNot) {
     comm().barrier().wait();
     if (rank() == 0) {
       for (int i = 0; i < count; ++i) c->send(message(8, 0, i), 1, i).wait();
+      if (receiver_first) {
+        const auto larger = static_cast<std::int64_t>((ring.entries + 1) * ring.payload);
+        try {
+          c->send(message(larger, 0, 0), 1, 0).wait();
+          ADD_FAILURE() << "no error";
+        } catch (const InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find("rank 1 has freed the communicator"), std::string::npos) << e.what();
+        }
+      }
       ::testing::internal::CaptureStderr();
       c.reset();  // waits until rank 1 has taken them, or drops them
       const std::string err = ::testing::internal::GetCapturedStderr();
       if (receiver_first) {
-        const std::string want =
-            detail::concat("rank 0: ", count - P2pGeometry::for_ranks(size()).entries,
-                           " message(s) sent to rank 1 were never received: it had freed the communicator");
+        const std::string want = detail::concat(
+            "rank 0: ", count, " message(s) sent to rank 1 were never received: it had freed the communicator");
         EXPECT_NE(err.find(want), std::string::npos) << err;
       } else {
         EXPECT_EQ(err.find("never received"), std::string::npos) << err;

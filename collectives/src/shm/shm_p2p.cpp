@@ -81,7 +81,8 @@ ShmP2p::ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitP
 }
 
 ShmP2p::~ShmP2p() {
-  seg_.bell(me_).size.store(1, std::memory_order_seq_cst);  // closed(me_): a sender waiting for room gives up
+  // closed(me_): senders drop what is pending for this rank, and a send that waits for it raises.
+  seg_.bell(me_).size.store(1, std::memory_order_seq_cst);
   for (int p = 0; p < n_; ++p)
     if (p != me_) shm_ring(seg_.bell(p));
   if (pending_count_ != 0 && !abort_.aborted)
@@ -106,20 +107,24 @@ void ShmP2p::send(const Array& buf, int dest, int tag, const OpContext& ctx) {
     queue_own(bytes_of(buf), buf.nbytes(), tag, buf.dtype());
     return;
   }
-  start(buf, bytes_of(buf), dest, tag);
-  if (out_.bytes <= geo_.payload) {  // eager: posted now where the ring has room, else pending
-    if (flush_to(dest) && room(dest)) {
-      post_entry(out_);
+  const std::uint64_t bytes = buf.nbytes();
+  if (bytes <= geo_.payload) {  // eager: posted now where the ring has room, else pending
+    if (closed(dest)) {
+      ++dropped_[dest];  // nothing will take it (the destructor's warning counts it)
+    } else if (flush_to(dest) && room(dest)) {
+      Outgoing o{.active = true, .from = bytes_of(buf), .bytes = bytes, .dest = dest, .tag = tag, .dtype = buf.dtype()};
+      post_entry(o);
     } else {
-      auto data = std::make_unique<unsigned char[]>(std::max<std::uint64_t>(out_.bytes, 1));
-      copy_bytes(data.get(), out_.from, out_.bytes);
-      pending_[dest].push_back(Pending{tag, out_.dtype, out_.bytes, std::move(data)});
+      auto data = std::make_unique<unsigned char[]>(std::max<std::uint64_t>(bytes, 1));
+      copy_bytes(data.get(), bytes_of(buf), bytes);
+      pending_[dest].push_back(Pending{tag, buf.dtype(), bytes, std::move(data)});
       ++pending_count_;
       pending_timeout_ = ctx.timeout;
     }
-    out_.active = false;
     return;
   }
+  refuse_closed(dest, ctx);
+  start(buf, bytes_of(buf), dest, tag);
   finish_send(ctx);
 }
 
@@ -162,8 +167,17 @@ void ShmP2p::start(const Array& buf, const unsigned char* from, int dest, int ta
 void ShmP2p::finish_send(const OpContext& ctx) {
   wait_until(ctx, out_.dest, [&] {
     drain();
-    return advance();
+    if (advance()) return true;
+    if (closed(out_.dest)) out_.active = false;  // it would wait for good
+    refuse_closed(out_.dest, ctx);
+    return false;
   });
+}
+
+void ShmP2p::refuse_closed(int dest, const OpContext& ctx) const {
+  if (closed(dest))
+    throw InvalidArgument(
+        concat(ctx.describe(), ": rank ", dest, " has freed the communicator, so nothing sent to it can be received"));
 }
 
 bool ShmP2p::advance() {

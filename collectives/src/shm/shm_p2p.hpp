@@ -51,8 +51,10 @@ class ShmP2p {
   ShmP2p(const ShmP2p&) = delete;
   ShmP2p& operator=(const ShmP2p&) = delete;
 
-  /// Sends `buf` to `dest` with `tag`: up to an entry's payload, returns at once (posted, or pending: see above).
-  /// @throws TimeoutError naming `dest` when it takes nothing before the deadline (a larger message).
+  /// Sends `buf` to `dest` with `tag`: up to an entry's payload, returns at once (posted, or pending: see above; or
+  /// dropped, counted for the destructor's warning, where `dest` has freed the communicator).
+  /// @throws TimeoutError naming `dest` when it takes nothing before the deadline (a larger message); InvalidArgument
+  /// when a larger message goes to a rank that has freed the communicator.
   void send(const Array& buf, int dest, int tag, const OpContext& ctx);
   /// Receives the earliest matching message from `source` (or kAnySource) with `tag` (or kAnyTag) into `buf`.
   /// @throws MismatchError (the communicator aborted) when the message is larger than `buf` or of another dtype;
@@ -113,6 +115,7 @@ class ShmP2p {
   bool advance();  // posts pending sends, then what the ring has room for; true once the outgoing message is done
   bool room(int dest);
   bool closed(int rank) const noexcept;  // whether `rank`'s end is gone (its ShmP2p destroyed)
+  void refuse_closed(int dest, const OpContext& ctx) const;  // InvalidArgument where closed(dest): a send would wait
   bool flush_to(int dest) noexcept;      // posts what is pending for `dest` while there is room; true once none is
   void post_entry(Outgoing& o);
   void queue_own(const unsigned char* from, std::uint64_t bytes, int tag, DType dtype);

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <utility>
 
 #include "shardkit/core/error.hpp"
@@ -186,11 +187,22 @@ void shm_relax() noexcept {
   cpu_relax();
 }
 
+void shm_mpi_progress() noexcept {
+  int running = 0, done = 0, flag = 0;
+  MPI_Initialized(&running);
+  if (running) MPI_Finalized(&done);
+  if (running && !done) MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+}
+
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
               std::chrono::steady_clock::time_point deadline, const ShmLine* also,
               const std::function<bool()>* progress) noexcept {
   bool more = progress && (*progress)();
-  return shm_wait_until(line, policy, deadline, [&] {
+  // While there is more to do, it yields instead of sleeping: what it waits for (room in a point-to-point ring) rings
+  // another line than `line`.
+  WaitPolicy p = policy;
+  if (more) p.yields = std::numeric_limits<int>::max();
+  return shm_wait_until(line, p, deadline, [&] {
     if (more) more = (*progress)();
     return reached(line.flag.load(std::memory_order_acquire), step) ||
            (also && reached(also->flag.load(std::memory_order_acquire), step));

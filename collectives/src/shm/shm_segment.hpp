@@ -161,6 +161,10 @@ void shm_ring(ShmLine& bell) noexcept;
 void shm_sleep(ShmLine& line, std::uint32_t seen, std::chrono::nanoseconds timeout) noexcept;
 /// A spinning waiter's pause between two looks.
 void shm_relax() noexcept;
+/// Lets MPI progress what this process has in flight (MPI_Iprobe, which runs Open MPI's progress engine), as MPI's own
+/// waits do: an eager MPI send may leave its data queued in the sender (TCP), to be written by its next MPI call, and a
+/// rank waiting in shm makes none. Nothing where MPI is not running.
+void shm_mpi_progress() noexcept;
 
 /// Waits until `ready()` returns true (true), or `deadline` passes or a signal arrives (shardkit/core/interrupt.hpp;
 /// false). `ready` is asked at every look, and may make progress or throw. Spins, then yields, then sleeps on
@@ -181,9 +185,11 @@ bool shm_wait_until(ShmLine& sleep_on, const WaitPolicy& policy, std::chrono::st
     const auto now = (k & 7) == 0 || k >= policy.yields ? steady_clock::now() : steady_clock::time_point::min();
     if (now >= deadline) return false;
     if (k < policy.yields) {
+      if ((k & 15) == 15) shm_mpi_progress();
       sched_yield();
       continue;
     }
+    shm_mpi_progress();  // before each sleep: at most 50 ms apart
     // Counted among the sleepers before the last look (sequentially consistent with the poster's store and its read
     // of the sleepers: one of them sees the other), and until awake again, even where `ready` throws.
     struct Sleeper {
