@@ -190,8 +190,17 @@ void shm_relax() noexcept {
 void shm_mpi_progress() noexcept {
   int running = 0, done = 0, flag = 0;
   MPI_Initialized(&running);
-  if (running) MPI_Finalized(&done);
-  if (running && !done) MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+  if (!running) return;
+  MPI_Finalized(&done);
+  if (done) return;
+  // Only where any thread may call MPI at any time: under a lower level, another thread may be inside MPI meanwhile
+  // (a shm wait made no MPI call before).
+  static const bool multiple = [] {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    return level == MPI_THREAD_MULTIPLE;
+  }();
+  if (multiple) MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
 }
 
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,

@@ -163,7 +163,7 @@ void shm_sleep(ShmLine& line, std::uint32_t seen, std::chrono::nanoseconds timeo
 void shm_relax() noexcept;
 /// Lets MPI progress what this process has in flight (MPI_Iprobe, which runs Open MPI's progress engine), as MPI's own
 /// waits do: an eager MPI send may leave its data queued in the sender (TCP), to be written by its next MPI call, and a
-/// rank waiting in shm makes none. Nothing where MPI is not running.
+/// rank waiting in shm makes none. Nothing where MPI is not running or provides less than MPI_THREAD_MULTIPLE.
 void shm_mpi_progress() noexcept;
 
 /// Waits until `ready()` returns true (true), or `deadline` passes or a signal arrives (shardkit/core/interrupt.hpp;
