@@ -48,8 +48,6 @@ struct OpContext {
                             std::uint64_t seq = 0);
 
   bool has_deadline() const noexcept { return deadline != Clock::time_point::max(); }
-  /// Calls `progress` where there is one: true while the operation's waits must keep calling it (poll, not block).
-  bool progress_pending() const noexcept { return progress && (*progress)(); }
   /// "allreduce #12 on communicator 'world'", or "<step> of communicator 'world'".
   std::string describe() const;
 };

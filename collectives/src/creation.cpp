@@ -24,8 +24,10 @@ void agree_within_operation(MpiCommHandle over, const OpContext& ctx, const char
     check_signatures(over, s, ctx, abort);
     return;
   }
-  // No deadline and nothing to post meanwhile: the blocking calls that follow wait as long as it takes.
-  if (!ctx.has_deadline() && !ctx.progress_pending()) return;
+  // No deadline and nothing a wait must do meanwhile: the blocking calls that follow wait as long as it takes. (Whether
+  // a wait has work to do, sends pending, differs from rank to rank; whether there is a progress function does not, so
+  // every rank takes the same path: an Ibarrier some ranks skipped would never complete.)
+  if (!ctx.has_deadline() && ctx.progress == nullptr) return;
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
   SHARDKIT_MPI_CHECK(MPI_Ibarrier(to_mpi<MPI_Comm>(over), req.data()));
   if (!wait_all(req, nullptr, ctx.deadline, ctx.progress))

@@ -48,7 +48,7 @@ bool wait_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>* statu
   std::vector<MPI_Status> own;
   if (!statuses) own.resize(requests.size());
   std::vector<MPI_Status>& st = statuses ? *statuses : own;
-  bool more = progress && (*progress)();  // OpContext::progress_pending
+  bool more = progress && (*progress)();
   if (!more && deadline == Clock::time_point::max() && !interrupt_handlers_installed())
     return complete_all(requests, st, true);
   if (test_all(requests, st)) return true;
