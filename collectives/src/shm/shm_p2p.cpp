@@ -112,8 +112,7 @@ void ShmP2p::send(const Array& buf, int dest, int tag, const OpContext& ctx) {
     if (closed(dest)) {
       ++dropped_[dest];  // nothing will take it (the destructor's warning counts it)
     } else if (flush_to(dest) && room(dest)) {
-      Outgoing o{.active = true, .from = bytes_of(buf), .bytes = bytes, .dest = dest, .tag = tag, .dtype = buf.dtype()};
-      post_entry(o);
+      post_whole(dest, bytes_of(buf), bytes, tag, buf.dtype());
     } else {
       auto data = std::make_unique<unsigned char[]>(std::max<std::uint64_t>(bytes, 1));
       copy_bytes(data.get(), bytes_of(buf), bytes);
@@ -168,8 +167,10 @@ void ShmP2p::finish_send(const OpContext& ctx) {
   wait_until(ctx, out_.dest, [&] {
     drain();
     if (advance()) return true;
-    if (closed(out_.dest)) out_.active = false;  // it would wait for good
-    refuse_closed(out_.dest, ctx);
+    if (closed(out_.dest)) {  // it would wait for good
+      out_.active = false;
+      refuse_closed(out_.dest, ctx);
+    }
     return false;
   });
 }
@@ -219,13 +220,17 @@ bool ShmP2p::flush_to(int d) noexcept {
     q.clear();
   }
   while (!q.empty() && room(d)) {
-    Pending& m = q.front();
-    Outgoing o{.active = true, .from = m.data.get(), .bytes = m.bytes, .dest = d, .tag = m.tag, .dtype = m.dtype};
-    post_entry(o);
+    const Pending& m = q.front();
+    post_whole(d, m.data.get(), m.bytes, m.tag, m.dtype);
     q.pop_front();
     --pending_count_;
   }
   return q.empty();
+}
+
+void ShmP2p::post_whole(int dest, const unsigned char* from, std::uint64_t bytes, int tag, DType dtype) noexcept {
+  Outgoing o{.active = true, .from = from, .bytes = bytes, .dest = dest, .tag = tag, .dtype = dtype};
+  post_entry(o);
 }
 
 void ShmP2p::post_entry(Outgoing& o) {

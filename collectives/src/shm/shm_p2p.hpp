@@ -118,6 +118,8 @@ class ShmP2p {
   void refuse_closed(int dest, const OpContext& ctx) const;  // InvalidArgument where closed(dest): a send would wait
   bool flush_to(int dest) noexcept;      // posts what is pending for `dest` while there is room; true once none is
   void post_entry(Outgoing& o);
+  // Posts a message of up to an entry's payload, whole, in the next entry to `dest` (which must have room).
+  void post_whole(int dest, const unsigned char* from, std::uint64_t bytes, int tag, DType dtype) noexcept;
   void queue_own(const unsigned char* from, std::uint64_t bytes, int tag, DType dtype);
   void finish_send(const OpContext& ctx);
   // Receiving.

@@ -188,11 +188,7 @@ void shm_relax() noexcept {
 }
 
 void shm_mpi_progress() noexcept {
-  int running = 0, done = 0, flag = 0;
-  MPI_Initialized(&running);
-  if (!running) return;
-  MPI_Finalized(&done);
-  if (done) return;
+  if (!mpi_initialized() || mpi_finalized()) return;
   // Only where any thread may call MPI at any time: under a lower level, another thread may be inside MPI meanwhile
   // (a shm wait made no MPI call before).
   static const bool multiple = [] {
@@ -200,6 +196,7 @@ void shm_mpi_progress() noexcept {
     MPI_Query_thread(&level);
     return level == MPI_THREAD_MULTIPLE;
   }();
+  int flag = 0;
   if (multiple) MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
 }
 
