@@ -37,10 +37,6 @@ struct OpContext {
   bool async;
   /// Describes a step that is not an operation of the table (making a communicator); nullptr for operations.
   const char* step = nullptr;
-  /// What every wait of the operation keeps doing while it waits (Backend::progress of the communicator's shm backend:
-  /// its point-to-point sends still pending, which a peer may be waiting for); nullptr: nothing. Called before a wait
-  /// and at each look while it returns true. Never throws.
-  const std::function<bool()>* progress = nullptr;
 
   /// A step that is not an operation of the table (`what`: "the NCCL decision") on communicator `name` (which must
   /// outlive the context), as `op` for checked mode's messages, its deadline `timeout` from now.
@@ -88,9 +84,6 @@ class Backend {
   virtual void abort() noexcept = 0;
   /// Whether its ranks outnumber their CPUs, so that its waits give the CPU up at once (shm: WaitPolicy).
   virtual bool crowded() const noexcept { return false; }
-  /// OpContext::progress for the communicator's operations: what its waits must keep doing (shm: post the
-  /// point-to-point sends still pending); nullptr for nothing.
-  virtual const std::function<bool()>* progress() const noexcept { return nullptr; }
 };
 
 /// What the MPI backend implements: every operation on every dtype and defined reduction (host memory, or device

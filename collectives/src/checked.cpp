@@ -82,7 +82,7 @@ bool exchange_all(MPI_Comm c, int tag, const T* mine_per_peer, std::size_t strid
                                  c, &q));
     sends.push_back(q);
   }
-  if (!wait_all(recvs, nullptr, ctx.deadline, ctx.progress)) {
+  if (!wait_all(recvs, nullptr, ctx.deadline)) {
     for (std::size_t i = 0; i < recvs.size(); ++i) {
       int done = 0;
       if (recvs[i] != MPI_REQUEST_NULL) MPI_Test(&recvs[i], &done, MPI_STATUS_IGNORE);
@@ -93,7 +93,7 @@ bool exchange_all(MPI_Comm c, int tag, const T* mine_per_peer, std::size_t strid
     return false;
   }
   // Our sends complete once their receivers arrived, which they have (they sent to us) or will shortly.
-  if (!wait_all(sends, nullptr, ctx.deadline, ctx.progress)) {
+  if (!wait_all(sends, nullptr, ctx.deadline)) {
     outgoing.release();
     return false;
   }

@@ -30,7 +30,7 @@ MpiCommHandle CommunicatorImpl::control() {
 // The private duplicate, made under the timeout so that a rank that never arrives (the first collective it skipped)
 // ends in a TimeoutError rather than a hang.
 void CommunicatorImpl::create_control() {
-  control_comm = dup_within_timeout(data, "set-up (its first collective)", options.name, options, *abort, progress());
+  control_comm = dup_within_timeout(data, "set-up (its first collective)", options.name, options, *abort);
 }
 
 namespace {
@@ -255,7 +255,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, std::strin
   CommOptions opts = m.options;
   opts.name = name.empty() ? detail::concat(m.options.name, "/split(", color, ")") : std::move(name);
   // MPI_Comm_split has no nonblocking form: agree first (under the timeout) that every rank is here.
-  detail::agree_to_create(m.control(), "a split", m.options.name, m.seq++, m.options, *m.abort, m.progress());
+  detail::agree_to_create(m.control(), "a split", m.options.name, m.seq++, m.options, *m.abort);
   MpiComm sub = MpiComm::split(m.data, color, key);
   if (m.nccl) {
     // NCCL splits its own communicator (collective over the parent); the MPI side comes from the MPI split.

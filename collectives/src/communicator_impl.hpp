@@ -4,7 +4,6 @@
 // operation (pipeline.cpp).
 
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -71,9 +70,6 @@ struct CommunicatorImpl {
   void require_nccl(OpKind op) const;
   /// Whether `op` may run on NCCL here (NCCL agreed on; for point-to-point, agreed on at creation).
   bool nccl_usable_for(OpKind op) const;
-  /// OpContext::progress for this communicator's waits: its shm backend's where point-to-point takes shm (sends may be
-  /// pending there: shm_p2p.hpp), else nullptr.
-  const std::function<bool()>* progress() const noexcept { return p2p_shm ? shm->progress() : nullptr; }
   /// What the router reads of the shm backend as it stands (hierarchical, crowded; both false before it is made).
   void describe_shm(RouteRequest& r) const;
   /// @throws BackendError once the communicator was aborted.

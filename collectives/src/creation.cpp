@@ -9,9 +9,8 @@
 namespace shardkit::detail {
 
 void agree_to_create(MpiCommHandle over, const char* what, const std::string& name, std::uint64_t seq,
-                     const CommOptions& o, AbortState& abort, const std::function<bool()>* progress) {
-  OpContext ctx = OpContext::for_step(OpKind::kBarrier, what, name, o.timeout, seq);
-  ctx.progress = progress;
+                     const CommOptions& o, AbortState& abort) {
+  const OpContext ctx = OpContext::for_step(OpKind::kBarrier, what, name, o.timeout, seq);
   agree_within_operation(over, ctx, nullptr, o.check, abort);
 }
 
@@ -24,24 +23,21 @@ void agree_within_operation(MpiCommHandle over, const OpContext& ctx, const char
     check_signatures(over, s, ctx, abort);
     return;
   }
-  // No deadline and nothing a wait must do meanwhile: the blocking calls that follow wait as long as it takes. (Whether
-  // a wait has work to do, sends pending, differs from rank to rank; whether there is a progress function does not, so
-  // every rank takes the same path: an Ibarrier some ranks skipped would never complete.)
-  if (!ctx.has_deadline() && ctx.progress == nullptr) return;
+  if (!ctx.has_deadline()) return;  // no deadline: the blocking calls that follow wait as long as it takes
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
   SHARDKIT_MPI_CHECK(MPI_Ibarrier(to_mpi<MPI_Comm>(over), req.data()));
-  if (!wait_all(req, nullptr, ctx.deadline, ctx.progress))
+  if (!wait_all(req, nullptr, ctx.deadline))
     raise_unfinished(ctx, abort,
                      what ? concat("not every rank arrived at ", what) : std::string("not every rank arrived"));
 }
 
 MpiComm dup_within_timeout(MpiCommHandle parent, const char* what, const std::string& name, const CommOptions& o,
-                           AbortState& abort, const std::function<bool()>* progress) {
+                           AbortState& abort) {
   const OpContext ctx = OpContext::for_step(OpKind::kBarrier, what, name, o.timeout);
   MPI_Comm dup = MPI_COMM_NULL;
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
   SHARDKIT_MPI_CHECK(MPI_Comm_idup(to_mpi<MPI_Comm>(parent), &dup, req.data()));
-  if (!wait_all(req, nullptr, ctx.deadline, progress))
+  if (!wait_all(req, nullptr, ctx.deadline))
     raise_unfinished(ctx, abort, "a rank did not arrive (skipped it, is stuck, or was lost)");
   return MpiComm::adopt(::shardkit::from_mpi(dup));
 }

@@ -6,7 +6,6 @@
 // rank has arrived, and only then call MPI_Comm_split. In checked mode the agreement is a signature exchange, which
 // names the ranks that did not arrive and those that called something else.
 
-#include <functional>
 #include <string>
 
 #include "backend.hpp"
@@ -18,19 +17,18 @@ namespace shardkit::detail {
 /// Waits, under `options.timeout`, until every rank of `over` has arrived at the same creation step (`what`, described
 /// as a step of communicator `name`). Collective over `over`, which must carry no other traffic with shardkit's
 /// signature tags (a communicator shardkit owns). `seq` is the creation's sequence number on `over` (checked mode).
-/// `progress`: OpContext::progress of the communicator being split (its pending sends, which a rank still receiving
-/// may wait for before it comes). @throws TimeoutError (naming the missing ranks in checked mode; the job ends at
-/// exit), Interrupted (a signal ended the wait), MismatchError.
+/// @throws TimeoutError (naming the missing ranks in checked mode; the job ends at exit), Interrupted (a signal
+///         ended the wait), MismatchError.
 void agree_to_create(MpiCommHandle over, const char* what, const std::string& name, std::uint64_t seq,
-                     const CommOptions& options, AbortState& abort, const std::function<bool()>* progress = nullptr);
+                     const CommOptions& options, AbortState& abort);
 
 /// The same agreement as a step (`what`) of the operation `op` describes: its messages name that operation, its
 /// deadline is the operation's. For set-ups an operation asks for on first use. `check`: a signature exchange.
 void agree_within_operation(MpiCommHandle over, const OpContext& op, const char* what, bool check, AbortState& abort);
 
-/// MPI_Comm_idup of `parent`, polled until `options.timeout` passes (`progress` as for agree_to_create). Collective
-/// over `parent`. @throws TimeoutError naming the step and communicator (the job ends at exit), or Interrupted.
+/// MPI_Comm_idup of `parent`, polled until `options.timeout` passes. Collective over `parent`.
+/// @throws TimeoutError naming the step and communicator (the job ends at exit), or Interrupted.
 MpiComm dup_within_timeout(MpiCommHandle parent, const char* what, const std::string& name, const CommOptions& options,
-                           AbortState& abort, const std::function<bool()>* progress = nullptr);
+                           AbortState& abort);
 
 }  // namespace shardkit::detail

@@ -123,7 +123,6 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   ctx.timeout = options.timeout;
   ctx.deadline = deadline_after(options.timeout);
   ctx.async = options.async;
-  ctx.progress = progress();
 
   // Route: from the backends' declarations, the setting and where this rank's buffers live. Collectives on host buffers
   // go to shm when route() would take it and the communicator has it (decided by the first such collective); other

@@ -1,10 +1,10 @@
 // Point-to-point operations on the shm backend (shm/shm_p2p.hpp), on the default route of a communicator made on one
 // node: MPI's matching (by source and tag, the earliest first, wildcards), messages that arrive before a receive wants
 // them (whole, in several ring entries, or read from the sender's buffer), more messages than a ring holds while both
-// ranks send or while the receiver sits in a collective (the sender's pending sends), freeing a communicator with sends
-// pending, and the errors. Across hosts point-to-point operations stay on MPI: the same bodies check them there.
-// ctest runs them at 1-4 ranks, and again without single-copy reads (SHARDKIT_SHM_SINGLE_COPY=0: large messages then
-// travel through the rings).
+// ranks send or while the receiver sits in a collective (the sender's pending sends, posted whatever the sender waits
+// in), freeing a communicator with sends pending, and the errors. Across hosts point-to-point operations stay on MPI:
+// the same bodies check them there. ctest runs them at 1-4 ranks, and again without single-copy reads
+// (SHARDKIT_SHM_SINGLE_COPY=0: large messages then travel through the rings).
 
 #include <chrono>
 #include <cstdlib>
@@ -184,12 +184,12 @@ TEST_F(ShmP2pTest, BothRanksSendMoreThanTheRingHoldsBeforeReceiving) {
 
 // Each rank sends its right neighbour three rings' worth of small messages and goes into a collective step before its
 // neighbour takes any: the sends return at once (the ring full, the rest wait in the sender's pending queue, as MPI's
-// eager sends return), and the step's wait posts them as the receiver frees room. Half the ranks are in the step while
-// their right neighbours receive, so that only its wait can post the rest: an allreduce (on shm; the even ranks wait in
-// it), a scan (which shm does not serve: MPI's wait; the odd ranks, which wait for rank 0's part) and a dup (MPI's
-// split, after an agreement). Once with a timeout and checked mode as the environment says (checked mode's exchange
-// waits first), once with neither (the MPI backend would otherwise make one blocking call).
-TEST_F(ShmP2pTest, EagerSendsReturnAndTheSendersCollectivePostsTheRest) {
+// eager sends return), and they are posted as the receiver frees room while the sender waits in the step. Half the
+// ranks are in the step while their right neighbours receive: an allreduce (on shm; the even ranks wait in it), a scan
+// (which shm does not serve: MPI; the odd ranks, which wait for rank 0's part) and a dup (MPI's split, after an
+// agreement). Once with a timeout and checked mode as the environment says (polled MPI calls; checked mode's exchange
+// waits first), once with neither (one blocking MPI call).
+TEST_F(ShmP2pTest, EagerSendsReturnAndArePostedWhileTheSenderIsInACollective) {
   for (const bool timed : {true, false}) {
     SCOPED_TRACE(timed ? "with a timeout" : "without a timeout, unchecked");
     CommOptions o;
@@ -238,6 +238,65 @@ TEST_F(ShmP2pTest, EagerSendsReturnAndTheSendersCollectivePostsTheRest) {
     }
     EXPECT_EQ(c->backend_for(OpKind::kScan, Device::cpu()), BackendKind::kMpi);
   }
+}
+
+// The same sends, but the sender then waits outside the communicator while its neighbour receives: in an operation on
+// another communicator (an allreduce on shm, a scan on MPI: one blocking MPI_Scan, as neither has a timeout) or in
+// MPI itself (the application's own MPI_Ibarrier, polled without calling shardkit). Nothing of the sender's own then
+// posts its pending sends, as Open MPI's progress engine would post its eager sends: the process's poster thread does
+// (shm_poster.hpp). Without it the receivers wait for good (their 20 s timeout, or the barrier's deadline, ends it).
+TEST_F(ShmP2pTest, PendingSendsArePostedWhileTheSenderWaitsElsewhere) {
+  CommOptions o;
+  o.name = "shm p2p elsewhere";
+  o.timeout = std::chrono::seconds(20);
+  auto c = Communicator::world(o);
+  CommOptions untimed;
+  untimed.name = "shm p2p other";
+  untimed.check = false;
+  auto other = Communicator::world(untimed);
+  const int n = c->size(), me = c->rank(), to = (me + 1) % n, from = (me + n - 1) % n;
+  const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(n).payload);
+  const int count = 3 * P2pGeometry::for_ranks(n).entries;
+  const bool shm = c->backend_for(OpKind::kSend, Device::cpu()) == BackendKind::kShm;
+  auto bytes_of_message = [payload, shm](int i) -> std::int64_t { return i % 3 == 0 && shm ? payload : 4 * (i % 7); };
+  for (const std::string step : {"allreduce", "scan", "mpi"}) {
+    SCOPED_TRACE(step);
+    for (int i = 0; i < count; ++i) c->send(message(bytes_of_message(i), me, i), to, i).wait();
+    comm().barrier().wait();
+    auto receive_all = [&] {
+      for (int i = 0; i < count; ++i) {
+        Array y = Array::zeros({bytes_of_message(i) / 4}, DType::kInt32);
+        c->recv_into(y, from, i).wait();
+        EXPECT_TRUE(same(y, message(bytes_of_message(i), from, i))) << "message " << i;
+      }
+    };
+    auto run_step = [&] {
+      const Array one = Array::from_values<std::int32_t>({1});
+      if (step == "mpi") {
+        MPI_Request r = MPI_REQUEST_NULL;
+        ASSERT_EQ(MPI_Ibarrier(MPI_COMM_WORLD, &r), MPI_SUCCESS);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        int done = 0;
+        while (!done && std::chrono::steady_clock::now() < deadline) {
+          MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+          if (!done) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+        ASSERT_TRUE(done) << "the other ranks never came to the barrier";
+        return;
+      }
+      auto [y, t] = step == "allreduce" ? other->allreduce(one, ReduceOp::kSum) : other->scan(one, ReduceOp::kSum);
+      t.wait();
+      EXPECT_EQ(y.to_vector<std::int32_t>()[0], step == "allreduce" ? n : me + 1);
+    };
+    if (me % 2 == 0) {
+      run_step();
+      receive_all();
+    } else {
+      receive_all();
+      run_step();
+    }
+  }
+  EXPECT_EQ(other->backend_for(OpKind::kScan, Device::cpu()), BackendKind::kMpi);
 }
 
 // A communicator freed with sends still pending posts them first, as its receiver takes them. Sends to a receiver that

@@ -42,20 +42,16 @@ bool test_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>& statu
   return complete_all(requests, statuses, false);
 }
 
-bool wait_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>* statuses, Clock::time_point deadline,
-              const std::function<bool()>* progress) {
+bool wait_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>* statuses, Clock::time_point deadline) {
   if (requests.empty()) return true;
   std::vector<MPI_Status> own;
   if (!statuses) own.resize(requests.size());
   std::vector<MPI_Status>& st = statuses ? *statuses : own;
-  bool more = progress && (*progress)();
-  if (!more && deadline == Clock::time_point::max() && !interrupt_handlers_installed())
-    return complete_all(requests, st, true);
+  if (deadline == Clock::time_point::max() && !interrupt_handlers_installed()) return complete_all(requests, st, true);
   if (test_all(requests, st)) return true;
   // Spin briefly for latency, then yield, then sleep: ranks may outnumber cores. A signal ends the wait too.
   const InterruptibleWait waiting;
   for (long spin = 0;; ++spin) {
-    if (more) more = (*progress)();
     if (test_all(requests, st)) return true;
     if (interrupt_signal() != 0) return false;
     if ((spin & 63) == 0 && Clock::now() >= deadline) return false;
@@ -132,7 +128,7 @@ void PendingOp::finish(const std::vector<MPI_Status>& statuses) {
 void complete(PendingOp& op, const OpContext& ctx, AbortState& abort) {
   std::vector<MPI_Status> statuses;
   if (op.want_statuses) statuses.resize(op.requests.size());
-  if (!wait_all(op.requests, op.want_statuses ? &statuses : nullptr, ctx.deadline, ctx.progress)) {
+  if (!wait_all(op.requests, op.want_statuses ? &statuses : nullptr, ctx.deadline)) {
     // The requests (collectives among them) stay in flight: MPI cannot cancel them. The communicator is marked
     // aborted, the buffers are kept for good, and the job ends at exit.
     op.abandon();
@@ -149,7 +145,6 @@ class PendingMpi final : public Waitable {
       : op_(std::move(op)), ctx_(ctx), name_(*ctx.comm_name), abort_(std::move(abort)) {
     ctx_.comm_name = &name_;
     ctx_.after = nullptr;
-    ctx_.progress = nullptr;  // the token may outlive the communicator (and its backends)
   }
   ~PendingMpi() override {
     // Dropped without waiting: complete it anyway so buffers are not freed under MPI (errors are only logged).

@@ -15,10 +15,8 @@ namespace shardkit::detail {
 
 /// Waits for every request, polling so that a deadline or a signal (shardkit/core/interrupt.hpp) can end the wait.
 /// Returns false on timeout or interrupt (requests left pending: raise_unfinished says which). Statuses are written
-/// when `statuses` is non-empty (one per request). `progress` (OpContext::progress), where given, is called first and
-/// then at each poll while it returns true.
-bool wait_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>* statuses, Clock::time_point deadline,
-              const std::function<bool()>* progress = nullptr);
+/// when `statuses` is non-empty (one per request).
+bool wait_all(std::vector<MPI_Request>& requests, std::vector<MPI_Status>* statuses, Clock::time_point deadline);
 
 /// Tests every request once (MPI_Testall; `statuses` holds one per request); true when all completed.
 /// @throws BackendError with the error of the request that failed.

@@ -37,10 +37,7 @@ class MpiStaged {
   }
 
  protected:
-  // Polled (not one blocking call) with a deadline, async, or where the communicator's waits may have work to do
-  // (OpContext::progress). The same on every rank: a blocking collective never matches a nonblocking one, so a choice
-  // made by this rank's pending sends alone would hang the ranks that chose otherwise.
-  static bool nonblocking(const OpContext& ctx) { return ctx.async || ctx.has_deadline() || ctx.progress != nullptr; }
+  static bool nonblocking(const OpContext& ctx) { return ctx.async || ctx.has_deadline(); }
 
   // Takes the operation by reference (moved from only when a pending token takes it): a blocking operation, the
   // common case, builds and destroys one PendingOp.

@@ -52,7 +52,6 @@ class ShmBackend final : public Backend {
 
   BackendKind kind() const noexcept override { return BackendKind::kShm; }
   bool crowded() const noexcept override { return policy_.crowded; }
-  const std::function<bool()>* progress() const noexcept override { return &flush_; }
   void abort() noexcept override { abort_->aborted = true; }
 
   Token run(const BackendCall& c, const OpContext& ctx) override {
@@ -347,7 +346,6 @@ class ShmBackend final : public Backend {
   ShmSteps steps_;
   ShmP2p p2p_;
   ShmSingleCopy single_copy_;
-  std::function<bool()> flush_ = [this]() noexcept { return p2p_.flush(); };
 };
 
 }  // namespace

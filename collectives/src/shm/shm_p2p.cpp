@@ -11,6 +11,7 @@
 
 #include "mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
+#include "shm/shm_poster.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -87,6 +88,7 @@ ShmP2p::~ShmP2p() {
     if (p != me_) shm_ring(seg_.bell(p));
   if (pending_count_ != 0 && !abort_.aborted)
     shm_wait_until(seg_.bell(me_), policy_, deadline_after(pending_timeout_), [&] { return !flush(); });
+  shm_poster_remove(*this);  // from here on no other thread touches it
   auto warn = [&](std::size_t lost, int p, const char* why) {
     if (lost != 0)
       std::fprintf(stderr, "shardkit: warning: rank %d: %zu message(s) sent to rank %d were never received: %s\n", me_,
@@ -103,6 +105,7 @@ ShmP2p::~ShmP2p() {
 // ---- sending -------------------------------------------------------------------------------------------------
 
 void ShmP2p::send(const Array& buf, int dest, int tag, const OpContext& ctx) {
+  const std::lock_guard lock(mu_);
   if (dest == me_) {
     queue_own(bytes_of(buf), buf.nbytes(), tag, buf.dtype());
     return;
@@ -119,6 +122,10 @@ void ShmP2p::send(const Array& buf, int dest, int tag, const OpContext& ctx) {
       pending_[dest].push_back(Pending{tag, buf.dtype(), bytes, std::move(data)});
       ++pending_count_;
       pending_timeout_ = ctx.timeout;
+      if (!registered_) {
+        registered_ = true;
+        shm_poster_add(*this);
+      }
     }
     return;
   }
@@ -129,12 +136,13 @@ void ShmP2p::send(const Array& buf, int dest, int tag, const OpContext& ctx) {
 
 void ShmP2p::sendrecv(const Array& send, int dest, int send_tag, Array& recv, int source, int recv_tag,
                       RecvStatus* status, const OpContext& ctx) {
+  const std::lock_guard lock(mu_);
   const std::uint64_t bytes = send.nbytes();
   const unsigned char* from = bytes_of(send);
   if (dest == me_) {
     // Queued first, as MPI's sendrecv with itself: its receive may take it.
     queue_own(from, bytes, send_tag, send.dtype());
-    this->recv(recv, source, recv_tag, status, ctx);
+    receive(recv, source, recv_tag, status, ctx);
     return;
   }
   refuse_endless_wait(source, recv_tag, ctx);  // before anything is sent
@@ -148,7 +156,7 @@ void ShmP2p::sendrecv(const Array& send, int dest, int send_tag, Array& recv, in
   }
   start(send, from, dest, send_tag);
   advance();
-  this->recv(recv, source, recv_tag, status, ctx);  // its waits post the rest
+  receive(recv, source, recv_tag, status, ctx);  // its waits post the rest
   finish_send(ctx);
 }
 
@@ -182,7 +190,7 @@ void ShmP2p::refuse_closed(int dest, const OpContext& ctx) const {
 }
 
 bool ShmP2p::advance() {
-  flush();
+  post_pending();
   if (!out_.active) return true;
   if (!pending_[out_.dest].empty()) return false;  // what was sent before goes first
   while (!out_.head_posted || (!out_.single_copy && out_.sent < out_.bytes)) {
@@ -207,6 +215,20 @@ bool ShmP2p::closed(int rank) const noexcept {
 }
 
 bool ShmP2p::flush() noexcept {
+  if (pending_count_.load(std::memory_order_relaxed) == 0) return false;  // only this thread adds to them
+  const std::lock_guard lock(mu_);
+  return post_pending();
+}
+
+ShmP2p::Posted ShmP2p::post_in_background() noexcept {
+  const std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return Posted::kBusy;
+  if (post_pending()) return Posted::kSome;
+  registered_ = false;
+  return Posted::kAll;
+}
+
+bool ShmP2p::post_pending() noexcept {
   if (pending_count_ == 0) return false;
   for (int d = 0; d < n_; ++d) flush_to(d);
   return pending_count_ != 0;
@@ -277,6 +299,11 @@ void ShmP2p::queue_own(const unsigned char* from, std::uint64_t bytes, int tag, 
 // ---- receiving -----------------------------------------------------------------------------------------------
 
 void ShmP2p::recv(Array& buf, int source, int tag, RecvStatus* status, const OpContext& ctx) {
+  const std::lock_guard lock(mu_);
+  receive(buf, source, tag, status, ctx);
+}
+
+void ShmP2p::receive(Array& buf, int source, int tag, RecvStatus* status, const OpContext& ctx) {
   for (auto it = queue_.begin(); it != queue_.end(); ++it)
     if (matches(it->source, it->tag, source, tag)) return deliver_queued(it, buf, status, ctx);
   refuse_endless_wait(source, tag, ctx);

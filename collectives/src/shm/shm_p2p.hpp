@@ -14,21 +14,23 @@
 //
 // A send of up to an entry's payload never waits for its receiver, as MPI's eager sends do not: where the ring to the
 // receiver is full (it is taking nothing: busy, or in a collective), a copy waits in the sender's queue of pending
-// sends and is posted once the ring has room. Every later wait of the sender on the communicator posts pending sends
-// (point-to-point ones here; the others through OpContext::progress: the collectives' on shm or MPI, checked mode's
-// exchange), and so does the backend's destruction, until the receiver has freed its end or the timeout of the send
-// that queued the last one passes (what is still pending then is dropped, with a warning). A rank that computes
-// outside shardkit meanwhile posts nothing, as a rank outside MPI makes no progress on MPI's own queue of pending
-// sends; nor does one that waits on another communicator.
+// sends and is posted once the ring has room: by the sender's own later point-to-point calls on the communicator, and
+// by the process's poster thread (shm_poster.hpp) whatever the sender does meanwhile (an operation on any
+// communicator, a blocking MPI call, its own computation). Freeing the communicator waits until they are posted, until
+// the receiver has freed its end, or until the timeout of the send that queued the last one passes (what is still
+// pending then is dropped, with a warning). One thread at a time is inside a ShmP2p (its lock): the owner's
+// operations, or the poster, which only ever tries the lock.
 //
 // While a rank waits (for room in a ring, for its buffer to be read, for a message), it moves what arrived into its
 // queue and posts what its sends still have to send, so that ranks sending to each other at once all progress.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "backend.hpp"
@@ -64,8 +66,20 @@ class ShmP2p {
   /// Sends `send` to `dest` and receives into `recv` from `source`, both at once (`send` and `recv` may overlap).
   void sendrecv(const Array& send, int dest, int send_tag, Array& recv, int source, int recv_tag, RecvStatus* status,
                 const OpContext& ctx);
-  /// Posts the pending sends the rings have room for now; true while some are still pending. Never throws or waits.
+  /// Posts the pending sends the rings have room for now; true while some are still pending. Never throws; waits only
+  /// for the poster's thread to leave this object (shm_poster.hpp).
   bool flush() noexcept;
+
+  /// For the poster (shm_poster.hpp): what post_in_background did.
+  enum class Posted {
+    kAll,   // nothing is pending any more (it no longer holds this one)
+    kSome,  // some still wait for room
+    kBusy,  // another thread is inside (its owner, which posts them itself): nothing done
+  };
+  /// Where no other thread is inside, posts what the rings have room for. Never throws or waits.
+  Posted post_in_background() noexcept;
+  /// This rank's doorbell, which its receivers ring as they free entries.
+  ShmLine& doorbell() const noexcept { return seg_.bell(me_); }
 
  private:
   struct Head;
@@ -116,6 +130,7 @@ class ShmP2p {
   bool room(int dest);
   bool closed(int rank) const noexcept;  // whether `rank`'s end is gone (its ShmP2p destroyed)
   void refuse_closed(int dest, const OpContext& ctx) const;  // InvalidArgument where closed(dest): a send would wait
+  bool post_pending() noexcept;                              // flush() with the lock held
   bool flush_to(int dest) noexcept;      // posts what is pending for `dest` while there is room; true once none is
   void post_entry(Outgoing& o);
   // Posts a message of up to an entry's payload, whole, in the next entry to `dest` (which must have room).
@@ -123,6 +138,7 @@ class ShmP2p {
   void queue_own(const unsigned char* from, std::uint64_t bytes, int tag, DType dtype);
   void finish_send(const OpContext& ctx);
   // Receiving.
+  void receive(Array& buf, int source, int tag, RecvStatus* status, const OpContext& ctx);  // recv(), lock held
   ShmLine* ready_entry(int source);
   // Where an entry's data lies: in its line for a whole message of up to kInlineBytes, else in its payload.
   const unsigned char* entry_data(int source, const ShmLine& line, std::uint64_t inline_bytes) const;
@@ -157,8 +173,11 @@ class ShmP2p {
   std::vector<Incoming> incoming_;
   std::list<Message> queue_;  // unexpected messages, in arrival order (a rank's in the order it sent them)
   Outgoing out_;
+  // Held by the thread inside: an operation of the owner's, the poster, the destructor.
+  std::mutex mu_;
   std::vector<std::deque<Pending>> pending_;  // for each rank, in the order sent
-  std::size_t pending_count_ = 0;
+  std::atomic<std::size_t> pending_count_ = 0;    // changed with mu_ held; read without, by its owner's flush()
+  bool registered_ = false;                       // whether the poster holds it (shm_poster_add)
   std::vector<std::size_t> dropped_;              // pending sends to each rank dropped as its end was gone
   std::chrono::milliseconds pending_timeout_{0};  // the timeout of the send that queued the last pending one
 };

@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <limits>
 #include <utility>
 
 #include "shardkit/core/error.hpp"
@@ -201,15 +200,8 @@ void shm_mpi_progress() noexcept {
 }
 
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
-              std::chrono::steady_clock::time_point deadline, const ShmLine* also,
-              const std::function<bool()>* progress) noexcept {
-  bool more = progress && (*progress)();
-  // While there is more to do, it yields instead of sleeping: what it waits for (room in a point-to-point ring) rings
-  // another line than `line`.
-  WaitPolicy p = policy;
-  if (more) p.yields = std::numeric_limits<int>::max();
-  return shm_wait_until(line, p, deadline, [&] {
-    if (more) more = (*progress)();
+              std::chrono::steady_clock::time_point deadline, const ShmLine* also) noexcept {
+  return shm_wait_until(line, policy, deadline, [&] {
     return reached(line.flag.load(std::memory_order_acquire), step) ||
            (also && reached(also->flag.load(std::memory_order_acquire), step));
   });

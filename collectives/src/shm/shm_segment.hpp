@@ -24,7 +24,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 
 #include "shardkit/core/array.hpp"
 #include "shardkit/core/interrupt.hpp"
@@ -210,10 +209,8 @@ bool shm_wait_until(ShmLine& sleep_on, const WaitPolicy& policy, std::chrono::st
 }
 
 /// Waits until `line` (or `also`, where given) reaches `step` or `deadline` passes or a signal arrives; true when one
-/// of them reached it (shm_wait_until, sleeping on `line`: `also` is seen within 50 ms then). `progress`, where given,
-/// is called first and then at every look for as long as it returns true (OpContext::progress).
+/// of them reached it (shm_wait_until, sleeping on `line`: `also` is seen within 50 ms then).
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
-              std::chrono::steady_clock::time_point deadline, const ShmLine* also = nullptr,
-              const std::function<bool()>* progress = nullptr) noexcept;
+              std::chrono::steady_clock::time_point deadline, const ShmLine* also = nullptr) noexcept;
 
 }  // namespace shardkit::detail

@@ -93,7 +93,7 @@ bool ShmSteps::wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, M
   auto posted = [&] { return reached(line.flag.load(std::memory_order_acquire), s); };
   if (posted()) return true;
   // Where `also` reached s, `line` may have too since it was last read (its poster went on): read again.
-  if (shm_wait(line, s, policy_, ctx.deadline, also, ctx.progress)) return posted();
+  if (shm_wait(line, s, policy_, ctx.deadline, also)) return posted();
   raise_unfinished(ctx, abort_, concat("rank(s) ", missing(), " did not arrive (shared memory)"));
 }
 

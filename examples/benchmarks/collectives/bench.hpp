@@ -209,6 +209,6 @@ inline int mpi_count(std::int64_t n) {
 
 /// The collectives' entries (one file each).
 extern const CollectiveTest kAllreduceTest, kAllgatherTest, kReduceScatterTest, kBcastTest, kReduceTest, kGatherTest,
-    kScatterTest, kAlltoallTest, kSendrecvTest, kBarrierTest;
+    kScatterTest, kAlltoallTest, kSendrecvTest, kScanTest, kBarrierTest;
 
 }  // namespace shardkit::bench

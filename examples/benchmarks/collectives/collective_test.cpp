@@ -13,7 +13,7 @@ namespace shardkit::bench {
 std::span<const CollectiveTest* const> all_collectives() {
   static const CollectiveTest* const kAll[] = {&kAllreduceTest, &kAllgatherTest, &kReduceScatterTest, &kBcastTest,
                                                &kReduceTest,    &kGatherTest,    &kScatterTest,       &kAlltoallTest,
-                                               &kSendrecvTest,  &kBarrierTest};
+                                               &kSendrecvTest,  &kScanTest,      &kBarrierTest};
   return kAll;
 }
 

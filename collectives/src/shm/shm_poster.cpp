@@ -1,0 +1,140 @@
+#include "shm/shm_poster.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "shm/shm_p2p.hpp"
+
+namespace shardkit::detail {
+namespace {
+
+using namespace std::chrono_literals;
+
+class Poster {
+ public:
+  void add(ShmP2p& p) {
+    std::unique_lock lk(mu_);
+    list_.push_back(&p);
+    if (!started_) start();
+    if (sleeping_on_)
+      shm_ring(sleeping_on_->doorbell());  // asleep on another sender's doorbell: look at this one now
+    else
+      cv_.notify_all();
+  }
+
+  void remove(ShmP2p& p) noexcept {
+    std::unique_lock lk(mu_);
+    std::erase(list_, &p);
+    // Asleep on its doorbell: woken, and awake before `p` (and the segment with its doorbell) goes.
+    while (sleeping_on_ == &p) wake(lk);
+  }
+
+ private:
+  void start() {
+    started_ = true;
+    // Signals go to the application's threads, never to this one (SIGINT must reach the thread that waits).
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    std::thread([this] { run(); }).detach();
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+
+  // Rings the doorbell it sleeps on and waits a while for it to wake (mu_ held by `lk`).
+  void wake(std::unique_lock<std::mutex>& lk) {
+    shm_ring(sleeping_on_->doorbell());
+    cv_.wait_for(lk, 10ms);
+  }
+
+  // Posts for every sender it holds: one whose sends are all posted leaves the list. Returns one with sends still
+  // pending that no other thread is inside (nullptr: none), and whether some owner was inside its own.
+  ShmP2p* post_all(bool& busy) {
+    ShmP2p* left = nullptr;
+    busy = false;
+    for (auto it = list_.begin(); it != list_.end();) {
+      switch ((*it)->post_in_background()) {
+        case ShmP2p::Posted::kAll:
+          it = list_.erase(it);
+          continue;
+        case ShmP2p::Posted::kSome:
+          left = left ? left : *it;
+          break;
+        case ShmP2p::Posted::kBusy:
+          busy = true;
+          break;
+      }
+      ++it;
+    }
+    return left;
+  }
+
+  void run() {
+    std::unique_lock lk(mu_);
+    auto busy_wait = 50us;
+    for (;;) {
+      if (list_.empty()) {
+        cv_.wait(lk);
+        continue;
+      }
+      bool busy = false;
+      ShmP2p* left = post_all(busy);
+      if (!left) {
+        if (busy) {  // owners post their own while inside: look again later, less often the longer they stay
+          cv_.wait_for(lk, busy_wait);
+          busy_wait = std::min<std::chrono::microseconds>(busy_wait * 2, 10ms);
+        }
+        continue;
+      }
+      busy_wait = 50us;
+      // Sleeps on its doorbell, counted among its sleepers before a last look (as shm_wait_until does), so that a
+      // receiver freeing an entry meanwhile rings it.
+      ShmLine& bell = left->doorbell();
+      bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      const std::uint32_t seen = bell.flag.load(std::memory_order_seq_cst);
+      const ShmP2p::Posted now = left->post_in_background();
+      if (now == ShmP2p::Posted::kSome) {
+        sleeping_on_ = left;
+        lk.unlock();
+        shm_sleep(bell, seen, list_.size() > 1 ? 1ms : 50ms);  // the others' receivers ring other doorbells
+        lk.lock();
+        sleeping_on_ = nullptr;
+        cv_.notify_all();  // remove() may wait for it
+      }
+      bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      if (now == ShmP2p::Posted::kAll) std::erase(list_, left);
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<ShmP2p*> list_;
+  ShmP2p* sleeping_on_ = nullptr;
+  bool started_ = false;
+};
+
+// Lives as long as the process (never destroyed: a communicator freed during static destruction still removes its
+// sender), as does its thread, which holds only senders whose communicators are alive.
+Poster& poster() {
+  static Poster* const p = new Poster;
+  return *p;
+}
+
+}  // namespace
+
+void shm_poster_add(ShmP2p& p) {
+  poster().add(p);
+}
+
+void shm_poster_remove(ShmP2p& p) noexcept {
+  poster().remove(p);
+}
+
+}  // namespace shardkit::detail
