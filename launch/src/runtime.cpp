@@ -54,9 +54,13 @@ void request_abort_at_exit(const std::string& reason) {
 
 namespace {
 std::atomic<void (*)(const std::string&)> g_before_abort{nullptr};
+std::atomic<void (*)() noexcept> g_before_finalize{nullptr};
 }  // namespace
 
 void set_before_abort(void (*fn)(const std::string& reason)) { g_before_abort.store(fn); }
+void set_before_finalize(void (*fn)() noexcept) {
+  g_before_finalize.store(fn);
+}
 
 void run_before_abort(const std::string& reason) noexcept {
   static std::atomic<bool> ran{false};
@@ -170,6 +174,7 @@ Runtime::~Runtime() {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  if (auto* fn = g_before_finalize.load()) fn();
   if (installed_signal_handlers_) uninstall_interrupt_handlers();
   world_ = MpiComm();  // free our duplicate before MPI goes away
   if (owns_mpi_ && !mpi_finalized()) {

@@ -286,6 +286,43 @@ def test_a_skipped_collective_times_out_and_ends_the_job():
     assert took < 60
 
 
+# Point-to-point sends pending on shm (more small messages than the ring from one rank to another holds) where one side
+# keeps its communicator alive until shutdown (a module global), no timeout. "receiver": it takes 5 of 40, and the
+# sender frees its end: that waits for room until the receiver's shutdown closes its end (before, it waited for good
+# while the receiver waited for it in MPI_Finalize), then warns of the messages dropped. "sender": it shuts down with 24
+# pending while the receiver takes all 40 a second later: shutdown posts them before it finalises.
+@pytest.mark.parametrize("keeps", ["receiver", "sender"])
+def test_a_communicator_alive_at_shutdown_neither_hangs_its_peer_nor_loses_what_it_sent(keeps):
+    code = textwrap.dedent(f"""
+        import time, numpy as np, shardkit as sk
+        c = sk.world().dup()
+        mine = 1 if "{keeps}" == "receiver" else 0
+        if c.rank == 0:
+            for i in range(40):
+                sk.mpi.send(np.full(3, i, np.int64), 1, tag=i, comm=c)
+            if mine != 0:
+                del c
+        else:
+            time.sleep(1)
+            for i in range(5 if mine == 1 else 40):
+                r, _ = sk.mpi.recv(np.zeros(3, np.int64), 0, tag=i, comm=c)
+                assert r.tolist() == [i] * 3
+            if mine != 1:
+                del c
+        print(f"rank {{sk.rank()}} done", flush=True)
+    """)
+    r = mpirun(2, [sys.executable, "-c", code], timeout=60)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "rank 0 done" in out and "rank 1 done" in out, out
+    if keeps == "receiver":
+        lost = re.search(r"rank 0: (\d+) message\(s\) sent to rank 1 were never received: it had freed the communicator",
+                         out)
+        assert lost and 40 - 16 - 5 <= int(lost.group(1)) <= 40 - 16, out
+    else:
+        assert "never received" not in out, out
+
+
 SKIPPER = textwrap.dedent("""
     import numpy as np
     import shardkit as sk

@@ -74,6 +74,7 @@ ShmP2p::ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitP
       incoming_(static_cast<std::size_t>(n_)),
       pending_(static_cast<std::size_t>(n_)),
       dropped_(static_cast<std::size_t>(n_), 0) {
+  shm_poster_track(*this);
   static_assert(sizeof(Head) == 24 && sizeof(ShmLine::data) >= sizeof(Head) + kInlineBytes);
   // An eager message (one entry) never goes by single copy: send() does not wait for its receiver.
   SHARDKIT_ASSERT(
@@ -82,23 +83,36 @@ ShmP2p::ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitP
 }
 
 ShmP2p::~ShmP2p() {
+  close_end();
+  if (pending_count_ != 0 && !abort_.aborted)
+    shm_wait_until(seg_.bell(me_), policy_, deadline_after(pending_timeout()), [&] { return !flush(); });
+  shm_poster_remove(*this);  // from here on no other thread touches it
+  report_lost();
+}
+
+void ShmP2p::close_end() noexcept {
   // closed(me_): senders drop what is pending for this rank, and a send that waits for it raises.
   seg_.bell(me_).size.store(1, std::memory_order_seq_cst);
   for (int p = 0; p < n_; ++p)
     if (p != me_) shm_ring(seg_.bell(p));
-  if (pending_count_ != 0 && !abort_.aborted)
-    shm_wait_until(seg_.bell(me_), policy_, deadline_after(pending_timeout_), [&] { return !flush(); });
-  shm_poster_remove(*this);  // from here on no other thread touches it
+}
+
+void ShmP2p::report_lost() noexcept {
+  const std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;  // another thread is inside (at shutdown): it reports nothing
   auto warn = [&](std::size_t lost, int p, const char* why) {
     if (lost != 0)
       std::fprintf(stderr, "shardkit: warning: rank %d: %zu message(s) sent to rank %d were never received: %s\n", me_,
                    lost, p, why);
   };
   for (int p = 0; p < n_; ++p) {
-    warn(dropped_[p], p, "it had freed the communicator");
+    warn(dropped_[p], p, "it had freed the communicator (or shut shardkit down)");
     warn(pending_[p].size(), p,
          abort_.aborted ? "the communicator was aborted"
                         : "they still waited for room in its ring when the timeout passed (or a signal came)");
+    dropped_[p] = 0;
+    pending_count_ -= pending_[p].size();
+    pending_[p].clear();
   }
 }
 
@@ -121,7 +135,7 @@ void ShmP2p::send(const Array& buf, int dest, int tag, const OpContext& ctx) {
       copy_bytes(data.get(), bytes_of(buf), bytes);
       pending_[dest].push_back(Pending{tag, buf.dtype(), bytes, std::move(data)});
       ++pending_count_;
-      pending_timeout_ = ctx.timeout;
+      pending_timeout_ms_.store(ctx.timeout.count(), std::memory_order_relaxed);
       if (!registered_) {
         registered_ = true;
         shm_poster_add(*this);

@@ -80,6 +80,16 @@ class ShmP2p {
   Posted post_in_background() noexcept;
   /// This rank's doorbell, which its receivers ring as they free entries.
   ShmLine& doorbell() const noexcept { return seg_.bell(me_); }
+  /// For shutdown (shm_poster_close_all) and the destructor: marks this rank's end gone (senders drop what they have
+  /// for it, and a send that would wait for it raises). Idempotent; any thread.
+  void close_end() noexcept;
+  /// The timeout of the send that queued the last pending one (0: none). Any thread.
+  std::chrono::milliseconds pending_timeout() const noexcept {
+    return std::chrono::milliseconds(pending_timeout_ms_.load(std::memory_order_relaxed));
+  }
+  /// Prints a warning per rank that lost messages (dropped, or still pending: those are dropped now) and forgets them,
+  /// unless another thread is inside.
+  void report_lost() noexcept;
 
  private:
   struct Head;
@@ -179,7 +189,7 @@ class ShmP2p {
   std::atomic<std::size_t> pending_count_ = 0;    // changed with mu_ held; read without, by its owner's flush()
   bool registered_ = false;                       // whether the poster holds it (shm_poster_add)
   std::vector<std::size_t> dropped_;              // pending sends to each rank dropped as its end was gone
-  std::chrono::milliseconds pending_timeout_{0};  // the timeout of the send that queued the last pending one
+  std::atomic<std::chrono::milliseconds::rep> pending_timeout_ms_{0};  // pending_timeout()
 };
 
 }  // namespace shardkit::detail

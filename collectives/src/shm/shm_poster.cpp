@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "shardkit/core/interrupt.hpp"
+#include "shardkit/launch/runtime.hpp"
 #include "shm/shm_p2p.hpp"
 
 namespace shardkit::detail {
@@ -19,6 +21,11 @@ using namespace std::chrono_literals;
 
 class Poster {
  public:
+  void track(ShmP2p& p) {
+    const std::lock_guard lk(mu_);
+    all_.push_back(&p);
+  }
+
   void add(ShmP2p& p) {
     std::unique_lock lk(mu_);
     list_.push_back(&p);
@@ -32,8 +39,26 @@ class Poster {
   void remove(ShmP2p& p) noexcept {
     std::unique_lock lk(mu_);
     std::erase(list_, &p);
+    std::erase(all_, &p);
     // Asleep on its doorbell: woken, and awake before `p` (and the segment with its doorbell) goes.
     while (sleeping_on_ == &p) wake(lk);
+  }
+
+  void close_all() noexcept {
+    std::unique_lock lk(mu_);
+    for (ShmP2p* p : all_) p->close_end();
+    // Until what is pending is posted (or dropped, to closed ends), each sender's timeout at most.
+    const auto now = std::chrono::steady_clock::now();
+    auto deadline = now;
+    for (ShmP2p* p : list_) {
+      const std::chrono::milliseconds t = p->pending_timeout();
+      deadline = t.count() == 0 ? std::chrono::steady_clock::time_point::max() : std::max(deadline, now + t);
+      if (t.count() == 0) break;
+    }
+    const InterruptibleWait waiting;
+    while (!list_.empty() && interrupt_signal() == 0 && std::chrono::steady_clock::now() < deadline)
+      cv_.wait_for(lk, 20ms);  // the poster says when it has emptied the list
+    for (ShmP2p* p : all_) p->report_lost();
   }
 
  private:
@@ -85,6 +110,7 @@ class Poster {
       }
       bool busy = false;
       ShmP2p* left = post_all(busy);
+      if (list_.empty()) cv_.notify_all();  // close_all() may wait for it
       if (!left) {
         if (busy) {  // owners post their own while inside: look again later, less often the longer they stay
           cv_.wait_for(lk, busy_wait);
@@ -102,8 +128,9 @@ class Poster {
       const ShmP2p::Posted now = left->post_in_background();
       if (now == ShmP2p::Posted::kSome) {
         sleeping_on_ = left;
+        const auto most = list_.size() > 1 ? 1ms : 50ms;  // the others' receivers ring other doorbells
         lk.unlock();
-        shm_sleep(bell, seen, list_.size() > 1 ? 1ms : 50ms);  // the others' receivers ring other doorbells
+        shm_sleep(bell, seen, most);
         lk.lock();
         sleeping_on_ = nullptr;
         cv_.notify_all();  // remove() may wait for it
@@ -115,7 +142,8 @@ class Poster {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<ShmP2p*> list_;
+  std::vector<ShmP2p*> list_;  // with sends pending
+  std::vector<ShmP2p*> all_;   // alive
   ShmP2p* sleeping_on_ = nullptr;
   bool started_ = false;
 };
@@ -128,6 +156,15 @@ Poster& poster() {
 }
 
 }  // namespace
+
+void shm_poster_track(ShmP2p& p) {
+  poster().track(p);
+  set_before_finalize(&shm_poster_close_all);
+}
+
+void shm_poster_close_all() noexcept {
+  poster().close_all();
+}
 
 void shm_poster_add(ShmP2p& p) {
   poster().add(p);

@@ -24,6 +24,10 @@ std::string abort_at_exit_reason();
 /// the other ranks'); set once by the collectives layer. run_before_abort runs it (at most once; never throws).
 void set_before_abort(void (*fn)(const std::string& reason));
 void run_before_abort(const std::string& reason) noexcept;
+/// What runs as the Runtime goes away, before MPI_Finalize, unless the job ends with MPI_Abort (the shm backend: the
+/// ends of communicators still alive are closed, their pending sends posted or dropped, so that no peer waits for
+/// them); set once by the collectives layer. Must not throw.
+void set_before_finalize(void (*fn)() noexcept);
 
 /// Options of the Runtime.
 struct RuntimeOptions {
