@@ -55,6 +55,43 @@ class ShmP2pTest : public ::testing::Test {
     return Array::from_values<std::int32_t>(v);
   }
   static bool on_shm(OpKind op) { return comm().backend_for(op, Device::cpu()) == BackendKind::kShm; }
+
+  // Three rings' worth of messages from each rank to its right neighbour on `c`, the i-th with tag i: every third a
+  // whole entry's payload on shm; across hosts (MPI) all small, as Open MPI sends 4 KiB over TCP as a rendezvous, which
+  // waits for the receive.
+  class Burst {
+   public:
+    explicit Burst(Communicator& c)
+        : c_(c),
+          n_(c.size()),
+          me_(c.rank()),
+          payload_(static_cast<std::int64_t>(P2pGeometry::for_ranks(n_).payload)),
+          count_(3 * P2pGeometry::for_ranks(n_).entries),
+          shm_(c.backend_for(OpKind::kSend, Device::cpu()) == BackendKind::kShm) {}
+    void send() {
+      for (int i = 0; i < count_; ++i) c_.send(message(bytes(i), me_, i), (me_ + 1) % n_, i).wait();
+    }
+    // Even ones by their tag, odd ones by any tag (which must still take them in the order sent).
+    void receive() {
+      const int from = (me_ + n_ - 1) % n_;
+      for (int i = 0; i < count_; ++i) {
+        SCOPED_TRACE(::testing::Message() << "message " << i);
+        Array y = Array::zeros({bytes(i) / 4}, DType::kInt32);
+        RecvStatus st;
+        c_.recv_into(y, from, i % 2 == 0 ? i : kAnyTag, &st).wait();
+        EXPECT_EQ(st.tag, i);
+        EXPECT_TRUE(same(y, message(bytes(i), from, i)));
+      }
+    }
+
+   private:
+    std::int64_t bytes(int i) const { return i % 3 == 0 && shm_ ? payload_ : 4 * (i % 7); }
+    Communicator& c_;
+    int n_, me_;
+    std::int64_t payload_;
+    int count_;
+    bool shm_;
+  };
 };
 
 // A rank sends its right neighbour one message of each size that travels eagerly (up to an entry's payload: its send
@@ -197,27 +234,12 @@ TEST_F(ShmP2pTest, EagerSendsReturnAndArePostedWhileTheSenderIsInACollective) {
     o.timeout = std::chrono::seconds(timed ? 20 : 0);
     if (!timed) o.check = false;
     auto c = Communicator::world(o);
-    const int n = c->size(), me = c->rank(), to = (me + 1) % n, from = (me + n - 1) % n;
-    const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(n).payload);
-    const int count = 3 * P2pGeometry::for_ranks(n).entries;
-    // Every third one a whole entry's payload on shm; across hosts (MPI) all small, as Open MPI sends 4 KiB over TCP
-    // as a rendezvous, which waits for the receive.
-    const bool shm = c->backend_for(OpKind::kSend, Device::cpu()) == BackendKind::kShm;
-    auto bytes_of_message = [payload, shm](int i) -> std::int64_t { return i % 3 == 0 && shm ? payload : 4 * (i % 7); };
+    const int n = c->size(), me = c->rank();
+    Burst burst(*c);
     for (const std::string step : {"allreduce", "scan", "dup"}) {
       SCOPED_TRACE(step);
-      for (int i = 0; i < count; ++i) c->send(message(bytes_of_message(i), me, i), to, i).wait();
+      burst.send();
       c->barrier().wait();
-      auto receive_all = [&] {
-        for (int i = 0; i < count; ++i) {
-          SCOPED_TRACE(::testing::Message() << "message " << i);
-          Array y = Array::zeros({bytes_of_message(i) / 4}, DType::kInt32);
-          RecvStatus st;
-          c->recv_into(y, from, i % 2 == 0 ? i : kAnyTag, &st).wait();
-          EXPECT_EQ(st.tag, i);
-          EXPECT_TRUE(same(y, message(bytes_of_message(i), from, i)));
-        }
-      };
       auto run_step = [&] {
         const Array one = Array::from_values<std::int32_t>({1});
         if (step == "dup") {
@@ -230,9 +252,9 @@ TEST_F(ShmP2pTest, EagerSendsReturnAndArePostedWhileTheSenderIsInACollective) {
       };
       if (me % 2 == (step == "scan" ? 1 : 0)) {
         run_step();
-        receive_all();
+        burst.receive();
       } else {
-        receive_all();
+        burst.receive();
         run_step();
       }
     }
@@ -254,22 +276,12 @@ TEST_F(ShmP2pTest, PendingSendsArePostedWhileTheSenderWaitsElsewhere) {
   untimed.name = "shm p2p other";
   untimed.check = false;
   auto other = Communicator::world(untimed);
-  const int n = c->size(), me = c->rank(), to = (me + 1) % n, from = (me + n - 1) % n;
-  const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(n).payload);
-  const int count = 3 * P2pGeometry::for_ranks(n).entries;
-  const bool shm = c->backend_for(OpKind::kSend, Device::cpu()) == BackendKind::kShm;
-  auto bytes_of_message = [payload, shm](int i) -> std::int64_t { return i % 3 == 0 && shm ? payload : 4 * (i % 7); };
+  const int n = c->size(), me = c->rank();
+  Burst burst(*c);
   for (const std::string step : {"allreduce", "scan", "mpi"}) {
     SCOPED_TRACE(step);
-    for (int i = 0; i < count; ++i) c->send(message(bytes_of_message(i), me, i), to, i).wait();
+    burst.send();
     comm().barrier().wait();
-    auto receive_all = [&] {
-      for (int i = 0; i < count; ++i) {
-        Array y = Array::zeros({bytes_of_message(i) / 4}, DType::kInt32);
-        c->recv_into(y, from, i).wait();
-        EXPECT_TRUE(same(y, message(bytes_of_message(i), from, i))) << "message " << i;
-      }
-    };
     auto run_step = [&] {
       const Array one = Array::from_values<std::int32_t>({1});
       if (step == "mpi") {
@@ -288,11 +300,11 @@ TEST_F(ShmP2pTest, PendingSendsArePostedWhileTheSenderWaitsElsewhere) {
       t.wait();
       EXPECT_EQ(y.to_vector<std::int32_t>()[0], step == "allreduce" ? n : me + 1);
     };
-    if (me % 2 == 0) {
+    if (me % 2 == (step == "scan" ? 1 : 0)) {  // scan: the odd ranks, which wait for rank 0's part
       run_step();
-      receive_all();
+      burst.receive();
     } else {
-      receive_all();
+      burst.receive();
       run_step();
     }
   }

@@ -74,12 +74,12 @@ ShmP2p::ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitP
       incoming_(static_cast<std::size_t>(n_)),
       pending_(static_cast<std::size_t>(n_)),
       dropped_(static_cast<std::size_t>(n_), 0) {
-  shm_poster_track(*this);
   static_assert(sizeof(Head) == 24 && sizeof(ShmLine::data) >= sizeof(Head) + kInlineBytes);
   // An eager message (one entry) never goes by single copy: send() does not wait for its receiver.
   SHARDKIT_ASSERT(
       geo_.payload >= kInlineBytes && geo_.payload < kSingleCopyBytes && (geo_.entries & (geo_.entries - 1)) == 0,
       "a point-to-point ring of ", geo_.entries, " entries of ", geo_.payload, " bytes");
+  shm_poster_track(*this);  // last: from here on the destructor runs
 }
 
 ShmP2p::~ShmP2p() {
@@ -137,8 +137,8 @@ void ShmP2p::send(const Array& buf, int dest, int tag, const OpContext& ctx) {
       ++pending_count_;
       pending_timeout_ms_.store(ctx.timeout.count(), std::memory_order_relaxed);
       if (!registered_) {
-        registered_ = true;
         shm_poster_add(*this);
+        registered_ = true;
       }
     }
     return;

@@ -83,6 +83,8 @@ class ShmP2p {
   /// For shutdown (shm_poster_close_all) and the destructor: marks this rank's end gone (senders drop what they have
   /// for it, and a send that would wait for it raises). Idempotent; any thread.
   void close_end() noexcept;
+  /// Whether some sends are pending. Any thread.
+  bool has_pending() const noexcept { return pending_count_.load(std::memory_order_acquire) != 0; }
   /// The timeout of the send that queued the last pending one (0: none). Any thread.
   std::chrono::milliseconds pending_timeout() const noexcept {
     return std::chrono::milliseconds(pending_timeout_ms_.load(std::memory_order_relaxed));

@@ -4,8 +4,11 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,7 +32,7 @@ class Poster {
   void add(ShmP2p& p) {
     std::unique_lock lk(mu_);
     list_.push_back(&p);
-    if (!started_) start();
+    if (!started_) start();  // where it cannot start, the senders' own calls post what is pending (and it tries again)
     if (sleeping_on_)
       shm_ring(sleeping_on_->doorbell());  // asleep on another sender's doorbell: look at this one now
     else
@@ -47,28 +50,41 @@ class Poster {
   void close_all() noexcept {
     std::unique_lock lk(mu_);
     for (ShmP2p* p : all_) p->close_end();
-    // Until what is pending is posted (or dropped, to closed ends), each sender's timeout at most.
+    // Until what is pending is posted (or dropped, to closed ends), each sender's timeout at most. Pending sends, not
+    // the list: one stays listed while another thread is inside it (a receive that never ends), which posts its own.
+    auto pending = [&] { return std::ranges::any_of(list_, [](const ShmP2p* p) { return p->has_pending(); }); };
     const auto now = std::chrono::steady_clock::now();
     auto deadline = now;
     for (ShmP2p* p : list_) {
+      if (!p->has_pending()) continue;
       const std::chrono::milliseconds t = p->pending_timeout();
       deadline = t.count() == 0 ? std::chrono::steady_clock::time_point::max() : std::max(deadline, now + t);
       if (t.count() == 0) break;
     }
     const InterruptibleWait waiting;
-    while (!list_.empty() && interrupt_signal() == 0 && std::chrono::steady_clock::now() < deadline)
+    while (pending() && interrupt_signal() == 0 && std::chrono::steady_clock::now() < deadline)
       cv_.wait_for(lk, 20ms);  // the poster says when it has emptied the list
     for (ShmP2p* p : all_) p->report_lost();
   }
 
  private:
-  void start() {
-    started_ = true;
+  void start() noexcept {
     // Signals go to the application's threads, never to this one (SIGINT must reach the thread that waits).
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    std::thread([this] { run(); }).detach();
+    try {
+      std::thread([this] { run(); }).detach();
+      started_ = true;
+    } catch (const std::exception& e) {
+      static std::once_flag warned;
+      std::call_once(warned, [&] {
+        std::fprintf(stderr,
+                     "shardkit: warning: no thread to post pending point-to-point sends (%s): only the "
+                     "sender's own calls post them\n",
+                     e.what());
+      });
+    }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
   }
 
@@ -120,7 +136,8 @@ class Poster {
       }
       busy_wait = 50us;
       // Sleeps on its doorbell, counted among its sleepers before a last look (as shm_wait_until does), so that a
-      // receiver freeing an entry meanwhile rings it.
+      // receiver freeing an entry meanwhile rings it. (Meanwhile every post to this rank rings it too: a futex wake
+      // per message while this rank's sends wait for room.)
       ShmLine& bell = left->doorbell();
       bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -148,11 +165,20 @@ class Poster {
   bool started_ = false;
 };
 
+std::atomic<Poster*> g_poster{nullptr};
+
 // Lives as long as the process (never destroyed: a communicator freed during static destruction still removes its
-// sender), as does its thread, which holds only senders whose communicators are alive.
+// sender), as does its thread, which holds only senders whose communicators are alive. A child forked meanwhile has
+// no such thread, and may have its lock held by it at the fork: it gets a poster of its own (the parent's
+// communicators are not the child's to use).
 Poster& poster() {
-  static Poster* const p = new Poster;
-  return *p;
+  static const bool made = [] {
+    g_poster.store(new Poster);
+    pthread_atfork(nullptr, nullptr, [] { g_poster.store(new Poster); });
+    return true;
+  }();
+  (void)made;
+  return *g_poster.load();
 }
 
 }  // namespace
