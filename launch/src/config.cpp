@@ -1,10 +1,13 @@
 #include "shardkit/launch/config.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "shardkit/core/error.hpp"
 
@@ -44,7 +47,10 @@ std::chrono::milliseconds parse_seconds(const char* name, std::string_view v) {
 }
 
 std::mutex g_mu;
-std::optional<Config> g_config;
+// Never freed, nor rewritten: a reference that get() returned stays valid and unchanged (other threads read through
+// theirs, the watchdog's among them), and set() publishes a new one. The ones it replaced are kept here.
+std::atomic<const Config*> g_config{nullptr};
+std::vector<std::unique_ptr<const Config>>* g_replaced = new std::vector<std::unique_ptr<const Config>>;
 
 }  // namespace
 
@@ -88,14 +94,16 @@ Config Config::from_env() {
 }
 
 const Config& Config::get() {
+  if (const Config* c = g_config.load(std::memory_order_acquire)) return *c;
   std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_config) g_config = from_env();
-  return *g_config;
+  if (!g_config.load(std::memory_order_relaxed)) g_config.store(new Config(from_env()), std::memory_order_release);
+  return *g_config.load(std::memory_order_relaxed);
 }
 
 void Config::set(const Config& config) {
+  auto next = std::make_unique<const Config>(config);
   std::lock_guard<std::mutex> lock(g_mu);
-  g_config = config;
+  if (const Config* old = g_config.exchange(next.release(), std::memory_order_acq_rel)) g_replaced->emplace_back(old);
 }
 
 }  // namespace shardkit

@@ -50,9 +50,10 @@ struct Config {
 
   /// Parses the variables above. @throws InvalidArgument on a malformed value.
   static Config from_env();
-  /// The process-wide configuration (from_env() on first use; later changes through set()).
+  /// The process-wide configuration (from_env() on first use; later changes through set()). The reference stays valid
+  /// and unchanged for the life of the process, whatever other threads do (a set() publishes a new one).
   static const Config& get();
-  /// Replaces the process-wide configuration (tests, bindings).
+  /// Replaces the process-wide configuration (tests, bindings): get() returns the new one from now on.
   static void set(const Config& config);
 };
 
