@@ -84,6 +84,27 @@ class ShmP2pTest : public ::testing::Test {
       }
     }
 
+    // Runs `step` and receive(): half the ranks go into the step while their right neighbours receive, so that only
+    // what posts pending sends during the step lets those receives end. The even ranks, but for a scan the odd ones,
+    // which wait there for rank 0's part.
+    template <typename Step>
+    void receive_around(const std::string& step, Step&& run_step) {
+      if (me_ % 2 == (step == "scan" ? 1 : 0)) {
+        run_step();
+        receive();
+      } else {
+        receive();
+        run_step();
+      }
+    }
+    // An allreduce ("allreduce") or a scan ("scan") of a 1 from every rank on `on`, and its result.
+    static void sum_ones(Communicator& on, const std::string& step) {
+      const Array one = Array::from_values<std::int32_t>({1});
+      auto [y, t] = step == "allreduce" ? on.allreduce(one, ReduceOp::kSum) : on.scan(one, ReduceOp::kSum);
+      t.wait();
+      EXPECT_EQ(y.to_vector<std::int32_t>()[0], step == "allreduce" ? on.size() : on.rank() + 1);
+    }
+
    private:
     std::int64_t bytes(int i) const { return i % 3 == 0 && shm_ ? payload_ : 4 * (i % 7); }
     Communicator& c_;
@@ -234,29 +255,17 @@ TEST_F(ShmP2pTest, EagerSendsReturnAndArePostedWhileTheSenderIsInACollective) {
     o.timeout = std::chrono::seconds(timed ? 20 : 0);
     if (!timed) o.check = false;
     auto c = Communicator::world(o);
-    const int n = c->size(), me = c->rank();
     Burst burst(*c);
     for (const std::string step : {"allreduce", "scan", "dup"}) {
       SCOPED_TRACE(step);
       burst.send();
       c->barrier().wait();
-      auto run_step = [&] {
-        const Array one = Array::from_values<std::int32_t>({1});
-        if (step == "dup") {
-          EXPECT_EQ(c->dup()->size(), n);
-          return;
-        }
-        auto [y, t] = step == "allreduce" ? c->allreduce(one, ReduceOp::kSum) : c->scan(one, ReduceOp::kSum);
-        t.wait();
-        EXPECT_EQ(y.to_vector<std::int32_t>()[0], step == "allreduce" ? n : me + 1);
-      };
-      if (me % 2 == (step == "scan" ? 1 : 0)) {
-        run_step();
-        burst.receive();
-      } else {
-        burst.receive();
-        run_step();
-      }
+      burst.receive_around(step, [&] {
+        if (step == "dup")
+          EXPECT_EQ(c->dup()->size(), c->size());
+        else
+          Burst::sum_ones(*c, step);
+      });
     }
     EXPECT_EQ(c->backend_for(OpKind::kScan, Device::cpu()), BackendKind::kMpi);
   }
@@ -276,37 +285,23 @@ TEST_F(ShmP2pTest, PendingSendsArePostedWhileTheSenderWaitsElsewhere) {
   untimed.name = "shm p2p other";
   untimed.check = false;
   auto other = Communicator::world(untimed);
-  const int n = c->size(), me = c->rank();
   Burst burst(*c);
   for (const std::string step : {"allreduce", "scan", "mpi"}) {
     SCOPED_TRACE(step);
     burst.send();
     comm().barrier().wait();
-    auto run_step = [&] {
-      const Array one = Array::from_values<std::int32_t>({1});
-      if (step == "mpi") {
-        MPI_Request r = MPI_REQUEST_NULL;
-        ASSERT_EQ(MPI_Ibarrier(MPI_COMM_WORLD, &r), MPI_SUCCESS);
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-        int done = 0;
-        while (!done && std::chrono::steady_clock::now() < deadline) {
-          MPI_Test(&r, &done, MPI_STATUS_IGNORE);
-          if (!done) std::this_thread::sleep_for(std::chrono::microseconds(100));
-        }
-        ASSERT_TRUE(done) << "the other ranks never came to the barrier";
-        return;
+    burst.receive_around(step, [&] {
+      if (step != "mpi") return Burst::sum_ones(*other, step);
+      MPI_Request r = MPI_REQUEST_NULL;
+      ASSERT_EQ(MPI_Ibarrier(MPI_COMM_WORLD, &r), MPI_SUCCESS);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      int done = 0;
+      while (!done && std::chrono::steady_clock::now() < deadline) {
+        MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+        if (!done) std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
-      auto [y, t] = step == "allreduce" ? other->allreduce(one, ReduceOp::kSum) : other->scan(one, ReduceOp::kSum);
-      t.wait();
-      EXPECT_EQ(y.to_vector<std::int32_t>()[0], step == "allreduce" ? n : me + 1);
-    };
-    if (me % 2 == (step == "scan" ? 1 : 0)) {  // scan: the odd ranks, which wait for rank 0's part
-      run_step();
-      burst.receive();
-    } else {
-      burst.receive();
-      run_step();
-    }
+      ASSERT_TRUE(done) << "the other ranks never came to the barrier";
+    });
   }
   EXPECT_EQ(other->backend_for(OpKind::kScan, Device::cpu()), BackendKind::kMpi);
 }

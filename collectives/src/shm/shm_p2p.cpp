@@ -127,7 +127,7 @@ void ShmP2p::send(const Array& buf, int dest, int tag, const OpContext& ctx) {
   const std::uint64_t bytes = buf.nbytes();
   if (bytes <= geo_.payload) {  // eager: posted now where the ring has room, else pending
     if (closed(dest)) {
-      ++dropped_[dest];  // nothing will take it (the destructor's warning counts it)
+      ++dropped_[dest];  // nothing will take it (report_lost's warning counts it)
     } else if (flush_to(dest) && room(dest)) {
       post_whole(dest, bytes_of(buf), bytes, tag, buf.dtype());
     } else {

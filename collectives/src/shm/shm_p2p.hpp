@@ -140,7 +140,7 @@ class ShmP2p {
   void start(const Array& buf, const unsigned char* from, int dest, int tag);
   bool advance();  // posts pending sends, then what the ring has room for; true once the outgoing message is done
   bool room(int dest);
-  bool closed(int rank) const noexcept;  // whether `rank`'s end is gone (its ShmP2p destroyed)
+  bool closed(int rank) const noexcept;  // whether `rank`'s end is gone (close_end: destroyed, or shut down)
   void refuse_closed(int dest, const OpContext& ctx) const;  // InvalidArgument where closed(dest): a send would wait
   bool post_pending() noexcept;                              // flush() with the lock held
   bool flush_to(int dest) noexcept;      // posts what is pending for `dest` while there is room; true once none is

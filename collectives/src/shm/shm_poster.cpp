@@ -175,6 +175,7 @@ Poster& poster() {
   static const bool made = [] {
     g_poster.store(new Poster);
     pthread_atfork(nullptr, nullptr, [] { g_poster.store(new Poster); });
+    set_before_finalize(&shm_poster_close_all);
     return true;
   }();
   (void)made;
@@ -185,7 +186,6 @@ Poster& poster() {
 
 void shm_poster_track(ShmP2p& p) {
   poster().track(p);
-  set_before_finalize(&shm_poster_close_all);
 }
 
 void shm_poster_close_all() noexcept {

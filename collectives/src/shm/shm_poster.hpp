@@ -24,7 +24,7 @@ void shm_poster_track(ShmP2p& p);
 void shm_poster_add(ShmP2p& p);
 /// `p` is going away: once this returns the poster no longer touches it (nor its segment). Never throws.
 void shm_poster_remove(ShmP2p& p) noexcept;
-/// Shutdown (the Runtime's set_before_finalize, which shm_poster_track registers): closes the end of every ShmP2p
+/// Shutdown (the Runtime's set_before_finalize, registered with the first ShmP2p): closes the end of every ShmP2p
 /// still alive (communicators never freed), so that no peer waits for room this rank will never make, then waits until
 /// their pending sends are posted or dropped (up to the latest of their timeouts, or a signal) and warns of what was
 /// lost. Without it a rank freeing its communicator with sends pending to a rank that kept its own waited for good,
