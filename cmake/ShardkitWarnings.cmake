@@ -18,5 +18,10 @@ if(SHARDKIT_SANITIZE OR SHARDKIT_FUZZ)
   # libstdc++'s <regex>); the unsanitized builds keep it.
   target_compile_options(shardkit_sanitize INTERFACE $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-Wno-maybe-uninitialized>)
   target_link_options(shardkit_sanitize INTERFACE -fsanitize=address,undefined)
+elseif(SHARDKIT_TSAN)
+  # ThreadSanitizer (scripts/test.sh --tsan): the threads of ours (shm_poster.cpp, watchdog.cpp) against the callers'.
+  target_compile_options(shardkit_sanitize INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread -fno-omit-frame-pointer>)
+  target_compile_options(shardkit_sanitize INTERFACE $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-Wno-tsan>)
+  target_link_options(shardkit_sanitize INTERFACE -fsanitize=thread)
 endif()
 install(TARGETS shardkit_warnings shardkit_sanitize EXPORT shardkitTargets)

@@ -39,6 +39,11 @@ foreach(r RANGE 0 ${last})
     message(FATAL_ERROR "rank ${r} could still use the aborted communicator:\n${all}")
   endif()
 endforeach()
+# Under a sanitizer (scripts/test.sh --sanitize, --tsan) a report ends its rank, which this check would otherwise
+# take for part of the job's end.
+if(all MATCHES "WARNING: ThreadSanitizer|ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:")
+  message(FATAL_ERROR "a sanitizer reported:\n${all}")
+endif()
 if(MUST_OUTPUT AND NOT all MATCHES "${MUST_OUTPUT}")
   message(FATAL_ERROR "the output does not contain '${MUST_OUTPUT}':\n${all}")
 endif()
