@@ -30,12 +30,15 @@ std::shared_ptr<Communicator>& shm_world() {
   return c;
 }
 
-// Element counts for `dtype`: 0, 1, odd, past a flag line's inline bytes, past the split size, past two slots.
+// Element counts for `dtype`: 0, 1, odd, past a flag line's inline bytes, a small bcast's ring lines full and past
+// them, past the split size, past two slots.
 std::vector<std::int64_t> shm_counts(DType dtype, bool large) {
   const auto item = static_cast<std::int64_t>(dtype_size(dtype));
-  std::vector<std::int64_t> c = {0, 1, 7, static_cast<std::int64_t>(detail::ShmSegment::kInlineBytes) / item + 1,
-                                 static_cast<std::int64_t>(detail::kShmSplitBytes) / item + 5};
-  if (large) c.push_back(2 * static_cast<std::int64_t>(detail::ShmSegment::kSlotBytes) / item + 3);
+  auto of = [item](std::size_t bytes) { return static_cast<std::int64_t>(bytes) / item; };
+  const std::int64_t ring = of(detail::ShmSegment::kRingBcastBytes);
+  std::vector<std::int64_t> c = {
+      0, 1, 7, of(detail::ShmSegment::kInlineBytes) + 1, ring, ring + 1, of(detail::kShmSplitBytes) + 5};
+  if (large) c.push_back(2 * of(detail::ShmSegment::kSlotBytes) + 3);
   return c;
 }
 
@@ -148,9 +151,9 @@ TEST_P(Shm, BcastsBackToBackWithOtherOperations) {
 // Small bcasts go through each root's ring of flag lines, and a root waits only before writing a line again, until
 // every rank has read that line's last bcast: here the last rank comes late (a sleep before its first bcast, and
 // shorter ones now and then after it), and the root sends three rings' worth of distinct values, with the root
-// changing every fifth bcast (a line's last use was another root's), sizes 0 to 48 bytes; every rank must read every
-// value in order. Without that wait, or with a root that takes a reader to have read more than it has, the late rank
-// reads a later bcast's value. float32, 1-4 ranks.
+// changing every fifth bcast (a line's last use was another root's), sizes 0 to 144 bytes (up to three lines a bcast);
+// every rank must read every value in order. Without that wait, or with a root that takes a reader to have read more
+// than it has, the late rank reads a later bcast's value. float32, 1-4 ranks.
 TEST_P(Shm, SmallBcastsRunAWholeRingAheadOfALateReader) {
   if (dtype() != DType::kFloat32) GTEST_SKIP() << "one dtype is enough";
   constexpr int kLines = detail::ShmSegment::kRingLines;
@@ -160,7 +163,7 @@ TEST_P(Shm, SmallBcastsRunAWholeRingAheadOfALateReader) {
       const int root = round == 0 ? 0 : (i / 5) % size();
       if (rank() == size() - 1 && rank() != root && i % 7 == 3)
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      const auto count = static_cast<std::size_t>(i % (detail::ShmSegment::kInlineBytes / 4 + 1));
+      const auto count = static_cast<std::size_t>((5 * i) % (detail::ShmSegment::kRingBcastBytes / 4 + 1));
       const auto sent = static_cast<float>(1000 * round + 10 * i + root);
       Array x = Array::from_values<float>(std::vector<float>(count, rank() == root ? sent : -1.0f));
       comm().bcast_inplace(x, root).wait();

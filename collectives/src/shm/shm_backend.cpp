@@ -195,18 +195,26 @@ class ShmBackend final : public Backend {
   void bcast(const Array& buf, int root, const OpContext& ctx) {
     const std::size_t item = buf.itemsize();
     unsigned char* p = bytes_of(buf);
-    if (buf.nbytes() <= ShmSegment::kInlineBytes) {  // through the root's ring (shm_steps.hpp)
-      const int j = steps_.next_ring_line();
-      const std::uint32_t s = steps_.next_step();
-      if (me_ == root) {
-        steps_.before_ring_write(j, ctx);
-        std::memcpy(seg_.ring_line(root, j).data, p, buf.nbytes());
-        steps_.post_ring(j, s);
-      } else {
-        steps_.wait_ring(root, j, s, ctx);
-        std::memcpy(p, seg_.ring_line(root, j).data, buf.nbytes());
+    if (buf.nbytes() <= ShmSegment::kRingBcastBytes) {  // through the root's ring, a line per piece (shm_steps.hpp)
+      std::array<int, ShmSegment::kRingBcastBytes / ShmSegment::kInlineBytes> js{};
+      std::size_t pieces = 0;
+      std::uint32_t first = 0;
+      for (std::size_t off = 0; off < buf.nbytes() || off == 0; off += ShmSegment::kInlineBytes) {
+        const std::size_t bytes = std::min(buf.nbytes() - off, ShmSegment::kInlineBytes);
+        const int j = steps_.next_ring_line();
+        const std::uint32_t s = steps_.next_step();
+        if (me_ == root) {
+          steps_.before_ring_write(j, ctx);
+          std::memcpy(seg_.ring_line(root, j).data, p + off, bytes);
+          if (pieces == 0) first = s;
+          js[pieces++] = j;
+        } else {
+          steps_.wait_ring(root, j, s, ctx);
+          std::memcpy(p + off, seg_.ring_line(root, j).data, bytes);
+        }
+        steps_.ring_read(j, root, off + ShmSegment::kInlineBytes >= buf.nbytes());
       }
-      steps_.ring_read(j, root);
+      if (me_ == root) steps_.post_ring({js.data(), pieces}, first);
       return;
     }
     chunks(buf.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {

@@ -68,6 +68,9 @@ class ShmSegment {
   static constexpr std::size_t kSlotBytes = std::size_t{1} << 20;
   /// Lines in each rank's ring of small bcasts.
   static constexpr int kRingLines = 16;
+  /// Bcasts up to this size go through the root's ring, a line (kInlineBytes) per piece (shm_steps.hpp).
+  static constexpr std::size_t kRingBcastBytes = 3 * kInlineBytes;
+  static_assert(kRingBcastBytes / kInlineBytes <= kRingLines);
 
   ShmSegment() = default;
   ShmSegment(ShmSegment&& o) noexcept;
@@ -151,6 +154,10 @@ struct WaitPolicy {
 
 /// Posts `step` on `line` and wakes its sleepers.
 void shm_post(ShmLine& line, std::uint32_t step) noexcept;
+/// shm_post on several lines at once: posts `step + k` on lines[k] without waiting for each store to be seen (the
+/// sequentially consistent store of shm_post waits for its line to be this core's: one miss after another), then, after
+/// one fence for all, wakes each line's sleepers.
+void shm_post_lines(ShmLine* const* lines, int count, std::uint32_t step) noexcept;
 
 /// A doorbell (ShmSegment::bell): after a store that its owner may be waiting for, advances the bell's flag and wakes
 /// the owner where it sleeps on it (nothing to do, beyond reading its sleepers, where it does not).

@@ -137,10 +137,13 @@ std::string ShmSteps::ring_behind(const RingUse& u) const {
   return behind([&](int q) -> ShmLine& { return seg_.read_line(q); }, u.count, u.root);
 }
 
-void ShmSteps::post_ring(int j, std::uint32_t s) {
-  ShmLine& l = seg_.ring_line(me_, j);
-  l.size.store(size_, std::memory_order_relaxed);
-  shm_post(l, s);
+void ShmSteps::post_ring(std::span<const int> js, std::uint32_t first) {
+  std::array<ShmLine*, ShmSegment::kRingLines> lines{};
+  for (std::size_t k = 0; k < js.size(); ++k) {
+    lines[k] = &seg_.ring_line(me_, js[k]);
+    lines[k]->size.store(size_, std::memory_order_relaxed);
+  }
+  shm_post_lines(lines.data(), static_cast<int>(js.size()), first);
 }
 
 // A root whose bcast is larger posts on its set line instead (the set its next use takes). The root may itself be
@@ -152,9 +155,9 @@ void ShmSteps::wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx)
   });
 }
 
-void ShmSteps::ring_read(int j, int root) {
+void ShmSteps::ring_read(int j, int root, bool post) {
   ring_[j] = RingUse{ring_uses_, root, true};
-  if (me_ != root) shm_post(seg_.read_line(me_), ring_uses_);
+  if (me_ != root && post) shm_post(seg_.read_line(me_), ring_uses_);
 }
 
 void ShmSteps::disagree(int p, std::uint64_t theirs, const OpContext& ctx) {

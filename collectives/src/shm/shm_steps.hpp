@@ -12,18 +12,20 @@
 // but a one-way one first waits until all have posted that step (begin()), which keeps the rule above. A one-way
 // operation after a one-way one waits only for the one before that (the last use of the set it writes:
 // before_one_way()), so that a bcast's root, or a reduce's other ranks, run up to two operations ahead, as MPI's eager
-// sends let them. A bcast small enough to travel in a flag line uses no buffer set: the root
-// writes the next line of its own ring (kRingLines lines; the same line on every rank) and returns; each reader waits
-// for it, reads it and posts on its read line how many small bcasts it has read. Only before writing a ring line again
-// does the root wait until every reader of that line's last use has read that many, so that a root may run a whole
-// ring ahead. The root remembers the counts it saw and reads a reader's line again only once that is not enough: the
-// line, written by its reader at every bcast, would otherwise cost a cache miss per bcast.
+// sends let them. A bcast small enough to travel in a few flag lines (ShmSegment::kRingBcastBytes) uses no buffer set:
+// the root writes its pieces in the next lines of its own ring (kRingLines lines; the same lines on every rank), posts
+// them together (shm_post_lines: one wait for the lines to be its core's, not one per line) and returns; each reader
+// waits for each piece, reads it, and after the last posts on its read line how many ring lines it has read. Only
+// before writing a ring line again does the root wait until every reader of that line's last use has read that many,
+// so that a root may run a whole ring ahead. The root remembers the counts it saw and reads a reader's line again only
+// once that is not enough: the line, written by its reader at every bcast, would otherwise cost a cache miss per bcast.
 //
 // Every post carries the size of the operation (what every rank's must agree on); a reader that sees another size
 // raises MismatchError, and a rank that does not come by the deadline gives the TimeoutError naming it.
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -64,17 +66,18 @@ class ShmSteps {
   /// Before the root writes line j of its ring: waits until every rank has read the last small bcast that used line j
   /// (of any root's ring).
   void before_ring_write(int j, const OpContext& ctx);
-  /// The root posts step s on line j of its ring, with the operation's size.
-  void post_ring(int j, std::uint32_t s);
+  /// The root posts steps first, first + 1, ... on lines js of its ring, with the operation's size.
+  void post_ring(std::span<const int> js, std::uint32_t first);
   /// A bcast reader whose bcast is too large for the ring: waits until `root` has posted step s in `set`, for an
   /// operation of this rank's size (a root that posted on its ring instead disagrees on the size).
   void wait_root(int set, int root, std::uint32_t s, const OpContext& ctx);
   /// Waits until `root` has posted step s on line j of its ring, for an operation of this rank's size (a root that
   /// posted on its set line instead disagrees on the size).
   void wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx);
-  /// Every rank, root included, once it has read (or sent) the small bcast on line j: the readers post the count of
-  /// small bcasts so far on their read lines (the root has nothing to post: nobody waits for it to read its own).
-  void ring_read(int j, int root);
+  /// Every rank, root included, once it has read (or sent) the piece of a small bcast on line j: the readers post the
+  /// count of ring lines read so far on their read lines, where `post` (after a bcast's last piece; the root has
+  /// nothing to post: nobody waits for it to read its own).
+  void ring_read(int j, int root, bool post = true);
   /// Rank p as messages name it: its rank in the user's communicator where this one is a node's part.
   int name(int p) const { return names_.empty() ? p : names_[p]; }
 
@@ -114,7 +117,7 @@ class ShmSteps {
   std::uint32_t uses_ = 0;  // buffer-set uses so far
   SetUse last_, before_;    // the last two uses of the buffer sets
   std::uint64_t size_ = 0;  // the size of the running operation
-  // A use of a ring line: its count among small bcasts and its root (whose readers must have read it before the line
+  // A use of a ring line: its count among ring line uses and its root (whose readers must have read it before the line
   // is written again).
   struct RingUse {
     std::uint32_t count = 0;
@@ -123,10 +126,10 @@ class ShmSteps {
   };
   std::string ring_behind(const RingUse& u) const;
 
-  std::uint32_t ring_uses_ = 0;                         // small bcasts so far
+  std::uint32_t ring_uses_ = 0;                         // ring lines used so far (a small bcast's pieces)
   std::array<RingUse, ShmSegment::kRingLines> ring_{};  // each ring line's last use
   // The count each rank's read line was last seen at (counts only grow: a count seen stays true). Counts, not steps:
-  // a step seen before 2^31 other operations would compare wrongly after them; small bcasts pass each count in turn.
+  // a step seen before 2^31 other operations would compare wrongly after them; ring line uses pass each count in turn.
   std::vector<std::uint32_t> read_seen_;
 };
 
