@@ -172,12 +172,18 @@ void shm_post(ShmLine& line, std::uint32_t step) noexcept {
   if (line.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&line.flag);
 }
 
-void shm_post_lines(ShmLine* const* lines, int count, std::uint32_t step) noexcept {
-  for (int k = 0; k < count; ++k) lines[k]->flag.store(step + static_cast<std::uint32_t>(k), std::memory_order_release);
-  // Sequentially consistent with each waiter's (increment sleepers; read flag), as shm_post's store is.
+void shm_post_unseen(ShmLine& line, std::uint32_t step) noexcept {
+  line.flag.store(step, std::memory_order_release);
+}
+
+void shm_wake(ShmLine& line) noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  for (int k = 0; k < count; ++k)
-    if (lines[k]->sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&lines[k]->flag);
+  if (line.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&line.flag);
+}
+
+void shm_post_lines(ShmLine* const* lines, int count, std::uint32_t step) noexcept {
+  for (int k = 0; k < count; ++k) shm_post_unseen(*lines[k], step + static_cast<std::uint32_t>(k));
+  for (int k = 0; k < count; ++k) shm_wake(*lines[k]);  // the first fence waits for all
 }
 
 void shm_ring(ShmLine& bell) noexcept {

@@ -154,6 +154,12 @@ struct WaitPolicy {
 
 /// Posts `step` on `line` and wakes its sleepers.
 void shm_post(ShmLine& line, std::uint32_t step) noexcept;
+/// Posts `step` on `line` without waiting for the store to be seen (shm_post's sequentially consistent store waits for
+/// the line to be this core's, a cache miss where a reader has it); its sleepers are not woken: shm_wake must follow.
+void shm_post_unseen(ShmLine& line, std::uint32_t step) noexcept;
+/// Wakes the sleepers of a line posted with shm_post_unseen (after a fence: sequentially consistent with each
+/// waiter's increment of the sleepers and read of the flag, as shm_post's store is).
+void shm_wake(ShmLine& line) noexcept;
 /// shm_post on several lines at once: posts `step + k` on lines[k] without waiting for each store to be seen (the
 /// sequentially consistent store of shm_post waits for its line to be this core's: one miss after another), then, after
 /// one fence for all, wakes each line's sleepers.

@@ -32,7 +32,22 @@ int ShmSteps::next_set() {
 
 void ShmSteps::step(int set, const OpContext& ctx) {
   const std::uint32_t s = next_step();
-  post(set, s);
+  if (policy_.crowded) {
+    post(set, s);
+    wait_all(set, s, ctx);
+    return;
+  }
+  // Where every rank has a CPU, the post does not wait for this rank's line to be its core's before the wait for the
+  // others begins (the two cache misses overlap); whoever sleeps on the line is woken once this rank has seen every
+  // post, or leaves with an error. Every rank that sleeps on it has posted this step already, so waking it late only
+  // holds it while this rank waits for the others, whom it waits for too. Crowded ranks sleep often: woken at once.
+  ShmLine& l = seg_.line(set, me_);
+  l.size.store(size_, std::memory_order_relaxed);
+  shm_post_unseen(l, s);
+  struct Wake {
+    ShmLine& line;
+    ~Wake() { shm_wake(line); }
+  } wake{l};
   wait_all(set, s, ctx);
 }
 
