@@ -17,6 +17,7 @@
 #include "shm/shm_cma.hpp"
 #include "shm/shm_p2p.hpp"
 #include "shm/shm_segment.hpp"
+#include "shm/shm_steps.hpp"
 
 namespace shardkit::testing {
 namespace {
@@ -270,13 +271,13 @@ TEST_P(Shm, LargeAllreduceKeepsEachBufferUntilAllAreDone) {
 }
 
 // A shm backend told that every rank has a CPU (this machine may have fewer CPUs than ranks), which takes the
-// single-copy paths kept for that case: made by open(), which leaves it null (the test skipped) where they cannot run.
-// `run` runs one call on it.
+// single-copy paths kept for that case: made by open(), which leaves it null (the test skipped) where they cannot run,
+// its steps starting from `first_step` (0, as every backend's; a test hook). `run` runs one call on it.
 struct RoomyBackend {
   std::shared_ptr<Communicator> world = Communicator::world();
   std::unique_ptr<detail::Backend> backend;
 
-  void open() {
+  void open(std::uint32_t first_step = 0) {
     if (on_gpu()) GTEST_SKIP() << "host buffers only";  // the helpers make device arrays there
     if (world->size() < 2 || !world_on_one_node()) GTEST_SKIP() << "single copy needs 2 ranks or more on one node";
     if (!detail::probe_cma(world->mpi_handle()).usable) GTEST_SKIP() << "the kernel refuses process_vm_readv here";
@@ -284,7 +285,9 @@ struct RoomyBackend {
     ASSERT_FALSE(roomy.crowded);
     world->barrier().wait();  // every rank has arrived: the backend's making blocks
     std::string why;
+    detail::shm_first_step_for_tests(first_step);
     backend = detail::make_shm_backend(world->mpi_handle(), std::make_shared<detail::AbortState>(), &why, {}, &roomy);
+    detail::shm_first_step_for_tests(0);
     ASSERT_TRUE(backend) << why;
   }
   void run(OpKind op, const Array* send, Array* recv, const OpArgs& args) {
@@ -354,6 +357,47 @@ TEST(ShmBackend, SharedBcastWhereEveryRankHasACpu) {
       }
     }
   }
+}
+
+// Steps are 32 bits and wrap, and a line never posted holds 0, which every step past 2^31 had "reached": a reader of a
+// root's first small bcast took the ring line for posted without waiting for the root (a MismatchError naming 0 bytes;
+// where the line had been posted with the reader's size, the old bytes), and a reader of a bcast through a buffer set
+// took the root's unused ring line for a post there and raised MismatchError. Here the steps start just
+// short of 2^31 (a test hook), as if after 2^31 operations: two allreduces post every rank's line of both buffer sets
+// (as any long run has), and past 2^31 each root in turn comes late (a sleep before it sends) to bcasts through the
+// ring (one line and three), a buffer set and the single copy; every rank must get the root's values, and the sums of
+// the allreduces around them. 2-4 ranks.
+TEST(ShmBackend, BcastsPastTwoToThe31StepsWaitForTheRoot) {
+  RoomyBackend b;
+  b.open(0x80000000U - 3);
+  if (!b.backend) return;
+  const int n = b.world->size(), me = b.world->rank();
+  auto allreduce = [&](std::int64_t count) {
+    SCOPED_TRACE(::testing::Message() << "allreduce count=" << count);
+    const Array x = input(DType::kFloat32, {count}, me, pattern_for(ReduceOp::kSum));
+    Array out = Array::empty({count}, DType::kFloat32);
+    OpArgs args;
+    args.reduce = ReduceOp::kSum;
+    b.run(OpKind::kAllreduce, &x, &out, args);
+    EXPECT_TRUE(same(out, reference(DType::kFloat32, {count}, ReduceOp::kSum, 0, n - 1)));
+  };
+  allreduce(3);
+  allreduce(1000);
+  const auto ring = static_cast<std::int64_t>(detail::ShmSegment::kRingBcastBytes / 4);
+  const auto cma = static_cast<std::int64_t>(detail::kCmaBcastBytes / 4);
+  for (int root = 0; root < n; ++root) {
+    for (const std::int64_t count : {std::int64_t{2}, ring, ring + 1, cma + 1}) {
+      SCOPED_TRACE(::testing::Message() << "count=" << count << " root=" << root);
+      Array buf = input(DType::kFloat32, {count}, me, Pattern::kData);
+      if (me == root) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      OpArgs args;
+      args.root = root;
+      b.run(OpKind::kBcast, me == root ? &buf : nullptr, me == root ? nullptr : &buf, args);
+      EXPECT_TRUE(same(buf, input(DType::kFloat32, {count}, root, Pattern::kData)));
+    }
+  }
+  allreduce(3);
+  allreduce(2 * cma);
 }
 
 TEST_P(Shm, Allgather) {

@@ -214,10 +214,10 @@ void shm_mpi_progress() noexcept {
 }
 
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
-              std::chrono::steady_clock::time_point deadline, const ShmLine* also) noexcept {
+              std::chrono::steady_clock::time_point deadline, const ShmLine* also, StepMatch match) noexcept {
   return shm_wait_until(line, policy, deadline, [&] {
-    return reached(line.flag.load(std::memory_order_acquire), step) ||
-           (also && reached(also->flag.load(std::memory_order_acquire), step));
+    return matches(line.flag.load(std::memory_order_acquire), step, match) ||
+           (also && matches(also->flag.load(std::memory_order_acquire), step, match));
   });
 }
 

@@ -132,9 +132,17 @@ class ShmSegment {
   int ranks_ = 0;
 };
 
-/// True when `flag` has reached `step` (steps wrap around).
+/// True when `flag` has reached `step` (steps wrap around). A line last posted 2^31 steps ago, or never (0, once the
+/// steps pass 2^31), has "reached" every step: only a wait whose poster may have gone on past the step takes this.
 inline bool reached(std::uint32_t flag, std::uint32_t step) noexcept {
   return static_cast<std::int32_t>(flag - step) >= 0;
+}
+
+/// How a wait compares a flag with its step: kReached where the poster may have posted later steps since (reached),
+/// kExact where it cannot have, so that a line however long unposted is never taken for posted.
+enum class StepMatch { kReached, kExact };
+inline bool matches(std::uint32_t flag, std::uint32_t step, StepMatch m) noexcept {
+  return m == StepMatch::kExact ? flag == step : reached(flag, step);
 }
 
 /// How long a waiter spins and yields before it sleeps on the futex.
@@ -221,9 +229,10 @@ bool shm_wait_until(ShmLine& sleep_on, const WaitPolicy& policy, std::chrono::st
   }
 }
 
-/// Waits until `line` (or `also`, where given) reaches `step` or `deadline` passes or a signal arrives; true when one
-/// of them reached it (shm_wait_until, sleeping on `line`: `also` is seen within 50 ms then).
+/// Waits until `line` (or `also`, where given) matches `step` or `deadline` passes or a signal arrives; true when one
+/// of them matched it (shm_wait_until, sleeping on `line`: `also` is seen within 50 ms then).
 bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
-              std::chrono::steady_clock::time_point deadline, const ShmLine* also = nullptr) noexcept;
+              std::chrono::steady_clock::time_point deadline, const ShmLine* also = nullptr,
+              StepMatch match = StepMatch::kReached) noexcept;
 
 }  // namespace shardkit::detail

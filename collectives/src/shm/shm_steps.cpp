@@ -1,5 +1,6 @@
 #include "shm/shm_steps.hpp"
 
+#include <atomic>
 #include <string>
 #include <utility>
 
@@ -8,15 +9,22 @@
 #include "shardkit/launch/runtime.hpp"
 
 namespace shardkit::detail {
+namespace {
+std::atomic<std::uint32_t> g_first_step{0};
+}  // namespace
 
-ShmSteps::ShmSteps(const ShmSegment& seg, int rank, const WaitPolicy& policy, std::vector<int> names,
-                   AbortState& abort)
+void shm_first_step_for_tests(std::uint32_t step) noexcept {
+  g_first_step.store(step);
+}
+
+ShmSteps::ShmSteps(const ShmSegment& seg, int rank, const WaitPolicy& policy, std::vector<int> names, AbortState& abort)
     : seg_(seg),
       me_(rank),
       n_(seg.ranks()),
       policy_(policy),
       names_(std::move(names)),
       abort_(abort),
+      step_(g_first_step.load()),
       read_seen_(static_cast<std::size_t>(seg.ranks()), 0) {}
 
 void ShmSteps::begin(std::uint64_t size, bool one_way, const OpContext& ctx) {
@@ -103,12 +111,12 @@ std::string ShmSteps::set_behind(int set, std::uint32_t s) const {
 }
 
 template <typename Missing>
-bool ShmSteps::wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing,
-                         const ShmLine* also) {
-  auto posted = [&] { return reached(line.flag.load(std::memory_order_acquire), s); };
+bool ShmSteps::wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing, const ShmLine* also,
+                         StepMatch match) {
+  auto posted = [&] { return matches(line.flag.load(std::memory_order_acquire), s, match); };
   if (posted()) return true;
-  // Where `also` reached s, `line` may have too since it was last read (its poster went on): read again.
-  if (shm_wait(line, s, policy_, ctx.deadline, also)) return posted();
+  // Where `also` matched s, `line` may have too since it was last read: read again.
+  if (shm_wait(line, s, policy_, ctx.deadline, also, match)) return posted();
   raise_unfinished(ctx, abort_, concat("rank(s) ", missing(), " did not arrive (shared memory)"));
 }
 
@@ -118,11 +126,13 @@ void ShmSteps::wait_root(int set, int root, std::uint32_t s, const OpContext& ct
 }
 
 // A bcast reader: waits until `root` has posted step s on `line`, for an operation of this rank's size. A root that
-// posted on `other` (the line of the other path: the ring, or its set line) disagrees on the size.
+// posted on `other` (the line of the other path: the ring, or its set line) disagrees on the size. Exactly: the root
+// writes neither line again before this rank has read (or, on the other path, failed).
 template <typename Missing>
 void ShmSteps::wait_bcast_root(ShmLine& line, const ShmLine& other, int root, std::uint32_t s, const OpContext& ctx,
                                Missing&& missing) {
-  if (!wait_line(line, s, ctx, missing, &other)) disagree(root, other.size.load(std::memory_order_relaxed), ctx);
+  if (!wait_line(line, s, ctx, missing, &other, StepMatch::kExact))
+    disagree(root, other.size.load(std::memory_order_relaxed), ctx);
   check_size(line, root, ctx);
 }
 

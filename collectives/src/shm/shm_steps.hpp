@@ -20,6 +20,15 @@
 // so that a root may run a whole ring ahead. The root remembers the counts it saw and reads a reader's line again only
 // once that is not enough: the line, written by its reader at every bcast, would otherwise cost a cache miss per bcast.
 //
+// Steps are 32 bits and wrap, and a line unposted for 2^31 steps (or never: 0) has reached every step. A bcast reader
+// therefore waits for the root's step exactly, on its ring line and its set line: the root posts neither again before
+// this reader has read (or, on the other path, raised), and some roots never post their ring lines (before 2026-11-29,
+// once the steps passed 2^31, a reader of such a root's bcast took the line for posted without waiting: a MismatchError
+// naming 0 bytes where the line was never posted, the line's old bytes where its last use had the reader's size). The
+// other waits take reached(): their posters may have gone on (a single-copy operation's second handshake on the same
+// set, a one-way operation's readers up to two operations on), and every set is posted at least every other set use;
+// only a run of 2^31 steps of small bcasts alone would leave a set line that stale.
+//
 // Every post carries the size of the operation (what every rank's must agree on); a reader that sees another size
 // raises MismatchError, and a rank that does not come by the deadline gives the TimeoutError naming it.
 
@@ -33,6 +42,10 @@
 #include "shm/shm_segment.hpp"
 
 namespace shardkit::detail {
+
+/// Tests: the step that the ShmSteps made from now on start from (0 by default), to reach the steps' wrap within a
+/// test.
+void shm_first_step_for_tests(std::uint32_t step) noexcept;
 
 class ShmSteps {
  public:
@@ -97,8 +110,8 @@ class ShmSteps {
   // Waits until `line` reaches step s (true), or `also`, where given, reaches it first (false); else raises the
   // TimeoutError (or the interruption), naming missing()'s ranks.
   template <typename Missing>
-  bool wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing,
-                 const ShmLine* also = nullptr);
+  bool wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing, const ShmLine* also = nullptr,
+                 StepMatch match = StepMatch::kReached);
   template <typename Missing>
   void wait_bcast_root(ShmLine& line, const ShmLine& other, int root, std::uint32_t s, const OpContext& ctx,
                        Missing&& missing);
