@@ -169,8 +169,8 @@ void shm_post_unseen(ShmLine& line, std::uint32_t step) noexcept;
 /// waiter's increment of the sleepers and read of the flag, as shm_post's store is).
 void shm_wake(ShmLine& line) noexcept;
 /// shm_post on several lines at once: posts `step + k` on lines[k] without waiting for each store to be seen (the
-/// sequentially consistent store of shm_post waits for its line to be this core's: one miss after another), then, after
-/// one fence for all, wakes each line's sleepers.
+/// sequentially consistent store of shm_post waits for its line to be this core's: one miss after another), then wakes
+/// each line's sleepers (shm_wake; its first fence waits for all the stores, the others find none left).
 void shm_post_lines(ShmLine* const* lines, int count, std::uint32_t step) noexcept;
 
 /// A doorbell (ShmSegment::bell): after a store that its owner may be waiting for, advances the bell's flag and wakes

@@ -107,8 +107,8 @@ class ShmSteps {
   void wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx);
   // The other ranks that have not posted step s in `set`.
   std::string set_behind(int set, std::uint32_t s) const;
-  // Waits until `line` reaches step s (true), or `also`, where given, reaches it first (false); else raises the
-  // TimeoutError (or the interruption), naming missing()'s ranks.
+  // Waits until `line` matches step s (true), or `also`, where given, matches it first (false), as `match` compares;
+  // else raises the TimeoutError (or the interruption), naming missing()'s ranks.
   template <typename Missing>
   bool wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing, const ShmLine* also = nullptr,
                  StepMatch match = StepMatch::kReached);
