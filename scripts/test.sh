@@ -76,12 +76,12 @@ sanitizer_env() {
 # explicit `scripts/test.sh --sanitize -R 'collectives\.np[34]'` (but for the shm suites, below). The host suites expect
 # a machine without a GPU: in the simulated-GPU build they run with none simulated (SHARDKIT_SIM_GPUS=0), as a CUDA
 # build on a CPU-only node.
-SANITIZED_HOST_TARGETS=(core_tests launch_unit_tests runtime_tests collectives_tests sharding_tests
+SANITIZED_HOST_TARGETS=(core_tests launch_unit_tests runtime_tests collectives_tests collectives_timeout sharding_tests
                         sanitizer_leak_canary)
 sanitized_host_suites() {
   local build_dir="$1"
   local tests='^(sanitizer_leak_canary|core_tests|launch_unit_tests|runtime\.np[1-4]|runtime_hidden_gpus\.np[12]|'
-  tests+='collectives\.np[12]|sharding\.np[1-4])$'
+  tests+='collectives\.np[12]|sharding\.np[1-4]|collectives_timeout_watchdog_late\.np2)$'
   SHARDKIT_SIM_GPUS=0 ctest --test-dir "$build_dir" -j "$SHARDKIT_CTEST_JOBS" --output-on-failure -R "$tests" \
     "${ctest_args[@]}"
   # The shm backend's own tests at 3 and 4 ranks as well (odd rank counts; more ranks than cores: the crowded wait),

@@ -31,9 +31,10 @@ nb::object token_object(const Token& t);
 /// Drops the cached default and mpi4py-wrapping communicators (before MPI_Finalize).
 void clear_communicator_caches();
 
-/// Registers `c` for compiled JAX programs (jax/bind_jax.cpp): the handle they name it by, for a duplicate made now
-/// the first time (collective over c).
-std::int64_t register_comm(const CommPtr& c);
+/// Registers `c` for compiled JAX programs (jax/bind_jax.cpp), for a traced operation `op`: the handle they name it by.
+/// Compiled programs run on a duplicate of `c`, made the first time (collective over c), but for point-to-point
+/// operations on a caller's (mpi4py) communicator, which run on a second wrapping of it, made without the other ranks.
+std::int64_t register_comm(const CommPtr& c, OpKind op = OpKind::kBarrier);
 
 /// Drops the communicators registered for compiled JAX programs (jax/bind_jax.cpp; part of the above).
 void clear_jax_comms();

@@ -19,6 +19,7 @@ namespace shardkit::detail {
 namespace {
 // Each rank that finds the disagreement writes its flight records before raising (the analyzer reads them).
 [[noreturn]] void raise_mismatch(std::string what) {
+  fail_current_operation();
   dump_flight_records("MismatchError: " + what);
   throw MismatchError(std::move(what));
 }

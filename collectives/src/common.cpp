@@ -75,7 +75,9 @@ OpContext OpContext::for_step(OpKind op, const char* what, const std::string& na
 
 std::string OpContext::describe() const {
   if (step) return concat(step, " of communicator '", comm_name ? *comm_name : std::string("?"), "'");
-  return concat(op_name(op), " #", seq, " on communicator '", comm_name ? *comm_name : std::string("?"), "'");
+  // Collectives carry their sequence number (the same on every rank); point-to-point operations have none.
+  return concat(op_name(op), op_traits(op).collective ? concat(" #", seq) : std::string(), " on communicator '",
+                comm_name ? *comm_name : std::string("?"), "'");
 }
 
 namespace {

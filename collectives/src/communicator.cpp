@@ -28,9 +28,12 @@ MpiCommHandle CommunicatorImpl::control() {
 }
 
 // The private duplicate, made under the timeout so that a rank that never arrives (the first collective it skipped)
-// ends in a TimeoutError rather than a hang.
+// ends in a TimeoutError rather than a hang; and with it the communicator's identity, which every member agrees on.
 void CommunicatorImpl::create_control() {
-  control_comm = dup_within_timeout(data, "set-up (its first collective)", options.name, options, *abort);
+  const char* step = "set-up (its first collective)";
+  control_comm = dup_within_timeout(data, step, options.name, options, *abort);
+  id = agree_on_identity(control_comm.handle(), step, options.name, options, *abort);
+  recorder->set_id(id);
 }
 
 namespace {
@@ -64,15 +67,18 @@ void CommunicatorImpl::decide_nccl() {
   // {whether this rank wants NCCL, minus whether it has a GPU}: the minimum says whether all want it and whether any
   // has a GPU (for the shm decision, decide_shm).
   const bool wants = nccl_built() && device >= 0 && options.backend != BackendKind::kMpi;
-  const int mine[2] = {wants ? 1 : 0, device >= 0 ? -1 : 0};
-  int least[2] = {0, 0};
+  struct Exchange {
+    int mine[2], least[2];
+  };
+  // On the heap: MPI may still write it after a timeout has left this frame.
+  auto x = std::make_shared<Exchange>(Exchange{{wants ? 1 : 0, device >= 0 ? -1 : 0}, {0, 0}});
   MPI_Comm c = to_mpi<MPI_Comm>(control());
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
-  SHARDKIT_MPI_CHECK(MPI_Iallreduce(mine, least, 2, MPI_INT, MPI_MIN, c, req.data()));
+  SHARDKIT_MPI_CHECK(MPI_Iallreduce(x->mine, x->least, 2, MPI_INT, MPI_MIN, c, req.data()));
   const OpContext ctx = OpContext::for_step(OpKind::kAllreduce, "the NCCL decision", options.name, options.timeout);
-  if (!wait_all(req, nullptr, ctx.deadline)) raise_unfinished(ctx, *abort, "not every rank arrived");
-  const int all = least[0];
-  gpu_somewhere = least[1] < 0;
+  wait_or_raise(req, x, ctx, *abort, "not every rank arrived");
+  const int all = x->least[0];
+  gpu_somewhere = x->least[1] < 0;
   // Every rank has arrived: the exchange of hosts and devices below cannot wait for a missing one.
   const bool shared = all && gpu_shared(c, device);
   if (all && !shared) {
@@ -186,8 +192,7 @@ std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, C
     SHARDKIT_MPI_CHECK(MPI_Group_translate_ranks(g, m->size, mine.data(), w, world.data()));
     MPI_Group_free(&g);
     MPI_Group_free(&w);
-    m->recorder = std::make_unique<FlightRecorder>(m->options.name, m->rank, m->size, std::move(world),
-                                                   Config::get().trace_buffer);
+    m->recorder = FlightRecorder::make(m->options.name, m->rank, m->size, std::move(world), Config::get().trace_buffer);
   }
   if (!m->owned.is_null()) m->control();  // owned communicators are made collectively anyway: set up now
   if (eager_nccl && nccl_built()) {
@@ -295,5 +300,6 @@ bool Communicator::has_nccl() const noexcept { return impl_->nccl != nullptr; }
 bool Communicator::aborted() const noexcept { return impl_->abort->aborted; }
 std::uint64_t Communicator::sequence() const noexcept { return impl_->seq; }
 MpiCommHandle Communicator::mpi_handle() const noexcept { return impl_->data; }
+bool Communicator::wraps_caller() const noexcept { return impl_->owned.is_null(); }
 
 }  // namespace shardkit

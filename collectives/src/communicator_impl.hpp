@@ -49,7 +49,10 @@ struct CommunicatorImpl {
   int tag_ub = 32767;
   // The last operation of each backend: switching backend waits for the other one (rule 3 across backends).
   Token last_mpi, last_nccl;
-  std::unique_ptr<FlightRecorder> recorder;  // this communicator's recent operations (flight_recorder.hpp)
+  std::shared_ptr<FlightRecorder> recorder;  // this communicator's recent operations (flight_recorder.hpp)
+  // The identity every member agrees on (agreed with the control communicator; -1 until then): the flight recorder's
+  // dumps carry it, so that two communicators over the same ranks (two dup()s, two meshes) are never taken for one.
+  std::int64_t id = -1;
   // Whether some thread is inside run(): a second thread's operation meanwhile is refused (one thread at a time,
   // communicator.hpp). Relaxed, one load and one store an operation: two threads entering within the same few
   // nanoseconds may both pass, but not one that comes while another's operation waits for the other ranks.

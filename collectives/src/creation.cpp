@@ -2,6 +2,9 @@
 
 #include <mpi.h>
 
+#include <atomic>
+#include <memory>
+
 #include "checked.hpp"
 #include "mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
@@ -34,12 +37,33 @@ void agree_within_operation(MpiCommHandle over, const OpContext& ctx, const char
 MpiComm dup_within_timeout(MpiCommHandle parent, const char* what, const std::string& name, const CommOptions& o,
                            AbortState& abort) {
   const OpContext ctx = OpContext::for_step(OpKind::kBarrier, what, name, o.timeout);
-  MPI_Comm dup = MPI_COMM_NULL;
+  // MPI writes the new handle when the duplicate completes: never into this frame, which a timeout leaves.
+  auto dup = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
-  SHARDKIT_MPI_CHECK(MPI_Comm_idup(to_mpi<MPI_Comm>(parent), &dup, req.data()));
-  if (!wait_all(req, nullptr, ctx.deadline))
-    raise_unfinished(ctx, abort, "a rank did not arrive (skipped it, is stuck, or was lost)");
-  return MpiComm::adopt(::shardkit::from_mpi(dup));
+  SHARDKIT_MPI_CHECK(MPI_Comm_idup(to_mpi<MPI_Comm>(parent), dup.get(), req.data()));
+  wait_or_raise(req, dup, ctx, abort, "a rank did not arrive (skipped it, is stuck, or was lost)");
+  return MpiComm::adopt(::shardkit::from_mpi(*dup));
+}
+
+namespace {
+std::atomic<std::int64_t> g_next_identity{0};  // no communicator of this process has an identity from here on
+}  // namespace
+
+std::int64_t agree_on_identity(MpiCommHandle over, const char* what, const std::string& name, const CommOptions& o,
+                               AbortState& abort) {
+  const OpContext ctx = OpContext::for_step(OpKind::kAllreduce, what, name, o.timeout);
+  struct Exchange {
+    std::int64_t mine, agreed = 0;
+  };
+  auto x = std::make_shared<Exchange>(Exchange{g_next_identity.load()});
+  std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
+  SHARDKIT_MPI_CHECK(MPI_Iallreduce(&x->mine, &x->agreed, 1, MPI_INT64_T, MPI_MAX, to_mpi<MPI_Comm>(over), req.data()));
+  wait_or_raise(req, x, ctx, abort, "not every rank arrived");
+  // Past it for every later communicator of this process (another thread may have moved the counter further).
+  std::int64_t next = g_next_identity.load();
+  while (next <= x->agreed && !g_next_identity.compare_exchange_weak(next, x->agreed + 1)) {
+  }
+  return x->agreed;
 }
 
 }  // namespace shardkit::detail

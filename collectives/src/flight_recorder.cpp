@@ -28,16 +28,28 @@
 namespace shardkit::detail {
 namespace {
 
-// Every live recorder, for the dump (they unregister when their communicator goes).
+// Every recorder, for the dumps: weak references, dropped once expired. The lock is held only to copy them.
 std::mutex registry_mu;
-std::vector<FlightRecorder*>& registry() {
-  static auto* r = new std::vector<FlightRecorder*>();  // never freed: a dump may run during static destruction
+std::vector<std::weak_ptr<FlightRecorder>>& registry() {
+  static auto* r =
+      new std::vector<std::weak_ptr<FlightRecorder>>();  // never freed: dumps may run at static destruction
   return *r;
+}
+
+// The live recorders, taken under the registry's lock (and used after it).
+std::vector<std::shared_ptr<FlightRecorder>> live_recorders() {
+  std::vector<std::shared_ptr<FlightRecorder>> out;
+  std::lock_guard lock(registry_mu);
+  for (const auto& w : registry())
+    if (auto r = w.lock()) out.push_back(std::move(r));
+  return out;
 }
 
 const char* state_name(OpState s) {
   switch (s) {
     case OpState::kStarted: return "started";
+    case OpState::kPending:
+      return "pending";
     case OpState::kCompleted: return "completed";
     case OpState::kFailed: return "failed";
   }
@@ -57,38 +69,31 @@ void before_abort(const std::string& reason) {
 
 }  // namespace
 
-void wait_for_dumps(int size) {
-  const std::string dir = flight_dump_dir();
-  const auto until = std::chrono::steady_clock::now() + Config::get().dump_wait;
-  for (int k = 0; k < size;) {
-    struct stat st;
-    if (::stat(concat(dir, "/rank", k, ".json").c_str(), &st) == 0) {
-      ++k;
-    } else if (std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    } else {
-      break;
-    }
-  }
-}
-
 namespace {
 
 std::atomic<std::int64_t> g_last_dump_us{0};
 std::atomic<int> g_world_rank{-1};  // set by the first recorder: the dump never calls MPI for it
+std::atomic<std::uint64_t> g_job{0};  // the job's identity (Runtime::job_id), set by the first recorder; 0: unknown
+
+// The job's identity as the dumps write it ("job": "<16 hex digits>").
+std::string job_text() {
+  char b[24];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(g_job.load()));
+  return b;
+}
 
 // "allreduce #5 (4 x float64) peer/root 0": the operation as every message names it (the dumps carry it as "what",
 // which `shardkit-trace analyze` prints).
-std::string what(const FlightEntry& e) {
-  std::string s = op_name(e.op);
-  if (e.seq >= 0) s += concat(" #", e.seq);
-  if (e.count >= 0) s += concat(" (", e.count, " x ", dtype_name(e.dtype), ")");
-  if (e.peer >= 0) s += concat(" peer/root ", e.peer);
+std::string what_text(const OpRecord& w) {
+  std::string s = op_name(w.op);
+  if (w.seq >= 0) s += concat(" #", w.seq);
+  if (w.count >= 0) s += concat(" (", w.count, " x ", dtype_name(w.dtype), ")");
+  if (w.peer >= 0) s += concat(" peer/root ", w.peer);
   return s;
 }
 
 std::string describe(const FlightEntry& e, const std::string& comm) {
-  std::string s = what(e) + concat(" on communicator '", comm, "'");
+  std::string s = what_text(e.what) + concat(" on communicator '", comm, "'");
   if (e.site.file) s += concat(" at ", e.site.file, ":", e.site.line);
   return s;
 }
@@ -141,56 +146,149 @@ CallSite call_site_of(std::int64_t id) noexcept {
 
 namespace shardkit::detail {
 
+namespace {
+
+// The operation this thread is inside (InOperation).
+struct Current {
+  FlightRecorder* recorder = nullptr;
+  Recording* recording = nullptr;
+  Completion* done = nullptr;
+};
+thread_local Current g_current;
+
+void note_completion(Completion& done, bool failed) noexcept {  // the first sighting only
+  std::int64_t none = 0;
+  const std::int64_t now = wall_clock_ns();
+  done.compare_exchange_strong(none, failed ? -now : now, std::memory_order_acq_rel);
+}
+
+}  // namespace
+
+InOperation::InOperation(FlightRecorder* recorder, Recording* recording) noexcept
+    : recorder_(g_current.recorder), recording_(g_current.recording), done_(g_current.done) {
+  g_current = {recorder, recording, nullptr};
+}
+
+InOperation::InOperation(Completion* done) noexcept
+    : recorder_(g_current.recorder), recording_(g_current.recording), done_(g_current.done) {
+  g_current = {nullptr, nullptr, done};
+}
+
+InOperation::~InOperation() {
+  g_current = {recorder_, recording_, done_};
+}
+
+void fail_current_operation() noexcept {
+  if (g_current.recorder && g_current.recording) g_current.recorder->fail(*g_current.recording);
+  if (g_current.done) note_completion(*g_current.done, true);
+}
+
+namespace {
+
+// A pending token's waitable that records its operation's completion where it happens: whoever waits for it, tests
+// it or (for a pending MPI operation, which completes when dropped) drops its last reference notes the time, once.
+class Observed final : public Waitable {
+ public:
+  Observed(std::shared_ptr<Waitable> inner, std::shared_ptr<Completion> done, OpKind op, bool completes_when_dropped)
+      : inner_(std::move(inner)), done_(std::move(done)), op_(op), completes_when_dropped_(completes_when_dropped) {}
+  ~Observed() override {
+    if (!completes_when_dropped_ || done_->load(std::memory_order_acquire) != 0) return;
+    // As the pending operation's own destructor would: completed (its buffers stay MPI's until then), errors logged.
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "shardkit: warning: pending %s failed: %s\n", op_name(op_), e.what());
+    }
+  }
+  void wait() override {
+    try {
+      const InOperation inside(done_.get());
+      inner_->wait();
+    } catch (...) {
+      note(true);
+      throw;
+    }
+    note(false);
+  }
+  bool is_complete() override {
+    try {
+      if (!inner_->is_complete()) return false;
+    } catch (...) {
+      note(true);
+      throw;
+    }
+    note(false);
+    return true;
+  }
+  void enqueue_wait(StreamHandle stream) override { inner_->enqueue_wait(stream); }  // the device sees it, not us
+
+ private:
+  void note(bool failed) noexcept { note_completion(*done_, failed); }
+  std::shared_ptr<Waitable> inner_;
+  std::shared_ptr<Completion> done_;
+  OpKind op_;
+  bool completes_when_dropped_;
+};
+
+}  // namespace
+
+OpState effective_state(const FlightEntry& e) noexcept {
+  if (e.state != OpState::kPending || !e.done) return e.state;
+  const std::int64_t at = e.done->load(std::memory_order_acquire);
+  return at == 0 ? OpState::kPending : at > 0 ? OpState::kCompleted : OpState::kFailed;
+}
+
+std::shared_ptr<FlightRecorder> FlightRecorder::make(std::string name, int rank, int size, std::vector<int> world_ranks,
+                                                     std::size_t capacity) {
+  std::shared_ptr<FlightRecorder> r(new FlightRecorder(std::move(name), rank, size, std::move(world_ranks), capacity));
+  std::lock_guard lock(registry_mu);
+  auto& reg = registry();
+  std::erase_if(reg, [](const std::weak_ptr<FlightRecorder>& w) { return w.expired(); });
+  reg.push_back(r);
+  return r;
+}
+
 FlightRecorder::FlightRecorder(std::string name, int rank, int size, std::vector<int> world_ranks,
                                std::size_t capacity)
     : name_(std::move(name)), rank_(rank), size_(size), world_(std::move(world_ranks)), ring_(capacity) {
   if (!Config::get().trace_dir.empty()) track_ = trace_track(name_);
   if (capacity || track_ >= 0) set_before_abort(&before_abort);
   if (rank_ >= 0 && static_cast<std::size_t>(rank_) < world_.size()) g_world_rank.store(world_[rank_]);
-  std::lock_guard lock(registry_mu);
-  registry().push_back(this);
+  if (const Runtime* rt = Runtime::current(); rt && g_job.load() == 0) g_job.store(rt->job_id());
 }
 
-FlightRecorder::~FlightRecorder() {
-  std::lock_guard lock(registry_mu);
-  auto& r = registry();
-  r.erase(std::remove(r.begin(), r.end(), this), r.end());
-}
+// The registry holds weak references, dropped as they expire (make); nothing to do here, so that the last reference
+// may go on any thread, a dump's included, without taking the registry's lock.
+FlightRecorder::~FlightRecorder() = default;
 
 void FlightRecorder::lock() noexcept {
   while (busy_.test_and_set(std::memory_order_acquire)) std::this_thread::yield();
 }
 
-Recording FlightRecorder::start(OpKind op, std::int64_t seq, DType dtype, std::int64_t count, int peer,
-                                BackendKind backend) {
-  auto describe = [&](FlightEntry& e) {
-    e.seq = seq;
-    e.op = op;
-    e.dtype = dtype;
-    e.count = count;
-    e.peer = peer;
-    e.backend = backend;
-    e.state = OpState::kStarted;
-    e.site = current_call_site();
-  };
+Recording FlightRecorder::start(const OpRecord& what) {
   Recording r;
   if (track_ >= 0) {
     r.span = std::make_unique<TraceSpan>();
-    describe(r.span->entry);
+    r.span->entry.what = what;
+    r.span->entry.site = current_call_site();
     r.span->track = track_;
     r.span->start_ns = wall_clock_ns();
   }
   if (ring_.empty() && !r.span) return r;
+  std::shared_ptr<Completion> old;  // the overwritten entry's, released once the lock is
   lock();
   const std::uint64_t id = next_++;
+  if (what.seq >= 0 && what.seq + 1 > collectives_) collectives_ = what.seq + 1;
   if (!ring_.empty()) {
     FlightEntry& e = ring_[next_slot_];  // id % capacity, without a division on every operation
     if (++next_slot_ == ring_.size()) next_slot_ = 0;
     e.id = id;
-    describe(e);
+    e.what = what;
+    e.state = OpState::kStarted;
+    e.site = current_call_site();
     e.start_us = coarse_wall_clock_us();
     e.end_us = 0;
-    e.pending.reset();
+    old = std::move(e.done);
     r.slot = &e;
   }
   unlock();
@@ -198,27 +296,31 @@ Recording FlightRecorder::start(OpKind op, std::int64_t seq, DType dtype, std::i
   return r;
 }
 
-Token FlightRecorder::traced(Recording& r, Token t) {
-  if (!r.span || !t.waitable()) return t;
-  r.span->completed_ns = std::make_shared<std::atomic<std::int64_t>>(0);
-  return trace_completion(std::move(t), r.span->completed_ns);
+Token FlightRecorder::observe(Recording& r, Token t, bool completes_when_dropped) {
+  if ((!r.slot && !r.span) || !t.waitable()) return t;
+  r.done = std::make_shared<Completion>(0);
+  const OpKind op = r.span ? r.span->entry.what.op : r.slot->what.op;
+  if (r.span) r.span->entry.done = r.done;
+  return Token(std::make_shared<Observed>(t.waitable(), r.done, op, completes_when_dropped));
 }
 
-void FlightRecorder::finish(Recording& r, const Token& t) {
+void FlightRecorder::finish(Recording& r) {
   if (r.span) {
     r.span->end_ns = wall_clock_ns();
-    r.span->entry.state = OpState::kCompleted;
+    r.span->entry.state = r.done ? OpState::kPending : OpState::kCompleted;
     trace_span(std::move(*r.span));
     r.span.reset();
   }
   FlightEntry* e = std::exchange(r.slot, nullptr);
   if (!e) return;
-  const std::shared_ptr<Waitable>& w = t.waitable();
+  std::shared_ptr<Completion> done = std::move(r.done);
   lock();
-  if (w)
-    e->pending = w;
-  else
+  if (done) {
+    e->state = OpState::kPending;
+    e->done.swap(done);  // `done` now holds whatever the slot held (nothing): released after the lock
+  } else {
     e->state = OpState::kCompleted;  // no second clock read: its cost would double the recorder's
+  }
   unlock();
 }
 
@@ -230,6 +332,7 @@ void FlightRecorder::record_failure(Recording& r) noexcept {
     trace_span(std::move(*r.span));
     r.span.reset();
   }
+  r.done.reset();
   FlightEntry* e = std::exchange(r.slot, nullptr);
   if (!e) return;
   lock();
@@ -238,59 +341,64 @@ void FlightRecorder::record_failure(Recording& r) noexcept {
   unlock();
 }
 
-FlightRecorder::Activity FlightRecorder::activity(bool waiting) {
-  Activity a;
+std::vector<FlightEntry> FlightRecorder::snapshot(std::int64_t* collectives) {
+  std::vector<FlightEntry> ops;
+  ops.reserve(ring_.size());  // allocated before the lock
   lock();
   const std::uint64_t n = std::min<std::uint64_t>(next_, ring_.size());
-  const FlightEntry* busy = nullptr;
-  for (std::uint64_t k = 0; k < n; ++k) {
-    const FlightEntry& e = ring_[(next_ - n + k) % ring_.size()];
-    if (e.state == OpState::kStarted && (!e.pending || waiting)) {
-      busy = &e;
+  for (std::uint64_t k = 0; k < n; ++k) ops.push_back(ring_[(next_ - n + k) % ring_.size()]);
+  if (collectives) *collectives = collectives_;
+  unlock();
+  return ops;
+}
+
+FlightRecorder::Activity FlightRecorder::activity(bool waiting) {
+  Activity a;
+  const std::vector<FlightEntry> ops = snapshot(nullptr);
+  for (const FlightEntry& e : ops) {
+    const OpState s = effective_state(e);
+    if (s == OpState::kStarted || (s == OpState::kPending && waiting)) {
+      a.busy_since_us = e.start_us;
+      a.busy = describe(e, name_);
       break;
     }
   }
-  FlightEntry b = busy ? *busy : FlightEntry{}, last = n ? ring_[(next_ - 1) % ring_.size()] : FlightEntry{};
-  unlock();
-  if (busy) {
-    a.busy_since_us = b.start_us;
-    a.busy = describe(b, name_);
-  }
-  if (n) {
-    a.last = describe(last, name_) + concat(" (", state_name(last.state), ")");
+  if (!ops.empty()) {
+    const FlightEntry& last = ops.back();
+    a.last = describe(last, name_) + concat(" (", state_name(effective_state(last)), ")");
     a.last_start_us = last.start_us;
   }
   return a;
 }
 
-std::string FlightRecorder::json(bool ask_pending) {
+std::string FlightRecorder::json() {
+  std::int64_t collectives = 0;
+  const std::vector<FlightEntry> ops = snapshot(&collectives);
   std::string out = "{\"name\": ";
   append_json_string(out, name_);
-  out += concat(", \"rank\": ", rank_, ", \"size\": ", size_, ", \"world_ranks\": [");
+  out += concat(", \"id\": ", id_.load(std::memory_order_relaxed), ", \"rank\": ", rank_, ", \"size\": ", size_,
+                ", \"world_ranks\": [");
   for (std::size_t i = 0; i < world_.size(); ++i) out += concat(i ? ", " : "", world_[i]);
-  out += "], \"capacity\": " + std::to_string(ring_.size()) + ", \"ops\": [";
-  // A copy, taken under the lock; pending tokens are asked outside it (asking may raise, or run a dump itself).
-  std::vector<FlightEntry> ops;
-  lock();
-  const std::uint64_t n = std::min<std::uint64_t>(next_, ring_.size());
-  ops.reserve(n);
-  for (std::uint64_t k = 0; k < n; ++k) ops.push_back(ring_[(next_ - n + k) % ring_.size()]);
-  unlock();
-  for (std::uint64_t k = 0; k < n; ++k) {
-    FlightEntry& e = ops[k];
-    if (ask_pending && e.state == OpState::kStarted && e.pending) {
-      try {
-        if (e.pending->is_complete()) e.state = OpState::kCompleted;
-      } catch (...) {
-        e.state = OpState::kFailed;  // its token holds the operation's error
-      }
+  out += concat("], \"capacity\": ", ring_.size(), ", \"collectives\": ", collectives, ", \"ops\": [");
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const FlightEntry& e = ops[k];
+    const OpRecord& w = e.what;
+    const OpState state = effective_state(e);
+    std::int64_t end_us = e.end_us;
+    if (e.state == OpState::kPending && e.done) {
+      const std::int64_t at = e.done->load(std::memory_order_acquire);
+      end_us = (at < 0 ? -at : at) / 1000;
     }
-    out += concat(k ? ",\n    " : "\n    ", "{\"id\": ", e.id, ", \"seq\": ", e.seq, ", \"op\": \"", op_name(e.op),
-                  "\", \"dtype\": ", e.count < 0 ? "null" : concat("\"", dtype_name(e.dtype), "\""),
-                  ", \"count\": ", e.count, ", \"peer\": ", e.peer,
-                  ", \"backend\": \"", backend_name(e.backend), "\", \"state\": \"", state_name(e.state),
-                  "\", \"start_us\": ", e.start_us, ", \"end_us\": ", e.end_us, ", \"what\": ");
-    append_json_string(out, what(e));
+    char extra[24];
+    std::snprintf(extra, sizeof extra, "%llx", static_cast<unsigned long long>(w.agreed_extra));
+    out += concat(k ? ",\n    " : "\n    ", "{\"id\": ", e.id, ", \"seq\": ", w.seq, ", \"op\": \"", op_name(w.op),
+                  "\", \"dtype\": ", w.count < 0 ? "null" : concat("\"", dtype_name(w.dtype), "\""),
+                  ", \"count\": ", w.count, ", \"peer\": ", w.peer, ", \"reduce\": ",
+                  w.reduce < 0 ? "null" : concat("\"", reduce_op_name(static_cast<ReduceOp>(w.reduce)), "\""),
+                  ", \"agreed_count\": ", w.agreed_count, ", \"agreed_extra\": \"", extra, "\", \"backend\": \"",
+                  backend_name(w.backend), "\", \"state\": \"", state_name(state), "\", \"start_us\": ", e.start_us,
+                  ", \"end_us\": ", end_us, ", \"what\": ");
+    append_json_string(out, what_text(w));
     out += ", \"site\": ";
     if (e.site.file) {
       append_json_string(out, concat(e.site.file, ":", e.site.line));
@@ -308,8 +416,7 @@ std::int64_t flight_last_dump_us() noexcept { return g_last_dump_us.load(); }
 
 std::vector<FlightRecorder::Activity> flight_activities(bool waiting) {
   std::vector<FlightRecorder::Activity> out;
-  std::lock_guard lock(registry_mu);
-  for (FlightRecorder* r : registry())
+  for (const auto& r : live_recorders())
     if (r->capacity()) out.push_back(r->activity(waiting));
   return out;
 }
@@ -322,7 +429,31 @@ std::string flight_dump_dir() {
       std::replace_if(s.begin(), s.end(), [](char c) { return c == '/' || c == ' ' || c == '@'; }, '_');
       return "shardkit-dump-" + s;
     }
-  return "shardkit-dump";
+  return "shardkit-dump-" + job_text();  // no launcher's id: the job's own, never an earlier job's directory
+}
+
+void wait_for_dumps(int size) {
+  const std::string dir = flight_dump_dir();
+  const std::string mine = concat("\"job\": \"", job_text(), "\"");
+  const auto until = std::chrono::steady_clock::now() + Config::get().dump_wait;
+  // A rank's dump of this job: its head names the job (a file an earlier job left names another).
+  auto ours = [&](int k) {
+    char head[256] = {};
+    const int fd = ::open(concat(dir, "/rank", k, ".json").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const ssize_t n = ::read(fd, head, sizeof head - 1);
+    ::close(fd);
+    return n > 0 && std::string_view(head, static_cast<std::size_t>(n)).find(mine) != std::string_view::npos;
+  };
+  for (int k = 0; k < size;) {
+    if (ours(k)) {
+      ++k;
+    } else if (std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } else {
+      break;
+    }
+  }
 }
 
 namespace {
@@ -362,7 +493,7 @@ bool write_whole(const std::string& dir, const std::string& path, const std::str
 
 std::string dump_flight_records(const std::string& reason, bool local, bool unless_recent) noexcept {
   flush_trace();  // the trace too: the job may end before exit
-  thread_local bool dumping = false;  // a token asked while dumping may time out and ask for a dump itself
+  thread_local bool dumping = false;  // a dump that ends in another (a failure on the way) writes none
   if (dumping) return "";
   dumping = true;
   struct Done {
@@ -379,19 +510,16 @@ std::string dump_flight_records(const std::string& reason, bool local, bool unle
     const std::string why = first == reason ? first : concat(first, " (then: ", reason, ")");
     const std::string activity = describe_activity();
     std::string body;
-    {
-      std::lock_guard lock(registry_mu);
-      for (FlightRecorder* r : registry())
-        if (r->capacity()) body += (body.empty() ? "\n  " : ",\n  ") + r->json(local);
-    }
+    for (const auto& r : live_recorders())
+      if (r->capacity()) body += (body.empty() ? "\n  " : ",\n  ") + r->json();
     if (local) request_dumps(reason);
     g_last_dump_us.store(wall_clock_us());
     const int rank = g_world_rank.load();
     const std::string dir = flight_dump_dir();
     ::mkdir(dir.c_str(), 0777);  // exists already on the other ranks' hosts: fine
     const std::string path = concat(dir, "/rank", rank, ".json");
-    std::string head = concat("{\"rank\": ", rank, ", \"pid\": ", ::getpid(), ", \"time_us\": ", wall_clock_us(),
-                              ", \"reason\": ");
+    std::string head = concat("{\"rank\": ", rank, ", \"job\": \"", job_text(), "\", \"pid\": ", ::getpid(),
+                              ", \"time_us\": ", wall_clock_us(), ", \"reason\": ");
     append_json_string(head, why);
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);

@@ -184,26 +184,38 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
 
   if (spec.collective) ++seq;
 
-  // The flight recorder's slot: failed unless the operation returns.
+  // The flight recorder's slot: failed unless the operation returns. It records what checked mode compares (the
+  // signature every rank agrees on), beside this rank's own count.
   const Array* first = send ? send : recv;
-  const int peer = spec.rooted                                         ? a.root
-                   : op == OpKind::kRecv                               ? a.source
-                   : op == OpKind::kSend || op == OpKind::kSendrecv ? a.dest
-                                                                       : -1;
-  struct Recorded {
-    FlightRecorder* r;
-    Recording op;
-    ~Recorded() { r->fail(op); }
-  } rec{recorder.get(), recorder->start(op, spec.collective ? static_cast<std::int64_t>(ctx.seq) : -1,
-                                        first ? first->dtype() : DType::kUInt8, first ? first->numel() : -1, peer,
-                                        kind)};
-  if (spec.collective && options.check) {
-    Signature s = spec.signature(a);
+  Signature s;
+  if (spec.collective) {
+    s = spec.signature(a);
     s.seq = ctx.seq;
     s.op = static_cast<std::uint32_t>(op);
     s.root = spec.rooted ? a.root : -1;
     s.reduce = spec.reduces ? static_cast<std::int32_t>(a.reduce) : -1;
     s.backend = static_cast<std::int32_t>(kind);
+  }
+  OpRecord what;
+  what.op = op;
+  what.seq = spec.collective ? static_cast<std::int64_t>(ctx.seq) : -1;
+  what.dtype = first ? first->dtype() : DType::kUInt8;
+  what.count = first ? first->numel() : -1;
+  what.peer = spec.rooted                                      ? a.root
+              : op == OpKind::kRecv                            ? a.source
+              : op == OpKind::kSend || op == OpKind::kSendrecv ? a.dest
+                                                               : -1;
+  what.reduce = s.reduce;
+  what.agreed_count = s.count;
+  what.agreed_extra = s.extra;
+  what.backend = kind;
+  struct Recorded {
+    FlightRecorder* r;
+    Recording op;
+    ~Recorded() { r->fail(op); }
+  } rec{recorder.get(), recorder->start(what)};
+  const InOperation inside(recorder.get(), &rec.op);  // a timeout or mismatch raised below is recorded before its dump
+  if (spec.collective && options.check) {
     check_signatures(control(), s, ctx, *abort);
     if (op == OpKind::kAlltoallv) check_alltoallv_counts(control(), a.send_counts, a.recv_counts, ctx, *abort);
   }
@@ -226,11 +238,13 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
     call.recv_displs = rd;
   }
   Token t = b.run(call, ctx);
-  if (rec.op.span) t = FlightRecorder::traced(rec.op, std::move(t));  // SHARDKIT_TRACE: a pending span ends with it
+  // A pending token records its completion in the ring (and the trace) where it happens; dropped, a pending MPI
+  // operation completes (pending_token).
+  t = FlightRecorder::observe(rec.op, std::move(t), kind == BackendKind::kMpi);
   t = out.finish(std::move(t));
   Token& last = kind == BackendKind::kNccl ? last_nccl : last_mpi;
   if (t.waitable() || last.waitable()) last = t;  // a complete token replacing a complete one: nothing to do
-  recorder->finish(rec.op, t);
+  recorder->finish(rec.op);
   return t;
 }
 

@@ -1,5 +1,5 @@
-// The per-rank trace (trace_writer.hpp): the process's one trace file, its chunks of spans, and the token wrapper that
-// sees a pending operation complete.
+// The per-rank trace (trace_writer.hpp): the process's one trace file and its chunks of spans (a pending operation's
+// completion comes from its entry's, which the flight recorder's token wrapper records).
 
 #include "trace_writer.hpp"
 
@@ -114,24 +114,25 @@ class TraceFile {
   // One span as a complete ("X") event; times in microseconds from the file's origin, to the nanosecond.
   void event(std::string& out, const TraceSpan& s) const {
     const FlightEntry& e = s.entry;
-    const std::int64_t seen = s.completed_ns ? s.completed_ns->load(std::memory_order_acquire) : 0;
+    const std::int64_t seen = e.done ? e.done->load(std::memory_order_acquire) : 0;
     const std::int64_t end = seen > 0 ? seen : seen < 0 ? -seen : s.end_ns;
     const bool failed = e.state == OpState::kFailed || seen < 0;
-    const std::int64_t bytes = e.count > 0 ? e.count * static_cast<std::int64_t>(dtype_size(e.dtype)) : 0;
+    const OpRecord& w = e.what;
+    const std::int64_t bytes = w.count > 0 ? w.count * static_cast<std::int64_t>(dtype_size(w.dtype)) : 0;
     char ts[64];
     std::snprintf(ts, sizeof ts, "%.3f, \"dur\": %.3f", static_cast<double>(s.start_ns - origin_us_ * 1000) / 1e3,
                   static_cast<double>(end > s.start_ns ? end - s.start_ns : 0) / 1e3);
-    out += concat(",\n{\"name\": \"", op_name(e.op), "\", \"cat\": \"", backend_name(e.backend),
+    out += concat(",\n{\"name\": \"", op_name(w.op), "\", \"cat\": \"", backend_name(w.backend),
                   "\", \"ph\": \"X\", \"pid\": ", rank_, ", \"tid\": ", s.track, ", \"ts\": ", ts,
                   ", \"args\": {\"bytes\": ", bytes,
-                  ", \"dtype\": ", e.count < 0 ? "null" : concat("\"", dtype_name(e.dtype), "\""),
-                  ", \"count\": ", e.count);
-    if (e.peer >= 0) out += concat(op_spec(e.op).rooted ? ", \"root\": " : ", \"peer\": ", e.peer);
-    out += concat(", \"backend\": \"", backend_name(e.backend), "\", \"communicator\": ");
+                  ", \"dtype\": ", w.count < 0 ? "null" : concat("\"", dtype_name(w.dtype), "\""),
+                  ", \"count\": ", w.count);
+    if (w.peer >= 0) out += concat(op_spec(w.op).rooted ? ", \"root\": " : ", \"peer\": ", w.peer);
+    out += concat(", \"backend\": \"", backend_name(w.backend), "\", \"communicator\": ");
     append_json_string(out,
                        s.track > 0 && static_cast<std::size_t>(s.track) <= tracks_.size() ? tracks_[s.track - 1] : "");
-    out += concat(", \"seq\": ", e.seq, ", \"id\": ", e.id, ", \"state\": \"", failed ? "failed" : "completed", "\"");
-    if (s.completed_ns) out += seen ? ", \"end\": \"completed\"" : ", \"end\": \"returned\"";
+    out += concat(", \"seq\": ", w.seq, ", \"id\": ", e.id, ", \"state\": \"", failed ? "failed" : "completed", "\"");
+    if (e.done) out += seen ? ", \"end\": \"completed\"" : ", \"end\": \"returned\"";
     if (e.site.file) {
       out += ", \"site\": ";
       append_json_string(out, concat(e.site.file, ":", e.site.line));
@@ -171,43 +172,6 @@ TraceFile& trace_file() {
   return *f;
 }
 
-// A pending token's waitable that notes when its completion is first seen.
-class CompletionNoted final : public Waitable {
- public:
-  CompletionNoted(std::shared_ptr<Waitable> inner, std::shared_ptr<std::atomic<std::int64_t>> at)
-      : inner_(std::move(inner)), at_(std::move(at)) {}
-  void wait() override {
-    try {
-      inner_->wait();
-    } catch (...) {
-      note(true);
-      throw;
-    }
-    note(false);
-  }
-  bool is_complete() override {
-    try {
-      if (!inner_->is_complete()) return false;
-    } catch (...) {
-      note(true);
-      throw;
-    }
-    note(false);
-    return true;
-  }
-  void enqueue_wait(StreamHandle stream) override { inner_->enqueue_wait(stream); }
-
- private:
-  // The first sighting only; a failure is stored negated.
-  void note(bool failed) {
-    std::int64_t none = 0;
-    const std::int64_t now = wall_clock_ns();
-    at_->compare_exchange_strong(none, failed ? -now : now, std::memory_order_acq_rel);
-  }
-  std::shared_ptr<Waitable> inner_;
-  std::shared_ptr<std::atomic<std::int64_t>> at_;
-};
-
 }  // namespace
 
 int trace_track(const std::string& name) {
@@ -222,10 +186,6 @@ void trace_span(TraceSpan&& span) noexcept {
     trace_file().add(std::move(span));
   } catch (...) {
   }
-}
-
-Token trace_completion(Token t, std::shared_ptr<std::atomic<std::int64_t>> completed_ns) {
-  return Token(std::make_shared<CompletionNoted>(t.waitable(), std::move(completed_ns)));
 }
 
 std::string flush_trace() noexcept {

@@ -30,9 +30,6 @@ inline constexpr std::int64_t kTraceFlushNs = 1'000'000'000;
 int trace_track(const std::string& name);
 /// Adds a finished operation (never throws; a failed write is said once on stderr).
 void trace_span(TraceSpan&& span) noexcept;
-/// A pending token that, when its completion is first seen through it, stores the time in `completed_ns`; device-side
-/// waits (order_stream) pass through without seeing it.
-Token trace_completion(Token t, std::shared_ptr<std::atomic<std::int64_t>> completed_ns);
 /// Writes every held span and the file's end. Returns the file ("" when not tracing).
 std::string flush_trace() noexcept;
 

@@ -58,6 +58,7 @@ struct Watchdog {
 };
 
 std::atomic<Watchdog*> g_dog{nullptr};
+std::atomic<void (*)()> g_before_exchange{nullptr};  // tests: runs before the set-up's exchange
 struct sigaction g_previous_usr1 {};
 
 std::string seconds(std::int64_t us) {
@@ -249,6 +250,10 @@ std::string describe_activity() {
   return "in none of shardkit's operations, and has run none yet";
 }
 
+void watchdog_before_exchange_for_tests(void (*hook)()) noexcept {
+  g_before_exchange.store(hook);
+}
+
 void request_dumps(const std::string& reason) noexcept {
   if (Watchdog* d = g_dog.load()) send_to_all(*d, 'd', reason);
 }
@@ -278,12 +283,19 @@ void start_watchdog(MpiCommHandle control, const std::string& name, const CommOp
       local_addresses(me);
     }
   }
-  // The exchange is collective, so it runs whether or not this rank got a socket (n = 0: nobody can reach it).
-  d->peers.resize(static_cast<std::size_t>(size));
+  // The exchange is collective, so it runs whether or not this rank got a socket (n = 0: nobody can reach it). What
+  // it reads and writes is on the heap and kept for good if the wait times out: MPI may still use it afterwards.
+  struct Exchange {
+    Address me;
+    std::vector<Address> all;
+  };
+  auto x = std::make_shared<Exchange>(Exchange{me, std::vector<Address>(static_cast<std::size_t>(size))});
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
-  SHARDKIT_MPI_CHECK(MPI_Iallgather(&me, sizeof me, MPI_BYTE, d->peers.data(), sizeof me, MPI_BYTE, c, req.data()));
+  if (const auto hook = g_before_exchange.load()) hook();
+  SHARDKIT_MPI_CHECK(MPI_Iallgather(&x->me, sizeof me, MPI_BYTE, x->all.data(), sizeof me, MPI_BYTE, c, req.data()));
   const OpContext ctx = OpContext::for_step(OpKind::kAllgather, "the watchdog's set-up", name, options.timeout);
-  if (!wait_all(req, nullptr, ctx.deadline)) raise_unfinished(ctx, abort, "not every rank arrived");
+  wait_or_raise(req, x, ctx, abort, "not every rank arrived");
+  d->peers = x->all;
   d->nonce = d->peers[0].nonce;  // rank 0's: the job's
   if (d->sock < 0 || ::pipe2(d->wake, O_CLOEXEC | O_NONBLOCK) != 0) return;  // no watchdog here; the others go on
 

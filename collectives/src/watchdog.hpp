@@ -25,6 +25,9 @@ struct AbortState;
 /// @throws TimeoutError naming the ranks that did not arrive (the job ends at exit), or Interrupted.
 void start_watchdog(MpiCommHandle control, const std::string& name, const CommOptions& options, AbortState& abort);
 
+/// Tests: `hook` runs in start_watchdog just before its exchange (e.g. a rank that comes late to it).
+void watchdog_before_exchange_for_tests(void (*hook)()) noexcept;
+
 /// Asks every other rank's watchdog to write its dump, with `reason` (no MPI; never throws; nothing before
 /// start_watchdog).
 void request_dumps(const std::string& reason) noexcept;

@@ -46,6 +46,15 @@ std::chrono::milliseconds parse_seconds(const char* name, std::string_view v) {
   return std::chrono::milliseconds(static_cast<long long>(std::llround(seconds * 1000.0)));
 }
 
+std::size_t parse_count(const char* name, std::string_view v, long long most, const char* what) {
+  const std::string s(v);
+  char* end = nullptr;
+  const long long n = std::strtoll(s.c_str(), &end, 10);
+  if (end == s.c_str() || *end != '\0' || n < 0 || n > most)
+    throw InvalidArgument(detail::concat(name, "='", s, "': expected a number of ", what, " from 0 to ", most));
+  return static_cast<std::size_t>(n);
+}
+
 std::mutex g_mu;
 // Never freed, nor rewritten: a reference that get() returned stays valid and unchanged (other threads read through
 // theirs, the watchdog's among them), and set() publishes a new one. The ones it replaced are kept here.
@@ -71,14 +80,10 @@ Config Config::from_env() {
   if (auto v = env("SHARDKIT_CHECK")) c.check = parse_bool("SHARDKIT_CHECK", *v);
   if (auto v = env("SHARDKIT_VERBOSE")) c.verbose = parse_bool("SHARDKIT_VERBOSE", *v);
   if (auto v = env("SHARDKIT_SHM_SINGLE_COPY")) c.shm_single_copy = parse_bool("SHARDKIT_SHM_SINGLE_COPY", *v);
-  if (auto v = env("SHARDKIT_TRACE_BUFFER")) {
-    const std::string s(*v);
-    char* end = nullptr;
-    const long long n = std::strtoll(s.c_str(), &end, 10);
-    if (end == s.c_str() || *end != '\0' || n < 0 || n > (1LL << 24))
-      throw InvalidArgument("SHARDKIT_TRACE_BUFFER='" + s + "': expected a number of operations from 0 to 16777216");
-    c.trace_buffer = static_cast<std::size_t>(n);
-  }
+  if (auto v = env("SHARDKIT_TRACE_BUFFER"))
+    c.trace_buffer = parse_count("SHARDKIT_TRACE_BUFFER", *v, 1LL << 24, "operations");
+  if (auto v = env("SHARDKIT_SHM_PENDING_BYTES"))
+    c.shm_pending_bytes = parse_count("SHARDKIT_SHM_PENDING_BYTES", *v, 1LL << 40, "bytes");
   if (auto v = env("SHARDKIT_TRACE")) {
     if (*v == "1" || *v == "true" || *v == "on" || *v == "yes")
       throw InvalidArgument(detail::concat("SHARDKIT_TRACE='", *v,

@@ -4,14 +4,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
-#include <cstdio>
+#include <random>
 
 #include "shardkit/config.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/core/interrupt.hpp"
+#include "shardkit/launch/clock_sync.hpp"
 
 namespace shardkit {
 namespace {
@@ -147,6 +149,14 @@ Runtime::Runtime(int* argc, char*** argv, RuntimeOptions options) {
       MPI_Comm_free(&node_comm);
     }
     host_ = host_name();
+    {
+      // Rank 0's random number (its clock mixed in), handed to every rank: the job's identity in the flight
+      // recorder's dumps. A blocking bcast, as the duplicate and the node split above are.
+      std::uint64_t id = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(wall_clock_ns()) ^
+                         (static_cast<std::uint64_t>(getpid()) << 32);
+      SHARDKIT_MPI_CHECK(MPI_Bcast(&id, 1, MPI_UINT64_T, 0, to_mpi<MPI_Comm>(world_.handle())));
+      job_id_ = id;
+    }
     // Only for traces: the merged timeline needs every rank's clock against rank 0's (a few ping-pongs per rank).
     if (!Config::get().trace_dir.empty()) clock_ = measure_clock_offset(world_.handle());
 

@@ -1,6 +1,6 @@
-# Runs COMMAND (an mpirun of timeout_main shm-kill), which prints "segment owner pid: <pid>" and then loses a rank to
-# SIGKILL: the job must end (not hang) with a non-zero exit (judged by expect_output.cmake), and no shm segment of that
-# pid may be left in /dev/shm.
+# Runs COMMAND (an mpirun of timeout_main shm-kill or shm-createkill), which prints "segment owner pid: <pid>" and then
+# loses a rank to SIGKILL: the job must end (not hang) with a non-zero exit (judged by expect_output.cmake), and no shm
+# segment of that pid may be left in /dev/shm.
 set(EXPECT_OUTPUT "segment owner pid: ([0-9]+)")
 set(EXIT nonzero)
 set(LIMIT 60)

@@ -5,6 +5,8 @@
 
 #include <stdlib.h>
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +16,7 @@
 #include "collective_test_util.hpp"
 #include "flight_recorder.hpp"
 #include "shardkit/collectives/call_site.hpp"
+#include "shardkit/launch/runtime.hpp"
 
 namespace shardkit::testing {
 namespace {
@@ -87,7 +90,7 @@ TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
   EXPECT_NE(mine.find("\"capacity\": 3"), std::string::npos) << mine;
   // The ring keeps the last three: the first allreduce is gone wherever a fourth operation came (ranks 0 and 1).
   const bool exchanged = n > 1 && r < 2;
-  EXPECT_EQ(count_of(mine, "\"id\": "), 3) << mine;
+  EXPECT_EQ(count_of(mine, "{\"id\": "), 3) << mine;
   EXPECT_EQ(record(mine, "allreduce").empty(), exchanged) << mine;
   const std::string bcast = record(mine, "bcast");
   EXPECT_NE(bcast.find("\"dtype\": \"float32\", \"count\": 5, \"peer\": " + std::to_string(n - 1)), std::string::npos)
@@ -109,6 +112,55 @@ TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
   }
   // Sequence numbers of the collectives are the communicator's own, the same on every rank.
   EXPECT_NE(barrier.find("\"seq\": " + std::to_string(comm->sequence() - 1)), std::string::npos) << barrier;
+}
+
+// SHARDKIT_TRACE_BUFFER=0 turns the recorder off (README): a communicator made then keeps no ring, and a dump has no
+// section for it, while one made with a ring (before and after) is there with its operations.
+TEST(FlightRecorder, ABufferOfZeroRecordsNothing) {
+  const Config saved = Config::get();
+  Config off = saved;
+  off.trace_buffer = 0;
+  Config::set(off);
+  const std::shared_ptr<Communicator> silent = Communicator::world({.name = "unrecorded"});
+  Config::set(saved);
+  const std::shared_ptr<Communicator> heard = Communicator::world({.name = "recorded beside it"});
+  Array x = Array::from_values<float>({1, 2}).to(buffer_device());
+  silent->allreduce(x, ReduceOp::kSum).token.wait();
+  heard->allreduce(x, ReduceOp::kSum).token.wait();
+  const DumpDirHere dir;
+  const std::string path = detail::dump_flight_records("the buffer-of-zero test", /*local=*/false);
+  ASSERT_FALSE(path.empty());
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  EXPECT_EQ(section(text.str(), "unrecorded"), "") << text.str();
+  EXPECT_NE(record(section(text.str(), "recorded beside it"), "allreduce"), "") << text.str();
+}
+
+// Before the job ends, a rank waits (SHARDKIT_DUMP_WAIT_S) for every rank's dump of this job: files that an earlier
+// job left in the directory, named alike, do not count (it waits them out); this job's do (it returns at once).
+TEST(FlightRecorder, WaitingForDumpsTakesThisJobsOnly) {
+  const DumpDirHere dir;
+  const int n = world()->size();
+  char ours[24];
+  std::snprintf(ours, sizeof ours, "%016llx", static_cast<unsigned long long>(Runtime::instance().job_id()));
+  auto write_all = [&](const std::string& job) {
+    for (int k = 0; k < n; ++k)
+      std::ofstream(std::string(dir.path()) + "/rank" + std::to_string(k) + ".json")
+          << "{\"rank\": " << k << ", \"job\": \"" << job << "\", \"pid\": 1, \"communicators\": []}\n";
+  };
+  Config c = Config::get();
+  c.dump_wait = std::chrono::milliseconds(300);
+  Config::set(c);
+  write_all(std::string(ours) == "00000000000000ab" ? "00000000000000cd" : "00000000000000ab");
+  auto t0 = std::chrono::steady_clock::now();
+  detail::wait_for_dumps(n);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300)) << "an earlier job's dumps counted";
+  c.dump_wait = std::chrono::seconds(60);
+  Config::set(c);
+  write_all(ours);
+  t0 = std::chrono::steady_clock::now();
+  detail::wait_for_dumps(n);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30)) << "this job's dumps did not count";
 }
 
 // A dump another rank asks for (the watchdog's answer, unless_recent) writes nothing when this rank has just written

@@ -122,58 +122,76 @@ TEST(HalfRounding, SumsAndProductsRoundToNearestEven) {
   }
 }
 
+// The communicators the NaN test runs on: the default route (by size: small host buffers take shm on one node), and
+// every route forced, so that each backend's max and min are reached by every operation (on the default route an
+// allreduce of a few elements never reached MPI's).
+std::vector<std::shared_ptr<Communicator>>& routes() {
+  static std::vector<std::shared_ptr<Communicator>> all = [] {
+    std::vector<std::shared_ptr<Communicator>> c{world()};
+    if (buffer_device().kind == DeviceKind::kCPU)
+      for (BackendKind b : {BackendKind::kMpi, BackendKind::kShm})
+        c.push_back(Communicator::world({.backend = b, .name = std::string("nan on ") + backend_name(b)}));
+    return c;
+  }();
+  return all;
+}
+
 // Element k < size: a NaN on rank k only; element size: no NaN (rank r holds 1 + r); element size + 1: NaN everywhere.
+// On the default route and each forced one.
 TEST_P(FloatReductions, NaNPropagatesThroughMaxMinSumAndProdFromEveryRank) {
-  Communicator& comm = *world();
-  const DType dt = GetParam();
-  const int rank = comm.rank(), size = comm.size();
-  const std::int64_t n = size + 2;
-  const double nan = std::nan("");
-  auto held = [&](std::int64_t k, int r) { return k == size ? 1.0 + r : (k == r || k == size + 1) ? nan : 1.0 + r; };
-  // The reduction of ranks 0..last at element k.
-  auto want = [&](ReduceOp op, std::int64_t k, int last) {
-    double acc = held(k, 0);
-    for (int r = 1; r <= last; ++r) {
-      const double v = held(k, r);
-      acc = std::isnan(acc) || std::isnan(v) ? nan
-            : op == ReduceOp::kSum           ? acc + v
-            : op == ReduceOp::kProd          ? acc * v
-            : op == ReduceOp::kMax           ? std::max(acc, v)
-                                             : std::min(acc, v);
-    }
-    return acc;
-  };
-  visit_dtype(dt, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (!std::is_integral_v<T> && !kIsComplex<T>) {
-      Array host = Array::empty({n}, dt), rows = Array::empty({size, n}, dt);
-      for (std::int64_t k = 0; k < n; ++k) host.data_as<T>()[k] = from_double<T>(held(k, rank));
-      for (int q = 0; q < size; ++q) rows.slice(0, q, q + 1).reshape({n}).copy_from(host);
-      const Array x = host.to(buffer_device()), xs = rows.to(buffer_device());
-      for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kSum, ReduceOp::kProd}) {
-        auto check = [&](const Array& got_any, int last, const char* what) {
-          const Array got = got_any.to(Device::cpu());
-          for (std::int64_t k = 0; k < n; ++k) {
-            const double g = to_double(got.data_as<T>()[k]), w = want(op, k, last);
-            const std::string nan_on = k < size ? "rank " + std::to_string(k) : k == size ? "no rank" : "every rank";
-            if (std::isnan(w))
-              EXPECT_TRUE(std::isnan(g)) << what << " " << reduce_op_name(op) << " with a NaN on " << nan_on
-                                         << " gave " << g;
-            else
-              EXPECT_EQ(g, w) << what << " " << reduce_op_name(op) << " with a NaN on " << nan_on;
-          }
-        };
-        check(comm.allreduce(x, op).value, size - 1, "allreduce");
-        Array buf = x.clone();
-        comm.allreduce_inplace(buf, op).wait();
-        check(buf, size - 1, "allreduce in place");
-        const Array reduced = comm.reduce(x, op, size - 1).value;
-        if (rank == size - 1) check(reduced, size - 1, "reduce");
-        check(comm.reduce_scatter(xs, op).value, size - 1, "reduce_scatter");
-        check(comm.scan(x, op).value, rank, "scan");
+  for (const auto& on : routes()) {
+    SCOPED_TRACE(on->name());
+    Communicator& comm = *on;
+    const DType dt = GetParam();
+    const int rank = comm.rank(), size = comm.size();
+    const std::int64_t n = size + 2;
+    const double nan = std::nan("");
+    auto held = [&](std::int64_t k, int r) { return k == size ? 1.0 + r : (k == r || k == size + 1) ? nan : 1.0 + r; };
+    // The reduction of ranks 0..last at element k.
+    auto want = [&](ReduceOp op, std::int64_t k, int last) {
+      double acc = held(k, 0);
+      for (int r = 1; r <= last; ++r) {
+        const double v = held(k, r);
+        acc = std::isnan(acc) || std::isnan(v) ? nan
+              : op == ReduceOp::kSum           ? acc + v
+              : op == ReduceOp::kProd          ? acc * v
+              : op == ReduceOp::kMax           ? std::max(acc, v)
+                                               : std::min(acc, v);
       }
-    }
-  });
+      return acc;
+    };
+    visit_dtype(dt, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!std::is_integral_v<T> && !kIsComplex<T>) {
+        Array host = Array::empty({n}, dt), rows = Array::empty({size, n}, dt);
+        for (std::int64_t k = 0; k < n; ++k) host.data_as<T>()[k] = from_double<T>(held(k, rank));
+        for (int q = 0; q < size; ++q) rows.slice(0, q, q + 1).reshape({n}).copy_from(host);
+        const Array x = host.to(buffer_device()), xs = rows.to(buffer_device());
+        for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kSum, ReduceOp::kProd}) {
+          auto check = [&](const Array& got_any, int last, const char* what) {
+            const Array got = got_any.to(Device::cpu());
+            for (std::int64_t k = 0; k < n; ++k) {
+              const double g = to_double(got.data_as<T>()[k]), w = want(op, k, last);
+              const std::string nan_on = k < size ? "rank " + std::to_string(k) : k == size ? "no rank" : "every rank";
+              if (std::isnan(w))
+                EXPECT_TRUE(std::isnan(g))
+                    << what << " " << reduce_op_name(op) << " with a NaN on " << nan_on << " gave " << g;
+              else
+                EXPECT_EQ(g, w) << what << " " << reduce_op_name(op) << " with a NaN on " << nan_on;
+            }
+          };
+          check(comm.allreduce(x, op).value, size - 1, "allreduce");
+          Array buf = x.clone();
+          comm.allreduce_inplace(buf, op).wait();
+          check(buf, size - 1, "allreduce in place");
+          const Array reduced = comm.reduce(x, op, size - 1).value;
+          if (rank == size - 1) check(reduced, size - 1, "reduce");
+          check(comm.reduce_scatter(xs, op).value, size - 1, "reduce_scatter");
+          check(comm.scan(x, op).value, rank, "scan");
+        }
+      }
+    });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Floats, FloatReductions,

@@ -6,8 +6,10 @@
 // the same bodies check them there. ctest runs them at 1-4 ranks, and again without single-copy reads
 // (SHARDKIT_SHM_SINGLE_COPY=0: large messages then travel through the rings).
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -357,6 +359,54 @@ TEST_F(ShmP2pTest, FreeingACommunicatorPostsItsPendingSendsOrSaysWhyNot) {
 
 // A receive from itself that nothing sent before would wait forever: refused at once, nothing taken; a message larger
 // than the receive buffer, or of another dtype, is named on the receiving rank and aborts the communicator there.
+// This process's resident memory now, in KiB (VmRSS).
+long resident_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  return -1;
+}
+
+// A producer of one entry's payload (4 KiB) after another to a receiver busy in its own code: its eager sends return,
+// held back while the ring is full, up to SHARDKIT_SHM_PENDING_BYTES (1 MiB here); past it each send waits for the
+// receiver to take messages, as MPI's rendezvous sends do. So 100,000 sends (400 MiB), which the receiver takes only
+// once it is done elsewhere, leave the producer's memory flat (before the bound, every one waited as a copy), and
+// every message arrives, in order. Pairs of ranks; at 1 rank, and for the last of an odd count, nothing (a rank's
+// sends to itself are held for it: no wait could end before its own receive).
+TEST_F(ShmP2pTest, AProducerPastTheBoundWaitsForItsReceiverAndItsMemoryStaysFlat) {
+  if (!on_shm(OpKind::kSend)) GTEST_SKIP() << "point-to-point on MPI (across hosts)";
+  const Config saved = Config::get();
+  Config bounded = saved;
+  bounded.shm_pending_bytes = std::size_t{1} << 20;
+  Config::set(bounded);
+  auto c = Communicator::world({.name = "shm p2p bounded"});
+  Config::set(saved);
+  const int me = c->rank(), partner = me % 2 == 0 ? me + 1 : me - 1;
+  const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(c->size()).payload) / 4;
+  constexpr int kCount = 100000;
+  if (partner >= c->size()) return;
+  Array x = Array::zeros({payload}, DType::kInt32);
+  if (me % 2 == 0) {
+    const long before = resident_kib();
+    long most = before;
+    for (int i = 0; i < kCount; ++i) {
+      static_cast<std::int32_t*>(x.data())[0] = i;
+      c->send(x, partner, 4).wait();
+      if (i % 1000 == 0) most = std::max(most, resident_kib());
+    }
+    most = std::max(most, resident_kib());
+    EXPECT_LT(most - before, 16 * 1024) << "resident memory grew from " << before << " KiB to " << most << " KiB";
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // busy elsewhere: the producer meets its bound
+    int wrong = 0;
+    for (int i = 0; i < kCount; ++i) {
+      c->recv_into(x, partner, 4).wait();
+      wrong += static_cast<const std::int32_t*>(x.data())[0] != i;
+    }
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
 TEST_F(ShmP2pTest, ImpossibleAndMismatchedReceivesAreNamed) {
   if (!on_shm(OpKind::kRecv)) GTEST_SKIP() << "point-to-point on MPI (across hosts)";
   Array y = Array::zeros({4}, DType::kInt32);

@@ -31,10 +31,13 @@ std::vector<std::string> recorded_routes(const std::string& name, OpKind op) {
   static int dumps = 0;
   char dir[] = "/tmp/shardkit-routes-XXXXXX";
   if (mkdtemp(dir) == nullptr) return {"mkdtemp failed"};
-  setenv("SHARDKIT_DUMP_DIR", dir, 1);
+  const Config saved = Config::get();  // read once: the environment would not reach it now
+  Config here = saved;
+  here.dump_dir = dir;
+  Config::set(here);
   const std::string path =
       detail::dump_flight_records("routes of '" + name + "' #" + std::to_string(++dumps), /*local=*/false);
-  unsetenv("SHARDKIT_DUMP_DIR");
+  Config::set(saved);
   std::stringstream text;
   text << std::ifstream(path).rdbuf();
   std::filesystem::remove_all(dir);
@@ -42,8 +45,9 @@ std::vector<std::string> recorded_routes(const std::string& name, OpKind op) {
   const std::size_t at = dump.find("\"name\": \"" + name + "\"");
   if (at == std::string::npos) return {"no communicator '" + name + "' in the dump: " + dump};
   const std::string mine = dump.substr(at, dump.find("]}", at) - at);
-  const std::regex record(std::string("\"op\": \"") + op_name(op) +
-                          R"re(", "dtype": (?:"\w+"|null), "count": (-?\d+), "peer": -?\d+, "backend": "(\w+)")re");
+  const std::regex record(
+      std::string("\"op\": \"") + op_name(op) +
+      R"re(", "dtype": (?:"\w+"|null), "count": (-?\d+), "peer": -?\d+, [^{}]*?"backend": "(\w+)")re");
   std::vector<std::string> out;
   for (auto m = std::sregex_iterator(mine.begin(), mine.end(), record); m != std::sregex_iterator(); ++m)
     out.push_back((*m)[1].str() + " " + (*m)[2].str());

@@ -13,10 +13,19 @@
 //   timeout_main shm-send        the same with sends to the last rank, which never receives: a ring's worth of small
 //                                ones from each waiting rank (they return: posted, or pending), then one larger than
 //                                the ring (it waits: for room, or for the last rank to read it)
+//   timeout_main shm-sendsmall   the same with small sends only, more than a ring holds (they wait once past the bound
+//                                on held-back sends: run with SHARDKIT_SHM_PENDING_BYTES=0)
 //   timeout_main shm-bcast       the same with small bcasts (through the roots' rings): rank 0 sends one more than a
 //                                ring holds, which the last rank never reads (rank 0 waits to reuse the line), and
 //                                the other ranks read them too and wait in the next (rank 0 waits: they name it
 //                                and the last rank)
+//   timeout_main shm-latebcast   the same with a bcast through a buffer set (1 KiB) whose root is the last rank: the
+//                                readers post only once the root has, so each names the root alone
+//   timeout_main shm-latescatter the same with a scatter whose root is the last rank
+//   timeout_main watchdog-late   the last rank comes 3 s late to the watchdog's set-up exchange: the others raise
+//                                TimeoutError, then keep MPI progressing while the exchange completes
+//   timeout_main shm-createkill  the last rank is killed while the world's shm segment is being made (rank 0 made it,
+//                                this rank has not opened it): run through expect_no_shm_left.cmake
 //   timeout_main shm-kill        on the shm backend, the last rank is killed (SIGKILL) while the others wait in an
 //                                allreduce: the job ends (run through expect_no_shm_left.cmake, which then looks
 //                                for the segment in /dev/shm)
@@ -24,6 +33,7 @@
 //                                the allreduce still pending: destroying its NCCL communicator must give up after the
 //                                timeout (aborting it) instead of waiting for good for a peer that never comes
 
+#include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -37,6 +47,7 @@
 #include "shardkit/launch/runtime.hpp"
 #include "shm/shm_segment.hpp"
 #include "shm_files.hpp"
+#include "watchdog.hpp"
 
 int main(int argc, char** argv) {
   using namespace shardkit;
@@ -64,6 +75,45 @@ int main(int argc, char** argv) {
   }
   const bool shm = argc > 1 && std::strncmp(argv[1], "shm", 3) == 0;
   if (shm) o.backend = BackendKind::kShm;
+  if (argc > 1 && std::strcmp(argv[1], "watchdog-late") == 0) {
+    // The last rank comes late to the watchdog's exchange, which the others give up on: their TimeoutError leaves the
+    // exchange in flight, and MPI completes it once the late rank comes, writing what it writes then. The waiting
+    // ranks keep MPI progressing meanwhile (under AddressSanitizer a write into freed memory is reported).
+    static const bool late = rt.rank() == rt.size() - 1;
+    shardkit::detail::watchdog_before_exchange_for_tests([] {
+      if (late) std::this_thread::sleep_for(std::chrono::seconds(3));
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      auto c = Communicator::world(rt, o);
+      if (!late) std::printf("rank %d: ERROR: communicator created\n", rt.rank());
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      return late ? 0 : 1;
+    } catch (const TimeoutError& e) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("rank %d: caught after %.1f s: TimeoutError: %s\n", rt.rank(), s, e.what());
+      std::fflush(stdout);
+    }
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+         std::chrono::steady_clock::now() < until;) {
+      int flag = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::printf("rank %d: progressed MPI past the late exchange\n", rt.rank());
+    std::fflush(stdout);
+    return 0;  // the Runtime ends the job with MPI_Abort
+  }
+  if (argc > 1 && std::strcmp(argv[1], "shm-createkill") == 0) {
+    if (rt.rank() == 0) std::printf("segment owner pid: %d\n", static_cast<int>(getpid()));
+    std::fflush(stdout);
+    static int last = rt.size() - 1;
+    static int me = rt.rank();
+    shardkit::detail::shm_segment_hooks_for_tests(false, [] {
+      if (me == last) raise(SIGKILL);  // after rank 0 made the segment, before this rank opened it
+    });
+  }
   auto comm = Communicator::world(rt, o);
   const int skipper = comm->size() - 1;
   if (shm) {
@@ -102,7 +152,11 @@ int main(int argc, char** argv) {
   }
   Token token;
   try {
-    if (argc > 1 && std::strcmp(argv[1], "shm-send") == 0) {
+    if (argc > 1 && std::strcmp(argv[1], "shm-sendsmall") == 0) {
+      // Small sends only, more than the ring holds: held back (they return) up to SHARDKIT_SHM_PENDING_BYTES.
+      const auto ring = shardkit::detail::P2pGeometry::for_ranks(comm->size());
+      for (int i = 0; i < ring.entries + 5; ++i) comm->send(Array::zeros({4}, DType::kFloat32), skipper, 0).wait();
+    } else if (argc > 1 && std::strcmp(argv[1], "shm-send") == 0) {
       const auto ring = shardkit::detail::P2pGeometry::for_ranks(comm->size());
       for (int i = 0; i <= ring.entries; ++i) comm->send(Array::zeros({4}, DType::kFloat32), skipper, 0);
       const auto larger = static_cast<std::int64_t>((ring.entries + 1) * ring.payload / 4);
@@ -118,6 +172,12 @@ int main(int argc, char** argv) {
         token = comm->reduce(x, y, ReduceOp::kSum, 0);
         token.wait();
       }
+    } else if (argc > 1 && std::strcmp(argv[1], "shm-latebcast") == 0) {
+      Array x = Array::zeros({256}, DType::kFloat32);
+      token = comm->bcast_inplace(x, skipper);
+    } else if (argc > 1 && std::strcmp(argv[1], "shm-latescatter") == 0) {
+      Array y = Array::zeros({256}, DType::kFloat32);
+      token = comm->scatter(Array::zeros({256 * comm->size()}, DType::kFloat32), y, skipper);
     } else if (argc > 1 && std::strcmp(argv[1], "shm-bcast") == 0) {
       Array x = Array::zeros({4}, DType::kFloat32);
       for (int i = 0; i <= shardkit::detail::ShmSegment::kRingLines + 1; ++i) {

@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
       } catch (const TimeoutError& e) {
         const double s = Seconds(std::chrono::steady_clock::now() - start).count();
         const std::string msg = e.what();
-        const std::string name = std::string(op_name(op)) + " #";
+        // "allreduce #3 on", "send on": collectives carry their sequence number, point-to-point operations none.
+        const std::string name = std::string(op_name(op)) + (op_traits(op).collective ? " #" : " on ");
         const std::string comm_text = "communicator '" + comms[k]->name() + "'";
         outcomes[k] = s > kTimeout.count() / 1000.0 + kMarginS                                  ? kTooLate
                       : msg.find(name) == std::string::npos || msg.find(comm_text) == std::string::npos ? kWrongName

@@ -13,8 +13,9 @@ namespace {
 class ConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : {"SHARDKIT_BACKEND", "SHARDKIT_CHECK", "SHARDKIT_TIMEOUT_S", "SHARDKIT_VERBOSE", "SHARDKIT_SHM_SINGLE_COPY", "SHARDKIT_TRACE",
-                          "SHARDKIT_HANG_WARN_S", "SHARDKIT_DUMP_DIR", "SHARDKIT_DUMP_WAIT_S"})
+    for (const char* v : {"SHARDKIT_BACKEND", "SHARDKIT_CHECK", "SHARDKIT_TIMEOUT_S", "SHARDKIT_VERBOSE",
+                          "SHARDKIT_SHM_SINGLE_COPY", "SHARDKIT_TRACE", "SHARDKIT_HANG_WARN_S", "SHARDKIT_DUMP_DIR",
+                          "SHARDKIT_DUMP_WAIT_S", "SHARDKIT_TRACE_BUFFER", "SHARDKIT_SHM_PENDING_BYTES"})
       unsetenv(v);
   }
 };
@@ -56,6 +57,30 @@ TEST_F(ConfigTest, ParsesTheFlightRecordersVariables) {
     EXPECT_THROW(Config::from_env(), InvalidArgument) << v;
     setenv(v, "-2", 1);
     EXPECT_THROW(Config::from_env(), InvalidArgument) << v;
+    unsetenv(v);
+  }
+}
+
+// Counts: the flight recorder's ring (SHARDKIT_TRACE_BUFFER) and the bound on an shm rank's held-back eager sends
+// (SHARDKIT_SHM_PENDING_BYTES), each with its default, a value, 0, and what is refused.
+TEST_F(ConfigTest, ParsesCounts) {
+  EXPECT_EQ(Config::from_env().trace_buffer, 2000u);
+  EXPECT_EQ(Config::from_env().shm_pending_bytes, std::size_t{8} << 20);
+  setenv("SHARDKIT_TRACE_BUFFER", "0", 1);
+  setenv("SHARDKIT_SHM_PENDING_BYTES", "65536", 1);
+  Config c = Config::from_env();
+  EXPECT_EQ(c.trace_buffer, 0u);
+  EXPECT_EQ(c.shm_pending_bytes, 65536u);
+  for (const char* v : {"SHARDKIT_TRACE_BUFFER", "SHARDKIT_SHM_PENDING_BYTES"}) {
+    for (const char* bad : {"-1", "many", "12k", "99999999999999999"}) {
+      setenv(v, bad, 1);
+      try {
+        Config::from_env();
+        ADD_FAILURE() << v << "=" << bad << " was accepted";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find(v), std::string::npos) << e.what();
+      }
+    }
     unsetenv(v);
   }
 }

@@ -155,10 +155,12 @@ def test_sigint_ends_a_recv_in_a_compiled_jax_program(tmp_path):
 # 16 KiB the readers read the root's buffer itself (single copy, where the kernel lets them): the sizes are compared
 # whichever way each side went (32/16 B: both the ring, a line each; 128/16 and 16/128: three lines against one;
 # 256/16: the root a set, the reader the ring; 16/256: the other way round; 32 KiB/8 KiB and back: single copy against
-# the set). MPI reports only a truncation (the root sending more than a reader takes).
+# the set; 16 B/16 KiB and back: the ring against the shared bcast, where each rank has a CPU, whose reader once waited
+# for the root's set line only and timed out naming the root). MPI reports only a truncation (the root sending more
+# than a reader takes).
 @pytest.mark.parametrize("backend,root_n,other_n", [("mpi", 4, 2), ("shm", 4, 2), ("shm", 16, 2), ("shm", 2, 16),
                                                     ("shm", 32, 2), ("shm", 2, 32), ("shm", 4096, 1024),
-                                                    ("shm", 1024, 4096)])
+                                                    ("shm", 1024, 4096), ("shm", 2, 2048), ("shm", 2048, 2)])
 def test_a_truncation_outside_checked_mode_says_to_rerun_checked_and_ends_the_job(backend, root_n, other_n):
     """Rank 1 catches the error and would finish normally while rank 0 may wait in a later operation: the job ends
     at exit. MPI reports the truncation; shm compares the sizes the ranks post."""

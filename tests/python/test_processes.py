@@ -166,29 +166,36 @@ def test_jax_layer_loaded_while_tracing_keeps_the_direct_eager_route():
     assert r.returncode == 0 and r.stdout.split() == ["ok"], r.stdout + r.stderr
 
 
-def test_a_jitted_exchange_needs_only_the_ranks_it_names():
-    """mpi4jax's own suite runs a jitted sendrecv between ranks 0 and 1 of 3, rank 2 taking no part: the duplicate
-    compiled programs run on is made with the default communicator (every rank is at its first use), not at the first
-    trace, which only the exchanging ranks reach."""
+@pytest.mark.parametrize("comm", ["None", "MPI.COMM_WORLD"])
+def test_a_jitted_exchange_needs_only_the_ranks_it_names(comm):
+    """mpi4jax's own suite runs a jitted sendrecv between ranks 0 and 1 of 3, rank 2 taking no part, as the first
+    thing the program does with the communicator: rank 2 sits in an MPI receive of its own (on an mpi4py duplicate)
+    that rank 0 answers only once the exchange is done. The default communicator (comm=None) and its duplicate for
+    compiled programs are made at import, where every rank is; on an mpi4py communicator the compiled exchange runs
+    on that communicator itself, which needs no set-up with the other ranks (before, its first use made a duplicate,
+    collectively, and rank 2 never came: the timeout)."""
     pytest.importorskip("jax")
     code = textwrap.dedent("""
-        import time
         import numpy as np
         import jax, jax.numpy as jnp
         import shardkit as sk
-        sk.mpi.barrier()  # the default communicator's first use: every rank
+        from mpi4py import MPI
+        side = MPI.COMM_WORLD.Dup()  # mpi4py's own, for rank 2's wait
         if sk.rank() < 2:
             other = 1 - sk.rank()
-            y = jax.jit(lambda x: sk.mpi.sendrecv(x, x, other, other)[0])(jnp.full(3, float(sk.rank())))
+            f = jax.jit(lambda x: sk.mpi.sendrecv(x, x, other, other, comm=THE_COMM)[0])
+            y = f(jnp.full(3, float(sk.rank())))
             assert np.array_equal(np.asarray(y), np.full(3, float(other))), y
+            if sk.rank() == 0:
+                side.send("exchanged", dest=2)
         else:
-            time.sleep(1)  # busy elsewhere, never tracing
+            print(side.recv(source=0), flush=True)  # no shardkit call until the others have exchanged
         sk.mpi.barrier()
         print(f"ok-{sk.rank()}", flush=True)
-    """)
+    """).replace("THE_COMM", comm)
     r = mpirun(3, [sys.executable, "-c", code], timeout=120, SHARDKIT_TIMEOUT_S="20")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert sorted(re.findall(r"ok-\d", r.stdout)) == ["ok-0", "ok-1", "ok-2"]
+    assert "exchanged" in r.stdout and sorted(re.findall(r"ok-\d", r.stdout)) == ["ok-0", "ok-1", "ok-2"], r.stdout
 
 
 def test_mpi4pys_any_source_means_any_source_in_every_mode():

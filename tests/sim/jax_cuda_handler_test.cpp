@@ -33,7 +33,7 @@ extern "C" XLA_FFI_Error* shardkit_collective_cuda(XLA_FFI_CallFrame* frame);
 
 namespace shardkit::py {
 // The handle registry of the Python layer, reduced to one communicator: the world.
-Communicator& jax_comm(std::int64_t handle) {
+Communicator& jax_comm(std::int64_t handle, OpKind) {
   static std::shared_ptr<Communicator> world = Communicator::world();
   SHARDKIT_CHECK(handle == 1, "unknown communicator handle ", handle);
   return *world;

@@ -284,13 +284,14 @@ def mesh_key(mesh):
 _default_handle = []
 
 
-def comm_handle(comm):
-    """The registry handle of a communicator argument (None: the default clone of COMM_WORLD)."""
+def comm_handle(comm, op=None):
+    """The registry handle of a communicator argument (None: the default clone of COMM_WORLD), for operation `op` (None:
+    a collective): point-to-point operations on an mpi4py communicator need no other rank to register it."""
     if comm is None:
         if not _default_handle:
             _default_handle.append(_core._jax_comm_handle(None))
         return _default_handle[0]
-    return _core._jax_comm_handle(comm)
+    return _core._jax_comm_handle(comm, op)
 
 
 def _is_tracing():
@@ -315,7 +316,7 @@ def dispatch(name, operands, params, status, token, comm):
         # C++ side sends them there before calling this).
         return NotImplemented
     _accept_token(token)
-    h = comm_handle(comm)
+    h = comm_handle(comm, name)
     args = tuple(jnp.asarray(a) for a in operands)
     # The operation table's checks, with the eager call's messages, now: inside a compiled program the handler's
     # InvalidArgument would reach the caller as a JaxRuntimeError, after the program started.

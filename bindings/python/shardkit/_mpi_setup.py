@@ -61,6 +61,10 @@ def initialize() -> None:
         check_same_mpi(MPI.Get_library_version(), _core.mpi_library_version())
     _core.init()
     atexit.register(_shutdown)
+    # The default communicator (comm=None: a clone of COMM_WORLD), now, while every rank is here: made later by the
+    # first call that names it, a point-to-point exchange between two ranks would wait for all the others (its
+    # creation is collective), as mpi4jax's lazy clone does.
+    _core.world()
     if _core.size() > 1 and os.environ.get("SHARDKIT_ABORT_ON_EXCEPTION", "1") != "0":
         _install_abort_hook()
 

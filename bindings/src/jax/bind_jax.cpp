@@ -2,6 +2,7 @@
 // the operation table Python needs to trace an operation (its code, value shape, reduction), the XLA FFI targets as
 // capsules for jax.ffi.register_ffi_target, and the hook through which shardkit.mpi hands JAX values to shardkit._jax.
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -29,11 +30,15 @@ namespace {
 std::mutex g_registry_mutex;
 // Counts the registry's clearings (at shutdown): a communicator remembered from before is gone.
 std::atomic<std::uint64_t> g_registry_generation{1};
-// Per communicator handed to the JAX layer: the communicator and the duplicate compiled programs run on. Entries are
+// Per communicator handed to the JAX layer: the communicator and those compiled programs run on: its duplicate, and
+// for point-to-point operations on a communicator shardkit does not own (an mpi4py one, wrap_mpi) a second wrapping of
+// it, made without any other rank (a send between two ranks must not wait for the others; mpi4jax runs on the caller's
+// communicator itself). Once made, a program's point-to-point operations stay on the one they started on. Entries are
 // added once and kept (a compiled program may hold a handle) until shutdown.
 struct Registered {
   CommPtr original;
-  CommPtr jax;
+  CommPtr jax;  // collectives' (and point-to-point's, where p2p is null): a duplicate
+  CommPtr p2p;  // point-to-point's on a caller's communicator
 };
 std::vector<Registered>& registry() {
   static auto* r = new std::vector<Registered>();
@@ -45,23 +50,35 @@ std::vector<Registered>& registry() {
 // Compiled programs run on XLA's threads, asynchronously to the Python thread: their operations get a duplicate of the
 // communicator (its own message space), so they never match an eager operation issued meanwhile. Collective the first
 // time (every rank traces the same program, so every rank registers the same communicators in the same order); the
-// default communicator's is made with it (bind_collectives.cpp), so that a compiled point-to-point exchange needs
-// only the ranks it names.
-std::int64_t register_comm(const CommPtr& c) {
+// default communicator's is made with it (bind_collectives.cpp, at import), so that a compiled point-to-point exchange
+// needs only the ranks it names. On a caller's communicator point-to-point operations take a second wrapping of it
+// instead (Registered): made by the two ranks alone, where a duplicate would need all.
+std::int64_t register_comm(const CommPtr& c, OpKind op) {
+  const bool p2p = !op_traits(op).collective && c->wraps_caller();
   {
     std::lock_guard lock(g_registry_mutex);
     auto& r = registry();
-    for (std::size_t i = 0; i < r.size(); ++i)
-      if (r[i].original.get() == c.get()) return static_cast<std::int64_t>(i);
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      if (r[i].original.get() != c.get()) continue;
+      if (p2p || r[i].jax) return static_cast<std::int64_t>(i);
+      if (r[i].p2p && !p2p) break;  // registered by point-to-point only: its duplicate now, collectively
+    }
   }
-  CommPtr dup;
+  CommPtr made;
   {
     nb::gil_scoped_release release;
-    dup = c->dup(c->name() + " (jax)");
+    made = p2p ? Communicator::wrap_mpi(c->mpi_handle(), {.name = c->name() + " (jax)"}) : c->dup(c->name() + " (jax)");
   }
   std::lock_guard lock(g_registry_mutex);
-  registry().push_back({c, std::move(dup)});
-  return static_cast<std::int64_t>(registry().size() - 1);
+  auto& r = registry();
+  for (std::size_t i = 0; i < r.size(); ++i)
+    if (r[i].original.get() == c.get()) {
+      (p2p ? r[i].p2p : r[i].jax) = std::move(made);
+      g_registry_generation.fetch_add(1, std::memory_order_release);  // cached answers for this handle change
+      return static_cast<std::int64_t>(i);
+    }
+  r.push_back(p2p ? Registered{c, nullptr, std::move(made)} : Registered{c, std::move(made), nullptr});
+  return static_cast<std::int64_t>(r.size() - 1);
 }
 
 namespace {
@@ -123,22 +140,43 @@ bool hook_ready() {
 
 }  // namespace
 
-Communicator& jax_comm(std::int64_t handle) {
-  // Every call of a compiled operation looks its communicator up: each thread remembers its last answer, valid until
-  // the registry is cleared (entries never move or go before that).
-  thread_local std::int64_t last_handle = -1;
-  thread_local std::uint64_t last_generation = 0;
-  thread_local Communicator* last = nullptr;
-  if (handle == last_handle && last_generation == g_registry_generation.load(std::memory_order_acquire)) return *last;
+Communicator& jax_comm(std::int64_t handle, OpKind op) {
+  // Every call of a compiled operation looks its communicator up: each thread remembers its last answers (one for
+  // collectives, one for point-to-point), valid until the registry changes (entries never move or go before shutdown).
+  struct Seen {
+    std::int64_t handle = -1;
+    std::uint64_t generation = 0;
+    Communicator* comm = nullptr;
+  };
+  thread_local Seen seen[2];
+  const bool collective = op_traits(op).collective;
+  Seen& last = seen[collective ? 0 : 1];
+  if (handle == last.handle && last.generation == g_registry_generation.load(std::memory_order_acquire))
+    return *last.comm;
   std::lock_guard lock(g_registry_mutex);
   auto& r = registry();
   SHARDKIT_CHECK(handle >= 0 && handle < static_cast<std::int64_t>(r.size()), "unknown communicator handle ", handle,
                  " (communicators are released at shutdown)");
-  last = r[static_cast<std::size_t>(handle)].jax.get();
-  last_handle = handle;
-  last_generation = g_registry_generation.load(std::memory_order_relaxed);
-  return *last;
+  const Registered& e = r[static_cast<std::size_t>(handle)];
+  Communicator* c = !collective && e.p2p ? e.p2p.get() : e.jax.get();
+  SHARDKIT_CHECK(c != nullptr, op_name(op), " on communicator '", e.original->name(),
+                 "' in a compiled program that registered it for point-to-point operations only");
+  last = Seen{handle, g_registry_generation.load(std::memory_order_relaxed), c};
+  return *c;
 }
+
+namespace {
+// The registered communicator under `handle` that compiled programs run collectives on, or where it has none yet (a
+// communicator registered by point-to-point operations only), the one they run those on: rank, size and sequence.
+Communicator& registered(std::int64_t handle) {
+  std::lock_guard lock(g_registry_mutex);
+  auto& r = registry();
+  SHARDKIT_CHECK(handle >= 0 && handle < static_cast<std::int64_t>(r.size()), "unknown communicator handle ", handle,
+                 " (communicators are released at shutdown)");
+  const Registered& e = r[static_cast<std::size_t>(handle)];
+  return e.jax ? *e.jax : *e.p2p;
+}
+}  // namespace
 
 void clear_jax_comms() {
   std::vector<Registered> drop;
@@ -244,14 +282,17 @@ void register_jax(nb::module_& m) {
     return call_site_id(current_call_site());
   }, "The id of the innermost Python frame outside the shardkit package as a call site (0: none; the flight "
      "recorder off), which a traced operation carries to its compiled call.");
-  m.def("_jax_comm_handle", [](nb::handle comm) { return register_comm(comm_from(comm)); }, nb::arg("comm").none(),
-        "The integer handle compiled programs use for a communicator: a duplicate made at the first registration "
-        "(collective), kept until shutdown.");
+  m.def("_jax_comm_handle", [](nb::handle comm, std::optional<std::string> op) {
+    return register_comm(comm_from(comm), op ? op_from_name(*op) : OpKind::kBarrier);
+  }, nb::arg("comm").none(), nb::arg("op").none() = nb::none(),
+        "The integer handle compiled programs use for a communicator, for operation `op` (None: a collective): a "
+        "duplicate made at the first registration (collective), kept until shutdown; on an mpi4py communicator, "
+        "point-to-point operations take a second wrapping of it, made without the other ranks.");
   m.def("_jax_comm_info", [](std::int64_t h) {
-    Communicator& c = jax_comm(h);
+    Communicator& c = registered(h);
     return nb::make_tuple(c.rank(), c.size());
   }, "(rank, size) of a registered communicator.");
-  m.def("_jax_comm_sequence", [](std::int64_t h) { return jax_comm(h).sequence(); },
+  m.def("_jax_comm_sequence", [](std::int64_t h) { return registered(h).sequence(); },
         "Operations issued so far on a registered communicator's duplicate (what compiled programs ran).");
   m.def("_op_code", [](const std::string& name) { return static_cast<int>(op_from_name(name)); },
         "The operation table's index of an operation name.");

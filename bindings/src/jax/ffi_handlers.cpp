@@ -110,10 +110,10 @@ void fill_mpi_status(std::int64_t address, const RecvStatus& st, DType dtype) {
 // Runs the value form of `a.op` on XLA's buffers. Returns the operation's token. `stream`: XLA's stream for device
 // buffers (nullptr on the host): the operation follows XLA's work on it, and the copies it needs are ordered on it.
 // `status`: filled once the returned token completes, when the call asks for it (at.status).
-Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets rets, Device device,
-                   RecvStatus* status, StreamHandle stream = nullptr) {
-  Communicator& c = jax_comm(at.comm);
+Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets rets, Device device, RecvStatus* status,
+                   StreamHandle stream = nullptr) {
   const auto op = static_cast<OpKind>(at.op);
+  Communicator& c = jax_comm(at.comm, op);
   current_call_site() = call_site_of(at.site);  // where the traced call was written (flight recorder)
   OpArgs a{.reduce = static_cast<ReduceOp>(at.reduce), .root = static_cast<int>(at.root),
            .dest = static_cast<int>(at.dest), .source = static_cast<int>(at.source),

@@ -10,8 +10,10 @@
 
 namespace shardkit::py {
 
-/// The communicator registered under `handle` by shardkit._core._jax_comm_handle. Lives as long as the interpreter.
-/// @throws InvalidArgument for a handle never registered.
-Communicator& jax_comm(std::int64_t handle);
+/// The communicator that compiled programs run `op` on, for the one registered under `handle` by
+/// shardkit._core._jax_comm_handle. Lives as long as the interpreter.
+/// @throws InvalidArgument for a handle never registered (or, for a collective, registered by point-to-point
+/// operations only).
+Communicator& jax_comm(std::int64_t handle, OpKind op);
 
 }  // namespace shardkit::py

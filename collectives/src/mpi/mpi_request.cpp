@@ -72,6 +72,7 @@ void cancel_receives(std::vector<MPI_Request>& requests) noexcept {
 }
 
 void raise_unfinished(const OpContext& ctx, AbortState& abort, const std::string& detail) {
+  fail_current_operation();  // before the dump below: it records the operation as failed
   abort.aborted = true;
   const bool interrupted = interrupt_signal() != 0;
   abort.reason = interrupted ? concat(ctx.describe(), " was interrupted by a signal")
@@ -93,6 +94,21 @@ void keep_forever(std::vector<Array> arrays) {
   static auto* kept = new std::vector<std::vector<Array>>();  // never freed; reachable from here
   std::lock_guard<std::mutex> lock(mu);
   kept->push_back(std::move(arrays));
+}
+
+void keep_forever(std::shared_ptr<void> memory) {
+  if (!memory) return;
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::shared_ptr<void>>();  // never freed; reachable from here
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(std::move(memory));
+}
+
+void wait_or_raise(std::vector<MPI_Request>& requests, std::shared_ptr<void> buffers, const OpContext& ctx,
+                   AbortState& abort, const std::string& detail) {
+  if (wait_all(requests, nullptr, ctx.deadline)) return;
+  keep_forever(std::move(buffers));  // the requests stay in flight (collectives cannot be cancelled)
+  raise_unfinished(ctx, abort, detail);
 }
 
 PendingOp::~PendingOp() {

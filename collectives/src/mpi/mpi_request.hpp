@@ -53,6 +53,14 @@ struct PendingOp {
 /// Keeps `arrays` alive until the process ends (reachable, so leak checkers do not report them): the memory of
 /// operations left in flight.
 void keep_forever(std::vector<Array> arrays);
+/// The same for any memory a nonblocking MPI call left in flight may still read or write.
+void keep_forever(std::shared_ptr<void> memory);
+
+/// Waits for `requests` (wait_all under ctx's deadline); where the wait ends unfinished, keeps `buffers` (on the heap:
+/// everything the requests read or write, which MPI may still use) for good and raises as raise_unfinished does. For
+/// the set-up exchanges (agreements, the watchdog's addresses): their buffers must never live on the caller's stack.
+void wait_or_raise(std::vector<MPI_Request>& requests, std::shared_ptr<void> buffers, const OpContext& ctx,
+                   AbortState& abort, const std::string& detail);
 
 /// Completes `op` now (blocking until done or the deadline) and runs its completion step.
 /// @throws TimeoutError (after marking `abort` and cancelling) when the deadline passes, Interrupted on a signal.

@@ -196,25 +196,30 @@ class ShmBackend final : public Backend {
     const std::size_t item = buf.itemsize();
     unsigned char* p = bytes_of(buf);
     if (buf.nbytes() <= ShmSegment::kRingBcastBytes) {  // through the root's ring, a line per piece (shm_steps.hpp)
-      std::array<int, ShmSegment::kRingBcastBytes / ShmSegment::kInlineBytes> js{};
-      std::size_t pieces = 0;
-      std::uint32_t first = 0;
-      for (std::size_t off = 0; off < buf.nbytes() || off == 0; off += ShmSegment::kInlineBytes) {
+      constexpr std::size_t kMaxPieces = ShmSegment::kRingBcastBytes / ShmSegment::kInlineBytes;
+      std::array<int, kMaxPieces> js{};
+      std::array<std::uint64_t, kMaxPieces> posts{};
+      std::size_t piece = 0;
+      const int total =
+          buf.nbytes() == 0
+              ? 1
+              : static_cast<int>((buf.nbytes() + ShmSegment::kInlineBytes - 1) / ShmSegment::kInlineBytes);
+      for (std::size_t off = 0; off < buf.nbytes() || off == 0; off += ShmSegment::kInlineBytes, ++piece) {
         const std::size_t bytes = std::min(buf.nbytes() - off, ShmSegment::kInlineBytes);
         const int j = steps_.next_ring_line();
-        const std::uint32_t s = steps_.next_step();
+        const std::uint64_t s = steps_.next_ring_step();
         if (me_ == root) {
           steps_.before_ring_write(j, ctx);
           std::memcpy(seg_.ring_line(root, j).data, p + off, bytes);
-          if (pieces == 0) first = s;
-          js[pieces++] = j;
+          js[piece] = j;
+          posts[piece] = s;
         } else {
-          steps_.wait_ring(root, j, s, ctx);
+          steps_.wait_ring(root, j, s, total - static_cast<int>(piece), ctx);
           std::memcpy(p + off, seg_.ring_line(root, j).data, bytes);
         }
         steps_.ring_read(j, root, off + ShmSegment::kInlineBytes >= buf.nbytes());
       }
-      if (me_ == root) steps_.post_ring({js.data(), pieces}, first);
+      if (me_ == root) steps_.post_ring({js.data(), piece}, {posts.data(), piece});
       return;
     }
     chunks(buf.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {
@@ -225,7 +230,7 @@ class ShmBackend final : public Backend {
       if (me_ == root) {
         std::memcpy(part(set, root, bytes), p + off * item, bytes);
       } else {
-        steps_.wait_root(set, root, s, ctx);
+        steps_.wait_root(set, root, s, /*exact=*/true, ctx);
         std::memcpy(p + off * item, part(set, root, bytes), bytes);
       }
       steps_.post(set, s);
@@ -265,7 +270,7 @@ class ShmBackend final : public Backend {
         const unsigned char* s = bytes_of(*send);
         for (int b = 0; b < n_; ++b) std::memcpy(pieces + b * bytes, s + (b * n + off) * item, bytes);
       } else {
-        steps_.wait_root(set, root, st, ctx);
+        steps_.wait_root(set, root, st, /*exact=*/true, ctx);
       }
       std::memcpy(r + off * item, pieces + me_ * bytes, bytes);
       steps_.post(set, st);

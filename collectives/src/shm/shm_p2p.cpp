@@ -11,6 +11,7 @@
 
 #include "mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
+#include "shardkit/launch/config.hpp"
 #include "shm/shm_poster.hpp"
 
 namespace shardkit::detail {
@@ -73,6 +74,7 @@ ShmP2p::ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitP
       reads_done_(posted_),
       incoming_(static_cast<std::size_t>(n_)),
       pending_(static_cast<std::size_t>(n_)),
+      pending_limit_(Config::get().shm_pending_bytes),
       dropped_(static_cast<std::size_t>(n_), 0) {
   static_assert(sizeof(Head) == 24 && sizeof(ShmLine::data) >= sizeof(Head) + kInlineBytes);
   // An eager message (one entry) never goes by single copy: send() does not wait for its receiver.
@@ -111,9 +113,14 @@ void ShmP2p::report_lost() noexcept {
          abort_.aborted ? "the communicator was aborted"
                         : "they still waited for room in its ring when the timeout passed (or a signal came)");
     dropped_[p] = 0;
-    pending_count_ -= pending_[p].size();
-    pending_[p].clear();
+    forget_pending(p);
   }
+}
+
+void ShmP2p::forget_pending(int d) noexcept {
+  for (const Pending& m : pending_[d]) pending_bytes_ -= pending_cost(m.bytes);
+  pending_count_ -= pending_[d].size();
+  pending_[d].clear();
 }
 
 // ---- sending -------------------------------------------------------------------------------------------------
@@ -128,24 +135,48 @@ void ShmP2p::send(const Array& buf, int dest, int tag, const OpContext& ctx) {
   if (bytes <= geo_.payload) {  // eager: posted now where the ring has room, else pending
     if (closed(dest)) {
       ++dropped_[dest];  // nothing will take it (report_lost's warning counts it)
-    } else if (flush_to(dest) && room(dest)) {
-      post_whole(dest, bytes_of(buf), bytes, tag, buf.dtype());
-    } else {
-      auto data = std::make_unique<unsigned char[]>(std::max<std::uint64_t>(bytes, 1));
-      copy_bytes(data.get(), bytes_of(buf), bytes);
-      pending_[dest].push_back(Pending{tag, buf.dtype(), bytes, std::move(data)});
-      ++pending_count_;
-      pending_timeout_ms_.store(ctx.timeout.count(), std::memory_order_relaxed);
-      if (!registered_) {
-        shm_poster_add(*this);
-        registered_ = true;
-      }
+      return;
     }
+    if (flush_to(dest) && room(dest)) {
+      post_whole(dest, bytes_of(buf), bytes, tag, buf.dtype());
+      return;
+    }
+    // Past the bound on what this rank holds back, the send waits for its receiver to take messages, as a rendezvous
+    // send does: until this one is posted, or fits within the bound again (or the receiver freed its end).
+    bool posted = false;
+    if (pending_bytes_ + pending_cost(bytes) > pending_limit_) {
+      refuse_closed(dest, ctx);
+      wait_until(ctx, dest, [&] {
+        drain();
+        post_pending();
+        if (flush_to(dest) && room(dest)) {
+          post_whole(dest, bytes_of(buf), bytes, tag, buf.dtype());
+          return posted = true;
+        }
+        if (closed(dest)) refuse_closed(dest, ctx);
+        return pending_bytes_ + pending_cost(bytes) <= pending_limit_;
+      });
+    }
+    if (!posted) hold_back(buf, dest, tag, ctx);
     return;
   }
   refuse_closed(dest, ctx);
   start(buf, bytes_of(buf), dest, tag);
   finish_send(ctx);
+}
+
+void ShmP2p::hold_back(const Array& buf, int dest, int tag, const OpContext& ctx) {
+  const std::uint64_t bytes = buf.nbytes();
+  auto data = std::make_unique<unsigned char[]>(std::max<std::uint64_t>(bytes, 1));
+  copy_bytes(data.get(), bytes_of(buf), bytes);
+  pending_[dest].push_back(Pending{tag, buf.dtype(), bytes, std::move(data)});
+  ++pending_count_;
+  pending_bytes_ += pending_cost(bytes);
+  pending_timeout_ms_.store(ctx.timeout.count(), std::memory_order_relaxed);
+  if (!registered_) {
+    shm_poster_add(*this);
+    registered_ = true;
+  }
 }
 
 void ShmP2p::sendrecv(const Array& send, int dest, int send_tag, Array& recv, int source, int recv_tag,
@@ -252,12 +283,12 @@ bool ShmP2p::flush_to(int d) noexcept {
   std::deque<Pending>& q = pending_[d];
   if (!q.empty() && closed(d)) {  // nothing will take them
     dropped_[d] += q.size();
-    pending_count_ -= q.size();
-    q.clear();
+    forget_pending(d);
   }
   while (!q.empty() && room(d)) {
     const Pending& m = q.front();
     post_whole(d, m.data.get(), m.bytes, m.tag, m.dtype);
+    pending_bytes_ -= pending_cost(m.bytes);
     q.pop_front();
     --pending_count_;
   }

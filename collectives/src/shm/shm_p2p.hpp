@@ -12,9 +12,11 @@
 // (shm_cma.hpp), as one entry with the sender's address: the receiver reads the buffer itself, and the sender returns
 // once it has (MPI's rendezvous). A rank's messages to itself go straight to its own queue.
 //
-// A send of up to an entry's payload never waits for its receiver, as MPI's eager sends do not: where the ring to the
+// A send of up to an entry's payload does not wait for its receiver, as MPI's eager sends do not: where the ring to the
 // receiver is full (it is taking nothing: busy, or in a collective), a copy waits in the sender's queue of pending
-// sends and is posted once the ring has room: by the sender's own later point-to-point calls on the communicator, and
+// sends, up to SHARDKIT_SHM_PENDING_BYTES of them (Config::shm_pending_bytes; past it the send waits, under the
+// timeout, until its receiver has taken enough, as a rendezvous send does: a fast producer's memory stays bounded), and
+// is posted once the ring has room: by the sender's own later point-to-point calls on the communicator, and
 // by the process's poster thread (shm_poster.hpp) whatever the sender does meanwhile (an operation on any
 // communicator, a blocking MPI call, its own computation). Freeing the communicator waits until they are posted, until
 // the receiver has freed its end, or until the timeout of the send that queued the last one passes (what is still
@@ -53,8 +55,9 @@ class ShmP2p {
   ShmP2p(const ShmP2p&) = delete;
   ShmP2p& operator=(const ShmP2p&) = delete;
 
-  /// Sends `buf` to `dest` with `tag`: up to an entry's payload, returns at once (posted, or pending: see above; or
-  /// dropped, counted for the destructor's warning, where `dest` has freed the communicator).
+  /// Sends `buf` to `dest` with `tag`: up to an entry's payload, returns at once (posted, or pending: see above, unless
+  /// the pending sends are at their bound; or dropped, counted for the destructor's warning, where `dest` has freed
+  /// the communicator).
   /// @throws TimeoutError naming `dest` when it takes nothing before the deadline (a larger message); InvalidArgument
   /// when a larger message goes to a rank that has freed the communicator.
   void send(const Array& buf, int dest, int tag, const OpContext& ctx);
@@ -137,6 +140,10 @@ class ShmP2p {
   };
 
   // Sending.
+  // What a pending message counts against the bound: its bytes and its bookkeeping.
+  static std::uint64_t pending_cost(std::uint64_t bytes) noexcept { return bytes + 64; }
+  void hold_back(const Array& buf, int dest, int tag, const OpContext& ctx);  // a copy joins the pending sends
+  void forget_pending(int dest) noexcept;  // drops what is pending for `dest` (counted by the caller)
   void start(const Array& buf, const unsigned char* from, int dest, int tag);
   bool advance();  // posts pending sends, then what the ring has room for; true once the outgoing message is done
   bool room(int dest);
@@ -189,6 +196,8 @@ class ShmP2p {
   std::mutex mu_;
   std::vector<std::deque<Pending>> pending_;  // for each rank, in the order sent
   std::atomic<std::size_t> pending_count_ = 0;    // changed with mu_ held; read without, by its owner's flush()
+  std::uint64_t pending_bytes_ = 0;               // their pending_cost, with mu_ held
+  std::uint64_t pending_limit_;                   // Config::shm_pending_bytes
   bool registered_ = false;                       // whether the poster holds it (shm_poster_add)
   std::vector<std::size_t> dropped_;              // pending sends to each rank dropped as its end was gone
   std::atomic<std::chrono::milliseconds::rep> pending_timeout_ms_{0};  // pending_timeout()

@@ -1,10 +1,13 @@
 #include "shm/shm_segment.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <mpi.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string>
 #include <utility>
 
 #include "shardkit/core/error.hpp"
@@ -44,7 +48,15 @@ void futex_wake_all(std::atomic<std::uint32_t>* addr) noexcept {
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
+std::atomic<bool> g_named_for_tests{false};
+std::atomic<void (*)()> g_before_open{nullptr};
+
 }  // namespace
+
+void shm_segment_hooks_for_tests(bool named, void (*before_open)()) noexcept {
+  g_named_for_tests.store(named);
+  g_before_open.store(before_open);
+}
 
 ShmSegment::ShmSegment(ShmSegment&& o) noexcept
     : base_(std::exchange(o.base_, nullptr)),
@@ -91,50 +103,90 @@ ShmSegment ShmSegment::create(MpiCommHandle handle, std::string* why) {
   s.p2p_data_ = s.data_offset_ + 2 * (n + 1) * kSlotBytes;
   s.bytes_ = s.p2p_data_ + ring_entries * s.p2p_.payload;
 
-  // Rank 0 names and sizes the file; the name is unique to this process and call.
+  // Rank 0 makes the memory as a file with no name (memfd_create), which the others open through its descriptor in
+  // /proc (same node, same user): nothing is ever in /dev/shm, so nothing can be left there, whoever dies when. Where
+  // one rank cannot (a /proc that hides other processes), a named file in /dev/shm instead, unlinked as soon as every
+  // rank has opened it, or on the way out of an error; one that a killed job left is removed by the next segment made
+  // on the node (sweep_orphans).
+  int worst = attach(handle, rank, /*named=*/false, s);
+  if (worst != 0) worst = attach(handle, rank, /*named=*/true, s);
+  if (worst != 0) {
+    if (why)
+      *why = concat("a shared-memory segment of ", s.bytes_, " bytes could not be made or mapped (",
+                    std::strerror(worst), ")");
+    return ShmSegment();
+  }
+  return s;
+}
+
+int ShmSegment::attach(MpiCommHandle handle, int rank, bool named, ShmSegment& s) {
+  MPI_Comm comm = to_mpi<MPI_Comm>(handle);
   struct {
-    char name[64];
-    int err;
+    char name[64];  // the named file's ("" for the memfd)
+    int pid, fd, err;
   } made{};
-  static std::atomic<unsigned> made_here{0};
-  bool created = false;
   auto map = [&](int fd) {
     void* p = mmap(nullptr, s.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return errno;
     s.base_ = static_cast<unsigned char*>(p);
     return 0;
   };
-  if (rank == 0) {
-    std::snprintf(made.name, sizeof made.name, "/shardkit-%d-%u-%lx", static_cast<int>(getpid()), made_here++,
-                  static_cast<unsigned long>(std::chrono::steady_clock::now().time_since_epoch().count()));
-    const int fd = shm_open(made.name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    created = fd >= 0;
-    if (fd < 0) {
-      made.err = errno;
-    } else {
-      // Reserve the pages now: a tmpfs out of space then fails here rather than with SIGBUS on first touch.
-      made.err = posix_fallocate(fd, 0, static_cast<off_t>(s.bytes_));
-      if (made.err == 0) made.err = map(fd);
-      close(fd);
+  // On every way out: rank 0's descriptor closed (the mappings keep the memory), the name unlinked.
+  struct Made {
+    int fd = -1;
+    std::string name;
+    ~Made() {
+      if (fd >= 0) close(fd);
+      if (!name.empty()) shm_unlink(name.c_str());
     }
+  } own;
+  if (rank == 0) {
+    if (!named) {
+      own.fd = g_named_for_tests.load() ? -1 : memfd_create("shardkit-shm", MFD_CLOEXEC);
+      made.err = own.fd < 0 ? (g_named_for_tests.load() ? EACCES : errno) : 0;
+    } else {
+      sweep_orphans();
+      static std::atomic<unsigned> made_here{0};
+      std::snprintf(made.name, sizeof made.name, "/shardkit-%d-%u-%lx", static_cast<int>(getpid()), made_here++,
+                    static_cast<unsigned long>(std::chrono::steady_clock::now().time_since_epoch().count()));
+      own.fd = shm_open(made.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (own.fd >= 0) own.name = made.name;
+      made.err = own.fd < 0 ? errno : 0;
+    }
+    // Reserve the pages now: a tmpfs out of space then fails here rather than with SIGBUS on first touch.
+    if (made.err == 0) made.err = posix_fallocate(own.fd, 0, static_cast<off_t>(s.bytes_));
+    if (made.err == 0) made.err = map(own.fd);
+    made.pid = static_cast<int>(getpid());
+    made.fd = own.fd;
   }
   SHARDKIT_MPI_CHECK(MPI_Bcast(&made, sizeof made, MPI_BYTE, 0, comm));
   int mine = made.err;
   if (rank != 0 && made.err == 0) {
-    const int fd = shm_open(made.name, O_RDWR, 0600);
+    if (const auto hook = g_before_open.load()) hook();
+    const std::string path = named ? concat("/dev/shm", made.name) : concat("/proc/", made.pid, "/fd/", made.fd);
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
     mine = fd < 0 ? errno : map(fd);
     if (fd >= 0) close(fd);
   }
-  // Every rank has opened the file (or failed to): it can go.
+  // Every rank has opened the file (or failed to): its name and rank 0's descriptor go on the way out.
   int worst = 0;
   SHARDKIT_MPI_CHECK(MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, comm));
-  if (created) shm_unlink(made.name);
-  if (worst != 0) {
-    if (why) *why = concat("a shared-memory segment of ", s.bytes_, " bytes could not be made or mapped (",
-                           std::strerror(worst), ")");
-    return ShmSegment();
+  if (worst != 0 && s.base_) {
+    munmap(s.base_, s.bytes_);
+    s.base_ = nullptr;
   }
-  return s;
+  return worst;
+}
+
+void ShmSegment::sweep_orphans() noexcept {
+  DIR* d = opendir("/dev/shm");
+  if (!d) return;
+  while (const dirent* e = readdir(d)) {
+    int pid = 0;
+    if (std::sscanf(e->d_name, "shardkit-%d-", &pid) != 1 || pid <= 0) continue;
+    if (kill(pid, 0) != 0 && errno == ESRCH) shm_unlink((std::string("/") + e->d_name).c_str());
+  }
+  closedir(d);
 }
 
 namespace {
@@ -181,8 +233,8 @@ void shm_wake(ShmLine& line) noexcept {
   if (line.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&line.flag);
 }
 
-void shm_post_lines(ShmLine* const* lines, int count, std::uint32_t step) noexcept {
-  for (int k = 0; k < count; ++k) shm_post_unseen(*lines[k], step + static_cast<std::uint32_t>(k));
+void shm_post_lines(ShmLine* const* lines, const std::uint32_t* steps, int count) noexcept {
+  for (int k = 0; k < count; ++k) shm_post_unseen(*lines[k], steps[k]);
   for (int k = 0; k < count; ++k) shm_wake(*lines[k]);  // the first fence waits for all
 }
 
@@ -211,14 +263,6 @@ void shm_mpi_progress() noexcept {
   }();
   int flag = 0;
   if (multiple) MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
-}
-
-bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
-              std::chrono::steady_clock::time_point deadline, const ShmLine* also, StepMatch match) noexcept {
-  return shm_wait_until(line, policy, deadline, [&] {
-    return matches(line.flag.load(std::memory_order_acquire), step, match) ||
-           (also && matches(also->flag.load(std::memory_order_acquire), step, match));
-  });
 }
 
 }  // namespace shardkit::detail

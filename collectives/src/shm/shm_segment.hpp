@@ -14,8 +14,10 @@
 // counts the entries it has freed and one on which it counts the sender's buffers it has read itself (single copy);
 // and for each rank a doorbell line that the others ring where it may sleep.
 //
-// The segment is made by the communicator's rank 0 (shm_open with a unique name), mapped by every rank and unlinked
-// as soon as all have mapped it: from then on nothing is left in /dev/shm, whatever happens to the processes.
+// The segment is made by the communicator's rank 0 as a file without a name (memfd_create), which the others open
+// through its descriptor in /proc: nothing is ever in /dev/shm, whatever happens to the processes. Where a rank cannot
+// open it, a file in /dev/shm named after rank 0's process, unlinked as soon as every rank has mapped it (or an error
+// ends the making); one a killed job left there is removed by the next segment made on the node.
 
 #include <sched.h>
 
@@ -50,6 +52,10 @@ struct alignas(64) ShmLine {
 };
 static_assert(sizeof(ShmLine) == 64 && std::atomic<std::uint32_t>::is_always_lock_free &&
               std::atomic<std::uint64_t>::is_always_lock_free);
+
+/// Tests: `named` makes segments take the named file's way (as where /proc cannot be opened), and `before_open` runs on
+/// every rank but 0 before it opens the file rank 0 made.
+void shm_segment_hooks_for_tests(bool named, void (*before_open)()) noexcept;
 
 /// The size of each ordered pair's point-to-point ring: fewer and smaller entries where the ranks are many (the pairs
 /// grow as their square).
@@ -119,6 +125,11 @@ class ShmSegment {
 
  private:
   static constexpr std::size_t kLinesOffset = 64;
+  // One attempt at making and mapping the file (named: in /dev/shm), collective; the worst error of any rank (0: every
+  // rank mapped it into s).
+  static int attach(MpiCommHandle comm, int rank, bool named, ShmSegment& s);
+  // Unlinks the named segments in /dev/shm whose making process is gone.
+  static void sweep_orphans() noexcept;
   ShmLine* lines() const noexcept { return reinterpret_cast<ShmLine*>(base_ + kLinesOffset); }
   std::size_t pair(int from, int to) const noexcept { return static_cast<std::size_t>(from) * ranks_ + to; }
   std::size_t pairs() const noexcept { return static_cast<std::size_t>(ranks_) * ranks_; }
@@ -133,16 +144,9 @@ class ShmSegment {
 };
 
 /// True when `flag` has reached `step` (steps wrap around). A line last posted 2^31 steps ago, or never (0, once the
-/// steps pass 2^31), has "reached" every step: only a wait whose poster may have gone on past the step takes this.
+/// steps pass 2^31), has "reached" every step: only for lines known to be posted more often (shm_steps.hpp).
 inline bool reached(std::uint32_t flag, std::uint32_t step) noexcept {
   return static_cast<std::int32_t>(flag - step) >= 0;
-}
-
-/// How a wait compares a flag with its step: kReached where the poster may have posted later steps since (reached),
-/// kExact where it cannot have, so that a line however long unposted is never taken for posted.
-enum class StepMatch { kReached, kExact };
-inline bool matches(std::uint32_t flag, std::uint32_t step, StepMatch m) noexcept {
-  return m == StepMatch::kExact ? flag == step : reached(flag, step);
 }
 
 /// How long a waiter spins and yields before it sleeps on the futex.
@@ -168,10 +172,10 @@ void shm_post_unseen(ShmLine& line, std::uint32_t step) noexcept;
 /// Wakes the sleepers of a line posted with shm_post_unseen (after a fence: sequentially consistent with each
 /// waiter's increment of the sleepers and read of the flag, as shm_post's store is).
 void shm_wake(ShmLine& line) noexcept;
-/// shm_post on several lines at once: posts `step + k` on lines[k] without waiting for each store to be seen (the
+/// shm_post on several lines at once: posts steps[k] on lines[k] without waiting for each store to be seen (the
 /// sequentially consistent store of shm_post waits for its line to be this core's: one miss after another), then wakes
 /// each line's sleepers (shm_wake; its first fence waits for all the stores, the others find none left).
-void shm_post_lines(ShmLine* const* lines, int count, std::uint32_t step) noexcept;
+void shm_post_lines(ShmLine* const* lines, const std::uint32_t* steps, int count) noexcept;
 
 /// A doorbell (ShmSegment::bell): after a store that its owner may be waiting for, advances the bell's flag and wakes
 /// the owner where it sleeps on it (nothing to do, beyond reading its sleepers, where it does not).
@@ -228,11 +232,5 @@ bool shm_wait_until(ShmLine& sleep_on, const WaitPolicy& policy, std::chrono::st
     shm_sleep(sleep_on, seen, std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(50)));
   }
 }
-
-/// Waits until `line` (or `also`, where given) matches `step` or `deadline` passes or a signal arrives; true when one
-/// of them matched it (shm_wait_until, sleeping on `line`: `also` is seen within 50 ms then).
-bool shm_wait(ShmLine& line, std::uint32_t step, const WaitPolicy& policy,
-              std::chrono::steady_clock::time_point deadline, const ShmLine* also = nullptr,
-              StepMatch match = StepMatch::kReached) noexcept;
 
 }  // namespace shardkit::detail

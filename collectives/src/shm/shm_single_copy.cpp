@@ -65,7 +65,7 @@ void ShmSingleCopy::bcast(unsigned char* buf, std::size_t bytes, int root, const
     steps_.wait_all_posted(set, s, ctx);
     return;
   }
-  steps_.wait_root(set, root, s, ctx);
+  steps_.wait_root(set, root, s, /*exact=*/true, ctx);
   copy_posted(buf, set, root, 0, 0, bytes, false, ctx);
   steps_.post(set, s);
   steps_.owe(set, s);
@@ -78,6 +78,10 @@ void ShmSingleCopy::bcast_shared(unsigned char* buf, std::size_t bytes, int root
   const int set = steps_.next_set();
   const std::uint32_t s = steps_.next_step();
   post_addresses(set, s, {buf});
+  // A reader first waits for the root, watching its ring as a one-way bcast's reader does: a root that sent a small
+  // bcast (through its ring) instead disagrees on the size, and its set line may by then carry its next operation's
+  // addresses, which are never read. Then for every other rank.
+  if (me_ != root) steps_.wait_root(set, root, s, /*exact=*/false, ctx);
   steps_.wait_all(set, s, ctx);
   const std::size_t head = bytes / n_;
   if (me_ == root) {

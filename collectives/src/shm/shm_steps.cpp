@@ -3,6 +3,7 @@
 #include <atomic>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
@@ -11,10 +12,12 @@
 namespace shardkit::detail {
 namespace {
 std::atomic<std::uint32_t> g_first_step{0};
+std::atomic<std::uint64_t> g_first_ring_use{0};
 }  // namespace
 
-void shm_first_step_for_tests(std::uint32_t step) noexcept {
+void shm_first_step_for_tests(std::uint32_t step, std::uint64_t ring_use) noexcept {
   g_first_step.store(step);
+  g_first_ring_use.store(ring_use);
 }
 
 ShmSteps::ShmSteps(const ShmSegment& seg, int rank, const WaitPolicy& policy, std::vector<int> names, AbortState& abort)
@@ -25,6 +28,7 @@ ShmSteps::ShmSteps(const ShmSegment& seg, int rank, const WaitPolicy& policy, st
       names_(std::move(names)),
       abort_(abort),
       step_(g_first_step.load()),
+      ring_uses_(g_first_ring_use.load()),
       read_seen_(static_cast<std::size_t>(seg.ranks()), 0) {}
 
 void ShmSteps::begin(std::uint64_t size, bool one_way, const OpContext& ctx) {
@@ -35,7 +39,28 @@ void ShmSteps::begin(std::uint64_t size, bool one_way, const OpContext& ctx) {
 int ShmSteps::next_set() {
   before_ = last_;
   last_ = SetUse{};
-  return static_cast<int>(uses_++ & 1U);
+  set_ = static_cast<int>(uses_++ & 1U);
+  prev_ = set_last_[set_];
+  return set_;
+}
+
+// A step equal to what the set's lines held before this use (2^32 steps ago, or more) would be taken for unposted: it
+// is skipped. The ring path skips the same values (next_ring_step), so that a root on either path takes the step its
+// readers on the other path look for.
+std::uint32_t ShmSteps::next_step() {
+  do {
+    ++step_;
+  } while (static_cast<std::uint32_t>(step_) == prev_);
+  set_last_[set_] = static_cast<std::uint32_t>(step_);
+  return static_cast<std::uint32_t>(step_);
+}
+
+std::uint64_t ShmSteps::next_ring_step() {
+  const std::uint32_t before = set_last_[uses_ & 1U];  // the prev_ of the set a set path would take now
+  do {
+    ++step_;
+  } while (static_cast<std::uint32_t>(step_) == before);
+  return step_;
 }
 
 void ShmSteps::step(int set, const OpContext& ctx) {
@@ -76,7 +101,8 @@ void ShmSteps::before_one_way(const OpContext& ctx) {
 // one's, and each reader compared its size with the root's when it read.
 void ShmSteps::settle(SetUse& u, const OpContext& ctx) {
   if (!u.pending) return;
-  wait_all_posted(u.set, u.step, ctx);
+  for (int p = 0; p < n_; ++p)
+    if (p != me_) wait_posted(u.set, p, u.step, u.prev, ctx);
   u.pending = false;
 }
 
@@ -87,11 +113,11 @@ void ShmSteps::wait_all(int set, std::uint32_t s, const OpContext& ctx) {
 
 void ShmSteps::wait_all_posted(int set, std::uint32_t s, const OpContext& ctx) {
   for (int p = 0; p < n_; ++p)
-    if (p != me_) wait_posted(set, p, s, ctx);
+    if (p != me_) wait_posted(set, p, s, prev_, ctx);
 }
 
 void ShmSteps::wait_for(int set, int p, std::uint32_t s, const OpContext& ctx) {
-  wait_posted(set, p, s, ctx);
+  wait_posted(set, p, s, prev_, ctx);
   check_size(seg_.line(set, p), p, ctx);
 }
 
@@ -100,89 +126,127 @@ void ShmSteps::check_size(const ShmLine& line, int p, const OpContext& ctx) {
   if (theirs != size_) disagree(p, theirs, ctx);
 }
 
-// Waits until rank p has posted step s in `set`.
-void ShmSteps::wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx) {
-  wait_line(seg_.line(set, p), s, ctx, [&] { return set_behind(set, s); });
+// Waits until rank p has posted step s in `set`, whose lines held `prev` before this use.
+void ShmSteps::wait_posted(int set, int p, std::uint32_t s, std::uint32_t prev, const OpContext& ctx) {
+  ShmLine& line = seg_.line(set, p);
+  wait_until(
+      line, [&] { return set_posted(line.flag.load(std::memory_order_acquire), s, prev); }, [] { return false; }, ctx,
+      [&] { return set_behind(set, s, prev); });
 }
 
 // Never this rank: a one-way reduce's root waits before it posts.
-std::string ShmSteps::set_behind(int set, std::uint32_t s) const {
-  return behind([&](int q) -> ShmLine& { return seg_.line(set, q); }, s, me_);
+std::string ShmSteps::set_behind(int set, std::uint32_t s, std::uint32_t prev) const {
+  std::string names;
+  for (int q = 0; q < n_; ++q)
+    if (q != me_ && !set_posted(seg_.line(set, q).flag.load(std::memory_order_acquire), s, prev))
+      names += concat(names.empty() ? "" : ", ", name(q));
+  return names;
 }
 
-template <typename Missing>
-bool ShmSteps::wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing, const ShmLine* also,
-                         StepMatch match) {
-  auto posted = [&] { return matches(line.flag.load(std::memory_order_acquire), s, match); };
+template <typename Posted, typename AlsoPosted, typename Missing>
+bool ShmSteps::wait_until(ShmLine& line, Posted&& posted, AlsoPosted&& also_posted, const OpContext& ctx,
+                          Missing&& missing) {
   if (posted()) return true;
-  // Where `also` matched s, `line` may have too since it was last read: read again.
-  if (shm_wait(line, s, policy_, ctx.deadline, also, match)) return posted();
+  bool also = false;
+  // Where the other line shows a post, `line` may have been posted since it was last read (and before the other line:
+  // the root's next operation after this one): read again.
+  if (shm_wait_until(line, policy_, ctx.deadline, [&] { return posted() || (also = also_posted()); }))
+    return !also || posted();
   raise_unfinished(ctx, abort_, concat("rank(s) ", missing(), " did not arrive (shared memory)"));
 }
 
-void ShmSteps::wait_root(int set, int root, std::uint32_t s, const OpContext& ctx) {
-  wait_bcast_root(seg_.line(set, root), seg_.ring_line(root, static_cast<int>(ring_uses_ % ShmSegment::kRingLines)),
-                  root, s, ctx, [&] { return set_behind(set, s); });
-}
-
-// A bcast reader: waits until `root` has posted step s on `line`, for an operation of this rank's size. A root that
-// posted on `other` (the line of the other path: the ring, or its set line) disagrees on the size. Exactly: the root
-// writes neither line again before this rank has read (or, on the other path, failed).
-template <typename Missing>
-void ShmSteps::wait_bcast_root(ShmLine& line, const ShmLine& other, int root, std::uint32_t s, const OpContext& ctx,
-                               Missing&& missing) {
-  if (!wait_line(line, s, ctx, missing, &other, StepMatch::kExact))
-    disagree(root, other.size.load(std::memory_order_relaxed), ctx);
+// One-way, the root posts step s on its line of the current set and nothing there again before this rank has posted it
+// too (it waits for this reader before it writes the set again): exactly. In a full handshake (a shared bcast) it may
+// have gone on to the next step of the same use (it waited for this rank's post of s): reached. The root's ring line
+// for this step is the other path's: a root that posted there took it (a small bcast), and its set line may meanwhile
+// carry its next operation's step, past s. Its ring post came first, so it is seen once the set line is.
+void ShmSteps::wait_root(int set, int root, std::uint32_t s, bool exact, const OpContext& ctx) {
+  ShmLine& line = seg_.line(set, root);
+  const ShmLine& ring = seg_.ring_line(root, static_cast<int>(ring_uses_ % ShmSegment::kRingLines));
+  const std::uint64_t ring_step = step_;  // s, as a ring path would have taken it (next_ring_step)
+  const std::uint32_t prev = prev_;
+  auto posted = [&] {
+    const std::uint32_t f = line.flag.load(std::memory_order_acquire);
+    return exact ? f == s : set_posted(f, s, prev);  // never prev: next_step skips it
+  };
+  auto on_ring = [&] { return ring_posted(ring, ring_step); };
+  if (!wait_until(line, posted, on_ring, ctx, [&] { return name(root); }) || on_ring())
+    disagree(root, ring.size.load(std::memory_order_relaxed) & 0xFF, ctx);
   check_size(line, root, ctx);
-}
-
-template <typename LineOf>
-std::string ShmSteps::behind(LineOf&& line_of, std::uint32_t s, int skip) const {
-  std::string names;
-  for (int q = 0; q < n_; ++q)
-    if (q != skip && !reached(line_of(q).flag.load(std::memory_order_acquire), s))
-      names += concat(names.empty() ? "" : ", ", name(q));
-  return names;
 }
 
 void ShmSteps::before_ring_write(int j, const OpContext& ctx) {
   RingUse& u = ring_[j];
   if (!u.pending) return;
   for (int p = 0; p < n_; ++p) {
-    if (p == me_ || p == u.root || reached(read_seen_[p], u.count)) continue;
+    if (p == me_ || p == u.root || read_seen_[p] >= u.count) continue;
     ShmLine& line = seg_.read_line(p);
-    wait_line(line, u.count, ctx, [&] { return ring_behind(u); });
-    read_seen_[p] = line.flag.load(std::memory_order_acquire);
+    wait_until(
+        line, [&] { return (read_seen_[p] = line.size.load(std::memory_order_acquire)) >= u.count; },
+        [] { return false; }, ctx, [&] { return ring_behind(u); });
   }
   u.pending = false;
 }
 
 // The readers of ring use u that have not posted that they read it.
 std::string ShmSteps::ring_behind(const RingUse& u) const {
-  return behind([&](int q) -> ShmLine& { return seg_.read_line(q); }, u.count, u.root);
+  std::string names;
+  for (int q = 0; q < n_; ++q)
+    if (q != u.root && q != me_ && seg_.read_line(q).size.load(std::memory_order_acquire) < u.count)
+      names += concat(names.empty() ? "" : ", ", name(q));
+  return names;
 }
 
-void ShmSteps::post_ring(std::span<const int> js, std::uint32_t first) {
+void ShmSteps::post_ring(std::span<const int> js, std::span<const std::uint64_t> steps) {
   std::array<ShmLine*, ShmSegment::kRingLines> lines{};
+  std::array<std::uint32_t, ShmSegment::kRingLines> flags{};
   for (std::size_t k = 0; k < js.size(); ++k) {
     lines[k] = &seg_.ring_line(me_, js[k]);
-    lines[k]->size.store(size_, std::memory_order_relaxed);
+    lines[k]->size.store(ring_word(steps[k], size_), std::memory_order_relaxed);
+    flags[k] = static_cast<std::uint32_t>(steps[k]);
   }
-  shm_post_lines(lines.data(), static_cast<int>(js.size()), first);
+  shm_post_lines(lines.data(), flags.data(), static_cast<int>(js.size()));
 }
 
-// A root whose bcast is larger posts on its set line instead (the set its next use takes). The root may itself be
-// waiting to reuse the line, for ranks that have not read its last use: those are named too.
-void ShmSteps::wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx) {
-  wait_bcast_root(seg_.ring_line(root, j), seg_.line(static_cast<int>(uses_ & 1U), root), root, s, ctx, [&] {
-    const std::string late = ring_[j].pending ? ring_behind(ring_[j]) : "";
-    return concat(name(root), late.empty() ? "" : ", ", late);
-  });
+// A root whose bcast is larger posts on its line of the set a set path takes now, with a step past what that set's
+// lines held. The root may itself be waiting to write one of the lines still to come, for ranks that have not read
+// their last use: those are named too.
+void ShmSteps::wait_ring(int root, int j, std::uint64_t s, int pieces, const OpContext& ctx) {
+  ShmLine& line = seg_.ring_line(root, j);
+  const int set = static_cast<int>(uses_ & 1U);
+  const ShmLine& other = seg_.line(set, root);
+  const std::uint32_t prev = set_last_[set];
+  auto also = [&] {
+    return set_posted(other.flag.load(std::memory_order_acquire), static_cast<std::uint32_t>(s), prev);
+  };
+  auto missing = [&] {
+    // The root, and the readers of the last uses of the lines still to come that have not read them (the root waits
+    // for those before it writes any of its pieces).
+    std::vector<bool> late(static_cast<std::size_t>(n_), false);
+    for (int k = 0; k < pieces; ++k) {
+      const RingUse& u = ring_[(j + k) % ShmSegment::kRingLines];
+      for (int q = 0; q < n_; ++q)
+        if (u.pending && q != u.root && q != root && seg_.read_line(q).size.load(std::memory_order_acquire) < u.count)
+          late[q] = true;
+    }
+    std::string names = concat(name(root));
+    for (int q = 0; q < n_; ++q)
+      if (late[q]) names += concat(", ", name(q));
+    return names;
+  };
+  if (!wait_until(
+          line, [&] { return ring_posted(line, s); }, also, ctx, missing))
+    disagree(root, other.size.load(std::memory_order_relaxed), ctx);
+  const std::uint64_t theirs = line.size.load(std::memory_order_relaxed) & 0xFF;
+  if (theirs != size_) disagree(root, theirs, ctx);
 }
 
 void ShmSteps::ring_read(int j, int root, bool post) {
   ring_[j] = RingUse{ring_uses_, root, true};
-  if (me_ != root && post) shm_post(seg_.read_line(me_), ring_uses_);
+  if (me_ == root || !post) return;
+  ShmLine& line = seg_.read_line(me_);
+  line.size.store(ring_uses_, std::memory_order_release);  // after the reads of the lines: the root may write them
+  shm_post(line, static_cast<std::uint32_t>(ring_uses_));
 }
 
 void ShmSteps::disagree(int p, std::uint64_t theirs, const OpContext& ctx) {

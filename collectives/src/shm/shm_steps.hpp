@@ -20,14 +20,19 @@
 // so that a root may run a whole ring ahead. The root remembers the counts it saw and reads a reader's line again only
 // once that is not enough: the line, written by its reader at every bcast, would otherwise cost a cache miss per bcast.
 //
-// Steps are 32 bits and wrap, and a line unposted for 2^31 steps (or never: 0) has reached every step. A bcast reader
-// therefore waits for the root's step exactly, on its ring line and its set line: the root posts neither again before
-// this reader has read (or, on the other path, raised), and some roots never post their ring lines (before 2026-11-29,
-// once the steps passed 2^31, a reader of such a root's bcast took the line for posted without waiting: a MismatchError
-// naming 0 bytes where the line was never posted, the line's old bytes where its last use had the reader's size). The
-// other waits take reached(): their posters may have gone on (a single-copy operation's second handshake on the same
-// set, a one-way operation's readers up to two operations on), and every set is posted at least every other set use;
-// only a run of 2^31 steps of small bcasts alone would leave a set line that stale.
+// Lines must never be taken for posted while they still hold an old post, however long ago it was made. Steps are
+// counted in 64 bits here; a flag holds their low 32 (the futex word), and a flag unposted for 2^31 steps would have
+// "reached" every later step. So: the lines of the two buffer sets, which every rank posts at every use of their set,
+// are taken for posted only once they moved off the value the set's last use left there (set_last_; a step that would
+// equal it is skipped, on every rank alike) and reached the step (their posters may have gone on since: a single-copy
+// operation's second handshake, a one-way operation's readers up to two operations on); a ring line (posted only when
+// its rank is a root, possibly never for long) carries its whole step with the bcast's size in its `size` word, and a
+// reader waits for that step exactly; a read line carries its whole count of ring lines read in its `size` word
+// (posted only when its rank reads, which a rank that is root for long does not), compared in 64 bits. (Before
+// 2026-12, a reader of a root's small bcast past step 2^31 took an unposted ring line for posted; a root whose ring
+// uses had passed 2^31 took readers that never read as caught up and overwrote their lines; an allreduce after 2^31
+// steps of small bcasts alone read a rank's slot before it wrote it.) A bcast reader waits for the root's post on its
+// path and watches the root's line of the other path (`also`): a root that took the other path disagrees on the size.
 //
 // Every post carries the size of the operation (what every rank's must agree on); a reader that sees another size
 // raises MismatchError, and a rank that does not come by the deadline gives the TimeoutError naming it.
@@ -43,9 +48,9 @@
 
 namespace shardkit::detail {
 
-/// Tests: the step that the ShmSteps made from now on start from (0 by default), to reach the steps' wrap within a
-/// test.
-void shm_first_step_for_tests(std::uint32_t step) noexcept;
+/// Tests: the step and the ring line use that the ShmSteps made from now on start from (0 by default), to reach the
+/// counters' wrap within a test (the lines still hold 0, as if unposted since).
+void shm_first_step_for_tests(std::uint32_t step, std::uint64_t ring_use = 0) noexcept;
 
 class ShmSteps {
  public:
@@ -57,14 +62,16 @@ class ShmSteps {
   void begin(std::uint64_t size, bool one_way, const OpContext& ctx);
   /// The set of the next use; that use is full (a handshake every rank waits for) unless owe() says otherwise.
   int next_set();
-  /// The next step number (the same sequence on every rank).
-  std::uint32_t next_step() { return ++step_; }
+  /// The next step of the current set use (the same sequence on every rank), as its flags hold it.
+  std::uint32_t next_step();
+  /// The next step of a small bcast's piece through the ring (the same sequence: the set path would take it too).
+  std::uint64_t next_ring_step();
   /// One handshake in `set`: post the next step, then wait until every rank has posted it.
   void step(int set, const OpContext& ctx);
   /// Posts step s in `set` with the operation's size.
   void post(int set, std::uint32_t s);
   /// The last use was one-way (a bcast, a small reduce): not every rank is known to have posted step s yet.
-  void owe(int set, std::uint32_t s) { last_ = SetUse{s, set, true, true}; }
+  void owe(int set, std::uint32_t s) { last_ = SetUse{s, set, true, true, prev_}; }
   /// A one-way use writes the set that the use before the last one used: every rank must be done reading it.
   /// Readers of a one-way use post once done; those of a full one are done once they posted the next use's step.
   void before_one_way(const OpContext& ctx);
@@ -79,14 +86,17 @@ class ShmSteps {
   /// Before the root writes line j of its ring: waits until every rank has read the last small bcast that used line j
   /// (of any root's ring).
   void before_ring_write(int j, const OpContext& ctx);
-  /// The root posts steps first, first + 1, ... on lines js of its ring, with the operation's size.
-  void post_ring(std::span<const int> js, std::uint32_t first);
-  /// A bcast reader whose bcast is too large for the ring: waits until `root` has posted step s in `set`, for an
-  /// operation of this rank's size (a root that posted on its ring instead disagrees on the size).
-  void wait_root(int set, int root, std::uint32_t s, const OpContext& ctx);
+  /// The root posts steps[k] on line js[k] of its ring, with the operation's size.
+  void post_ring(std::span<const int> js, std::span<const std::uint64_t> steps);
+  /// A bcast reader whose bcast is too large for the ring: waits until `root` has posted step s in `set` (the current
+  /// use; `exact`: one-way, the root posts nothing there again before this rank has read), for an operation of this
+  /// rank's size (a root that posted on its ring instead disagrees on the size). A timeout names the root alone: in a
+  /// one-way bcast the other readers post only once the root has.
+  void wait_root(int set, int root, std::uint32_t s, bool exact, const OpContext& ctx);
   /// Waits until `root` has posted step s on line j of its ring, for an operation of this rank's size (a root that
-  /// posted on its set line instead disagrees on the size).
-  void wait_ring(int root, int j, std::uint32_t s, const OpContext& ctx);
+  /// posted on its set line instead disagrees on the size). `pieces`: lines j, j + 1, ... the bcast still has to read
+  /// (a timeout names the root, and the readers it may be waiting for before it writes any of them).
+  void wait_ring(int root, int j, std::uint64_t s, int pieces, const OpContext& ctx);
   /// Every rank, root included, once it has read (or sent) the piece of a small bcast on line j: the readers post the
   /// count of ring lines read so far on their read lines, where `post` (after a bcast's last piece; the root has
   /// nothing to post: nobody waits for it to read its own).
@@ -95,29 +105,37 @@ class ShmSteps {
   int name(int p) const { return names_.empty() ? p : names_[p]; }
 
  private:
-  // A use of a buffer set: one-way (bcast) or full (a handshake every rank waited for), and its step.
+  // A use of a buffer set: one-way (bcast) or full (a handshake every rank waited for), its step, and the value its
+  // set's lines held before it (what a line not yet posted in this use still holds).
   struct SetUse {
     std::uint32_t step = 0;
     int set = 0;
     bool one_way = false;
     bool pending = false;  // not every rank is known to have posted `step` yet (steps wrap: 0 is a step too)
+    std::uint32_t prev = 0;
   };
+  // Whether a set line whose use started from `prev` shows step s posted (or a later one).
+  static bool set_posted(std::uint32_t flag, std::uint32_t s, std::uint32_t prev) noexcept {
+    return flag != prev && reached(flag, s);
+  }
+  // A ring line's `size` word: the whole step of its post and the bcast's size (at most kRingBcastBytes).
+  static std::uint64_t ring_word(std::uint64_t step, std::uint64_t bytes) noexcept { return step << 8 | bytes; }
+  static bool ring_posted(const ShmLine& line, std::uint64_t s) noexcept {
+    return line.flag.load(std::memory_order_acquire) == static_cast<std::uint32_t>(s) &&
+           line.size.load(std::memory_order_relaxed) >> 8 == s;
+  }
 
   void settle(SetUse& u, const OpContext& ctx);
-  void wait_posted(int set, int p, std::uint32_t s, const OpContext& ctx);
-  // The other ranks that have not posted step s in `set`.
-  std::string set_behind(int set, std::uint32_t s) const;
-  // Waits until `line` matches step s (true), or `also`, where given, matches it first (false), as `match` compares;
+  void wait_posted(int set, int p, std::uint32_t s, std::uint32_t prev, const OpContext& ctx);
+  // The other ranks that have not posted step s in `set` since it held `prev`.
+  std::string set_behind(int set, std::uint32_t s, std::uint32_t prev) const;
+  // Waits, sleeping on `line`, until posted() (true) or, where given, also_posted() while posted() is not (false);
   // else raises the TimeoutError (or the interruption), naming missing()'s ranks.
-  template <typename Missing>
-  bool wait_line(ShmLine& line, std::uint32_t s, const OpContext& ctx, Missing&& missing, const ShmLine* also = nullptr,
-                 StepMatch match = StepMatch::kReached);
-  template <typename Missing>
-  void wait_bcast_root(ShmLine& line, const ShmLine& other, int root, std::uint32_t s, const OpContext& ctx,
-                       Missing&& missing);
-  // The ranks but `skip` whose line_of(rank) has not reached step s.
-  template <typename LineOf>
-  std::string behind(LineOf&& line_of, std::uint32_t s, int skip = -1) const;
+  template <typename Posted, typename AlsoPosted, typename Missing>
+  bool wait_until(ShmLine& line, Posted&& posted, AlsoPosted&& also_posted, const OpContext& ctx, Missing&& missing);
+  // The readers of ring use u that have not posted that they read it.
+  struct RingUse;
+  std::string ring_behind(const RingUse& u) const;
   void check_size(const ShmLine& line, int p, const OpContext& ctx);
   [[noreturn]] void disagree(int p, std::uint64_t theirs, const OpContext& ctx);
 
@@ -126,24 +144,25 @@ class ShmSteps {
   WaitPolicy policy_;
   std::vector<int> names_;
   AbortState& abort_;
-  std::uint32_t step_ = 0;  // the last step posted
-  std::uint32_t uses_ = 0;  // buffer-set uses so far
+  std::uint64_t step_ = 0;                   // the last step taken
+  std::uint32_t uses_ = 0;                   // buffer-set uses so far (their parity: the set)
+  int set_ = 0;                              // the set of the current (or last) use
+  std::uint32_t prev_ = 0;                   // what that set's lines held before it
+  std::array<std::uint32_t, 2> set_last_{};  // what each set's lines hold after its last use (the same on every rank)
   SetUse last_, before_;    // the last two uses of the buffer sets
   std::uint64_t size_ = 0;  // the size of the running operation
   // A use of a ring line: its count among ring line uses and its root (whose readers must have read it before the line
   // is written again).
   struct RingUse {
-    std::uint32_t count = 0;
+    std::uint64_t count = 0;
     int root = 0;
     bool pending = false;
   };
-  std::string ring_behind(const RingUse& u) const;
 
-  std::uint32_t ring_uses_ = 0;                         // ring lines used so far (a small bcast's pieces)
+  std::uint64_t ring_uses_ = 0;                         // ring lines used so far (a small bcast's pieces)
   std::array<RingUse, ShmSegment::kRingLines> ring_{};  // each ring line's last use
-  // The count each rank's read line was last seen at (counts only grow: a count seen stays true). Counts, not steps:
-  // a step seen before 2^31 other operations would compare wrongly after them; ring line uses pass each count in turn.
-  std::vector<std::uint32_t> read_seen_;
+  // The count each rank's read line was last seen at (counts only grow: a count seen stays true).
+  std::vector<std::uint64_t> read_seen_;
 };
 
 }  // namespace shardkit::detail

@@ -96,6 +96,8 @@ class Communicator {
   /// The MPI communicator operations run on (for interop; valid while this object lives, or the caller's own for
   /// wrap_mpi).
   MpiCommHandle mpi_handle() const noexcept;
+  /// True for a communicator made by wrap_mpi: its operations run on the caller's MPI communicator itself.
+  bool wraps_caller() const noexcept;
   /// True once a timeout aborted this communicator; every later operation raises BackendError.
   bool aborted() const noexcept;
   /// Number of collective operations issued so far (the sequence number of the next one).

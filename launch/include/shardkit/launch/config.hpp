@@ -29,6 +29,11 @@ struct Config {
   /// SHARDKIT_SHM_SINGLE_COPY = 0: the shm backend never reads other ranks' memory (process_vm_readv) and copies large
   /// messages of every operation through its segment, as where the kernel refuses the reads.
   bool shm_single_copy = true;
+  /// SHARDKIT_SHM_PENDING_BYTES: how many bytes of eager point-to-point sends a rank may hold back, per shm
+  /// communicator, while the rings to their receivers are full (a receiver busy elsewhere). Past it a send waits for
+  /// its receiver to take messages, as a rendezvous send does, under the timeout: a fast producer's memory stays
+  /// bounded. 0: every send that finds its ring full waits.
+  std::size_t shm_pending_bytes = std::size_t{8} << 20;
   /// SHARDKIT_TRACE_BUFFER: operations each communicator's flight recorder keeps (0: none).
   std::size_t trace_buffer = 2000;
   /// SHARDKIT_HANG_WARN_S (seconds; 0: never): an operation that has waited this long prints one line per rank

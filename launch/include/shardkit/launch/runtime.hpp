@@ -94,6 +94,9 @@ class Runtime {
   MpiCommHandle world() const noexcept { return world_.handle(); }
   /// This rank's wall clock against rank 0's, measured at start-up when SHARDKIT_TRACE is set (else rounds == 0).
   const ClockOffset& clock_offset() const noexcept { return clock_; }
+  /// This job's identity, the same on every rank (rank 0's random number, handed to all at start-up): the flight
+  /// recorder's dumps carry it, so that a dump an earlier job left is never taken for this job's.
+  std::uint64_t job_id() const noexcept { return job_id_; }
   /// Warnings raised at start-up.
   const std::vector<std::string>& warnings() const noexcept { return warnings_; }
   /// One line: rank, host, device, backend and library versions.
@@ -108,6 +111,7 @@ class Runtime {
   DeviceBinding binding_;
   MpiComm world_;
   ClockOffset clock_;
+  std::uint64_t job_id_ = 0;
   std::vector<std::string> warnings_;
   bool installed_signal_handlers_ = false;
 };
