@@ -41,6 +41,18 @@ done
 
 "$SHARDKIT_ROOT/scripts/setup.sh"
 
+# 1 when the ctest arguments select tests themselves (-R, -L, ...), else 0.
+selects_tests() {
+  local arg
+  for arg in "$@"; do
+    case "$arg" in
+      -R|-E|-L|-LE|-I|-U|--tests-regex|--exclude-regex|--label-regex|--label-exclude|--tests-information|--union|\
+      -R?*|-E?*|-L?*|-I?*|--tests-regex=*|--exclude-regex=*|--label-regex=*|--label-exclude=*) echo 1; return ;;
+    esac
+  done
+  echo 0
+}
+
 # The sanitized builds' optimisation: -O1 with line tables only (-g1: every report still names file and line). Against
 # RelWithDebInfo's -O2 -g this compiles in less than half the time (operations_test.cpp under ASan and UBSan: 14 s
 # against 30 s on an idle machine here; the --sanitize build 4.6 min against ~8), which was most of each sanitized
@@ -122,6 +134,13 @@ if [ "$sim_gpu" = 1 ]; then
   cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target "${targets[@]}"
   shardkit_mpirun_setup
   start=$(date +%s)
+  if [ "$(selects_tests "${ctest_args[@]}")" = 1 ]; then
+    # A selection of yours (e.g. `scripts/test.sh --sim-gpu -L multihost`, a step of CI): those tests alone, once, in
+    # this build, with no GPU required (the multihost cases run host suites in a build where every rank has a GPU).
+    ctest --test-dir "$build_dir" -j "$SHARDKIT_CTEST_JOBS" --output-on-failure "${ctest_args[@]}"
+    echo "test.sh --sim-gpu: ctest passed in $(( $(date +%s) - start )) s"
+    exit 0
+  fi
   if [ "$sanitize" = 1 ] && [ ${#ctest_args[@]} -eq 0 ]; then
     echo "test.sh --sim-gpu --sanitize: the host suites"
     sanitized_host_suites "$build_dir"
@@ -176,14 +195,7 @@ if [ "$sanitize" = 0 ]; then
   # Every test but the `large` ones (more than 2^31 elements per call, 16 GiB) and the `multihost` ones (simulated
   # hosts: root and network namespaces; they run alone, one after another), unless the arguments select tests
   # themselves. CI runs those two labels in a step of its own: `scripts/test.sh -L 'large|multihost'`.
-  selects=0
-  for arg in "${ctest_args[@]}"; do
-    case "$arg" in
-      -R|-E|-L|-LE|-I|-U|--tests-regex|--exclude-regex|--label-regex|--label-exclude|--tests-information|--union|\
-      -R?*|-E?*|-L?*|-I?*|--tests-regex=*|--exclude-regex=*|--label-regex=*|--label-exclude=*) selects=1 ;;
-    esac
-  done
-  if [ "$selects" = 0 ]; then
+  if [ "$(selects_tests "${ctest_args[@]}")" = 0 ]; then
     ctest_args+=(-LE 'large|multihost')
   fi
   start=$(date +%s)

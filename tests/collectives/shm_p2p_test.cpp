@@ -383,7 +383,14 @@ TEST_F(ShmP2pTest, AProducerPastTheBoundWaitsForItsReceiverAndItsMemoryStaysFlat
   Config::set(saved);
   const int me = c->rank(), partner = me % 2 == 0 ? me + 1 : me - 1;
   const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(c->size()).payload) / 4;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Under the sanitizers: fewer, and no memory check (AddressSanitizer keeps freed memory in quarantine, 256 MiB).
+  constexpr int kCount = 20000;
+  constexpr bool kMeasure = false;
+#else
   constexpr int kCount = 100000;
+  constexpr bool kMeasure = true;
+#endif
   if (partner >= c->size()) return;
   Array x = Array::zeros({payload}, DType::kInt32);
   if (me % 2 == 0) {
@@ -395,7 +402,9 @@ TEST_F(ShmP2pTest, AProducerPastTheBoundWaitsForItsReceiverAndItsMemoryStaysFlat
       if (i % 1000 == 0) most = std::max(most, resident_kib());
     }
     most = std::max(most, resident_kib());
-    EXPECT_LT(most - before, 16 * 1024) << "resident memory grew from " << before << " KiB to " << most << " KiB";
+    if (kMeasure) {
+      EXPECT_LT(most - before, 16 * 1024) << "resident memory grew from " << before << " KiB to " << most << " KiB";
+    }
   } else {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // busy elsewhere: the producer meets its bound
     int wrong = 0;

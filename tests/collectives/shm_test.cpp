@@ -304,6 +304,16 @@ struct RoomyBackend {
     ctx.after = &none;
     backend->run(detail::BackendCall{op, send, recv, &args}, ctx);
   }
+  // An allreduce (sum) of `count` float32 elements through it, checked.
+  void check_sum(std::int64_t count) {
+    SCOPED_TRACE(::testing::Message() << "allreduce count=" << count);
+    const Array x = input(DType::kFloat32, {count}, world->rank(), pattern_for(ReduceOp::kSum));
+    Array out = Array::empty({count}, DType::kFloat32);
+    OpArgs args;
+    args.reduce = ReduceOp::kSum;
+    run(OpKind::kAllreduce, &x, &out, args);
+    EXPECT_TRUE(same(out, reference(DType::kFloat32, {count}, ReduceOp::kSum, 0, world->size() - 1)));
+  }
 };
 
 // The single-copy allreduce runs only where every rank has a CPU; there it must give the exact sums at 2-4 ranks:
@@ -379,17 +389,8 @@ TEST(ShmBackend, BcastsPastTwoToThe31StepsWaitForTheRoot) {
   b.open(0x80000000U - 3);
   if (!b.backend) return;
   const int n = b.world->size(), me = b.world->rank();
-  auto allreduce = [&](std::int64_t count) {
-    SCOPED_TRACE(::testing::Message() << "allreduce count=" << count);
-    const Array x = input(DType::kFloat32, {count}, me, pattern_for(ReduceOp::kSum));
-    Array out = Array::empty({count}, DType::kFloat32);
-    OpArgs args;
-    args.reduce = ReduceOp::kSum;
-    b.run(OpKind::kAllreduce, &x, &out, args);
-    EXPECT_TRUE(same(out, reference(DType::kFloat32, {count}, ReduceOp::kSum, 0, n - 1)));
-  };
-  allreduce(3);
-  allreduce(1000);
+  b.check_sum(3);
+  b.check_sum(1000);
   const auto ring = static_cast<std::int64_t>(detail::ShmSegment::kRingBcastBytes / 4);
   const auto cma = static_cast<std::int64_t>(detail::kCmaBcastBytes / 4);
   for (int root = 0; root < n; ++root) {
@@ -403,8 +404,8 @@ TEST(ShmBackend, BcastsPastTwoToThe31StepsWaitForTheRoot) {
       EXPECT_TRUE(same(buf, input(DType::kFloat32, {count}, root, Pattern::kData)));
     }
   }
-  allreduce(3);
-  allreduce(2 * cma);
+  b.check_sum(3);
+  b.check_sum(2 * cma);
 }
 
 // A ring line's root waits, before it writes the line again, until every reader of its last use has read it. It
@@ -448,12 +449,7 @@ TEST(ShmBackend, SetLinesUnpostedFor2To31StepsAreWaitedFor) {
     for (const std::int64_t count : {std::int64_t{3}, std::int64_t{1000}}) {
       SCOPED_TRACE(::testing::Message() << "late=" << late << " count=" << count);
       if (me == late) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      const Array x = input(DType::kFloat32, {count}, me, pattern_for(ReduceOp::kSum));
-      Array out = Array::empty({count}, DType::kFloat32);
-      OpArgs sum;
-      sum.reduce = ReduceOp::kSum;
-      b.run(OpKind::kAllreduce, &x, &out, sum);
-      EXPECT_TRUE(same(out, reference(DType::kFloat32, {count}, ReduceOp::kSum, 0, n - 1)));
+      b.check_sum(count);
       if (me == late) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       const Array mine = input(DType::kFloat32, {count}, me, Pattern::kData);
       Array all = Array::empty({n * count}, DType::kFloat32);
@@ -461,6 +457,9 @@ TEST(ShmBackend, SetLinesUnpostedFor2To31StepsAreWaitedFor) {
       for (int r = 0; r < n; ++r)
         EXPECT_TRUE(same(all.slice(0, r * count, (r + 1) * count), input(DType::kFloat32, {count}, r, Pattern::kData)));
       if (me == late) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const Array x = input(DType::kFloat32, {count}, me, pattern_for(ReduceOp::kSum));
+      OpArgs sum;
+      sum.reduce = ReduceOp::kSum;
       sum.root = late;
       Array reduced = Array::empty({count}, DType::kFloat32);
       b.run(OpKind::kReduce, &x, me == late ? &reduced : nullptr, sum);

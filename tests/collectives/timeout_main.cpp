@@ -144,8 +144,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (comm->rank() == skipper) {
-    // Skips the collective; stays alive long enough for the others to give up, then leaves.
-    std::this_thread::sleep_for(std::chrono::seconds(4));
+    // Skips the collective; stays alive until the others end the job (MPI_Abort). Leaving earlier, by MPI_Finalize,
+    // while another rank aborts left Open MPI 4.1's mpirun waiting for good at times (its ranks already gone), on a
+    // loaded machine where the aborting ranks came late.
+    std::this_thread::sleep_for(std::chrono::seconds(30));
     std::printf("rank %d: skipped the allreduce\n", comm->rank());
     std::fflush(stdout);
     return 0;

@@ -40,6 +40,16 @@ def analyze(dumps, *extra):
     return r.returncode, r.stdout + r.stderr
 
 
+def failed_verdict(np_, scenario, tmp_path, **env):
+    """Runs a scenario that fails, then the analyzer, which must find the problem: (its verdict, the dump folder)."""
+    dumps = tmp_path / "dumps"
+    r, _ = job(np_, scenario, dumps, **env)
+    assert r.returncode != 0, r.stdout + r.stderr
+    rc, out = analyze(dumps)
+    assert rc == 1, out
+    return out, dumps
+
+
 def ranks(rs):
     rs = list(rs)
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
@@ -53,11 +63,7 @@ def dumped(dumps):
 def test_two_communicators_with_one_name_stay_apart(tmp_path, np_):
     """The first 'twin' failed; the second, with more collectives, completed them all: keyed by name and ranks, the
     second hid the first ("no rank behind", exit 0)."""
-    dumps = tmp_path / "dumps"
-    r, _ = job(np_, "twins", dumps)
-    assert r.returncode != 0, r.stdout + r.stderr
-    rc, out = analyze(dumps)
-    assert rc == 1, out
+    out, dumps = failed_verdict(np_, "twins", tmp_path)
     last = np_ - 1
     m = re.search(rf"communicator 'twin' \({ranks(range(np_))}\) \[identity (\d+)\]: the ranks part at collective "
                   rf"#(\d+):\n  {ranks(range(last))}: barrier #\2 \(failed\)\n  rank {last}: never entered it; its "
@@ -72,11 +78,7 @@ def test_two_communicators_with_one_name_stay_apart(tmp_path, np_):
 def test_counts_that_differ_by_design_are_no_divergence(tmp_path, np_):
     """scatter's root holds every block, allgatherv's and alltoallv's ranks give their own counts: what the ranks agree
     on is compared (checked mode's signature), so the verdict is the allreduce the last rank never entered."""
-    dumps = tmp_path / "dumps"
-    r, _ = job(np_, "vops", dumps)
-    assert r.returncode != 0, r.stdout + r.stderr
-    rc, out = analyze(dumps)
-    assert rc == 1, out
+    out, dumps = failed_verdict(np_, "vops", tmp_path)
     last = np_ - 1
     assert re.search(rf"communicator 'world' \({ranks(range(np_))}\): the ranks part at collective #(\d+):\n  "
                      rf"{ranks(range(last))}: allreduce #\1 \(8 x float32\) \(failed\)\n  rank {last}: never entered "
@@ -88,11 +90,7 @@ def test_counts_that_differ_by_design_are_no_divergence(tmp_path, np_):
 def test_a_ring_of_point_to_point_operations_only_is_not_a_missing_rank(tmp_path, np_):
     """Ranks 0 and 1 keep only their 8 last operations, all sends and receives: they entered the allreduce, which
     their rings no longer reach. The verdict is rank 0's receive, and rank 1, which never sent it."""
-    dumps = tmp_path / "dumps"
-    r, _ = job(np_, "p2ponly", dumps, SHARDKIT_TRACE_BUFFER="8")
-    assert r.returncode != 0, r.stdout + r.stderr
-    rc, out = analyze(dumps)
-    assert rc == 1, out
+    out, dumps = failed_verdict(np_, "p2ponly", tmp_path, SHARDKIT_TRACE_BUFFER="8")
     assert "never entered" not in out, out
     assert "the ranks part" not in out, out
     assert re.search(r"communicator 'world': rank 0 failed in recv \(2 x float32\) peer/root 1\n    rank 1, its peer, "
@@ -176,11 +174,7 @@ def test_an_earlier_jobs_dumps_are_never_this_jobs(tmp_path):
 def test_two_meshes_axis_communicators_stay_apart(tmp_path, np_):
     """Two meshes of one shape over the world: their axis communicators have one name and the same ranks. The second
     one's allreduce failed (the last rank never came); the first's completed."""
-    dumps = tmp_path / "dumps"
-    r, _ = job(np_, "mesh", dumps)
-    assert r.returncode != 0, r.stdout + r.stderr
-    rc, out = analyze(dumps)
-    assert rc == 1, out
+    out, dumps = failed_verdict(np_, "mesh", tmp_path)
     last = np_ - 1
     group = [1, 3] if np_ == 4 else list(range(np_))
     waiting = [k for k in group if k != last]

@@ -190,3 +190,32 @@ def test_a_truncation_outside_checked_mode_says_to_rerun_checked_and_ends_the_jo
     assert "ending the job (MPI_Abort)" in out, out
     assert r.returncode != 0
     assert time.time() - start < TIMEOUT_S / 2
+
+
+@pytest.mark.parametrize("late", ["root", "reader"])
+def test_a_root_that_ran_one_more_small_bcast_is_a_mismatch_outside_checked_mode(late):
+    """Rank 0 (the root) sends a small bcast (its ring) and then a large one (a buffer set); rank 1 calls only the
+    large one. Rank 1 sees either the root's ring post where it waits for its set line (its sizes differ), or, coming
+    late, the large bcast's post carrying another count of small bcasts than its own: a MismatchError either way,
+    never the root's data of another bcast."""
+    code = textwrap.dedent("""
+        import time, numpy as np, shardkit as sk
+        if sk.rank() == (0 if LATE == "root" else 1):
+            time.sleep(0.5)
+        try:
+            if sk.rank() == 0:
+                sk.mpi.bcast(np.arange(2, dtype=np.float64), root=0)
+            sk.mpi.bcast(np.arange(512, dtype=np.float64), root=0)
+            print(f"rank {sk.rank()}: bcast returned", flush=True)
+        except sk.Error as e:
+            print(f"rank {sk.rank()}: {type(e).__name__}: {e}", flush=True)
+    """).replace("LATE", repr(late))
+    launcher = os.environ.get("MPIEXEC", "mpirun")
+    r = subprocess.run([launcher, "--oversubscribe", "--bind-to", "none", "-np", "2", sys.executable, "-c", code],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(clean_env(SHARDKIT_TIMEOUT_S=str(TIMEOUT_S)), SHARDKIT_CHECK="0", SHARDKIT_BACKEND="shm"))
+    out = r.stdout + r.stderr
+    assert re.search(r"rank 1: MismatchError: bcast #\d+ on communicator 'world': rank 0 (posted 16 bytes, rank 1 has "
+                     r"4096|ran another number of operations before it than rank 1)", out), out
+    assert "rank 1: bcast returned" not in out, out
+    assert r.returncode != 0

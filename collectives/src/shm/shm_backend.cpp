@@ -198,7 +198,7 @@ class ShmBackend final : public Backend {
     if (buf.nbytes() <= ShmSegment::kRingBcastBytes) {  // through the root's ring, a line per piece (shm_steps.hpp)
       constexpr std::size_t kMaxPieces = ShmSegment::kRingBcastBytes / ShmSegment::kInlineBytes;
       std::array<int, kMaxPieces> js{};
-      std::array<std::uint64_t, kMaxPieces> posts{};
+      std::array<std::uint64_t, kMaxPieces> uses{};
       std::size_t piece = 0;
       const int total =
           buf.nbytes() == 0
@@ -207,19 +207,19 @@ class ShmBackend final : public Backend {
       for (std::size_t off = 0; off < buf.nbytes() || off == 0; off += ShmSegment::kInlineBytes, ++piece) {
         const std::size_t bytes = std::min(buf.nbytes() - off, ShmSegment::kInlineBytes);
         const int j = steps_.next_ring_line();
-        const std::uint64_t s = steps_.next_ring_step();
+        const std::uint64_t use = steps_.ring_use();
         if (me_ == root) {
           steps_.before_ring_write(j, ctx);
           std::memcpy(seg_.ring_line(root, j).data, p + off, bytes);
           js[piece] = j;
-          posts[piece] = s;
+          uses[piece] = use;
         } else {
-          steps_.wait_ring(root, j, s, total - static_cast<int>(piece), ctx);
+          steps_.wait_ring(root, j, use, total - static_cast<int>(piece), ctx);
           std::memcpy(p + off, seg_.ring_line(root, j).data, bytes);
         }
         steps_.ring_read(j, root, off + ShmSegment::kInlineBytes >= buf.nbytes());
       }
-      if (me_ == root) steps_.post_ring({js.data(), piece}, {posts.data(), piece});
+      if (me_ == root) steps_.post_ring({js.data(), piece}, {uses.data(), piece});
       return;
     }
     chunks(buf.numel(), ShmSegment::kSlotBytes / item, [&](std::int64_t off, std::int64_t m) {

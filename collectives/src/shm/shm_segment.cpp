@@ -108,6 +108,7 @@ ShmSegment ShmSegment::create(MpiCommHandle handle, std::string* why) {
   // one rank cannot (a /proc that hides other processes), a named file in /dev/shm instead, unlinked as soon as every
   // rank has opened it, or on the way out of an error; one that a killed job left is removed by the next segment made
   // on the node (sweep_orphans).
+  if (rank == 0) sweep_orphans();  // what a killed job left there, whichever way this one goes
   int worst = attach(handle, rank, /*named=*/false, s);
   if (worst != 0) worst = attach(handle, rank, /*named=*/true, s);
   if (worst != 0) {
@@ -124,6 +125,7 @@ int ShmSegment::attach(MpiCommHandle handle, int rank, bool named, ShmSegment& s
   struct {
     char name[64];  // the named file's ("" for the memfd)
     int pid, fd, err;
+    std::uint64_t dev, ino;  // the file's identity: what another rank opens must be the same file
   } made{};
   auto map = [&](int fd) {
     void* p = mmap(nullptr, s.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -145,19 +147,31 @@ int ShmSegment::attach(MpiCommHandle handle, int rank, bool named, ShmSegment& s
       own.fd = g_named_for_tests.load() ? -1 : memfd_create("shardkit-shm", MFD_CLOEXEC);
       made.err = own.fd < 0 ? (g_named_for_tests.load() ? EACCES : errno) : 0;
     } else {
-      sweep_orphans();
       static std::atomic<unsigned> made_here{0};
       std::snprintf(made.name, sizeof made.name, "/shardkit-%d-%u-%lx", static_cast<int>(getpid()), made_here++,
                     static_cast<unsigned long>(std::chrono::steady_clock::now().time_since_epoch().count()));
       own.fd = shm_open(made.name, O_CREAT | O_EXCL | O_RDWR, 0600);
       if (own.fd >= 0) own.name = made.name;
       made.err = own.fd < 0 ? errno : 0;
+      // Held while the file has its name (released as the descriptor closes, or the process dies): a sweep elsewhere
+      // (another PID namespace, where this process's id means nothing) leaves a file so locked alone.
+      if (own.fd >= 0) {
+        struct flock lock {};
+        lock.l_type = F_WRLCK;
+        lock.l_whence = SEEK_SET;
+        if (fcntl(own.fd, F_OFD_SETLK, &lock) != 0) made.err = errno;
+      }
     }
     // Reserve the pages now: a tmpfs out of space then fails here rather than with SIGBUS on first touch.
     if (made.err == 0) made.err = posix_fallocate(own.fd, 0, static_cast<off_t>(s.bytes_));
     if (made.err == 0) made.err = map(own.fd);
     made.pid = static_cast<int>(getpid());
     made.fd = own.fd;
+    struct stat st {};
+    if (made.err == 0 && fstat(own.fd, &st) == 0) {
+      made.dev = st.st_dev;
+      made.ino = st.st_ino;
+    }
   }
   SHARDKIT_MPI_CHECK(MPI_Bcast(&made, sizeof made, MPI_BYTE, 0, comm));
   int mine = made.err;
@@ -165,7 +179,12 @@ int ShmSegment::attach(MpiCommHandle handle, int rank, bool named, ShmSegment& s
     if (const auto hook = g_before_open.load()) hook();
     const std::string path = named ? concat("/dev/shm", made.name) : concat("/proc/", made.pid, "/fd/", made.fd);
     const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-    mine = fd < 0 ? errno : map(fd);
+    // The same file as rank 0's (in another PID namespace its process id may name another process's descriptor).
+    struct stat st {};
+    mine = fd < 0                                           ? errno
+           : fstat(fd, &st) != 0                            ? errno
+           : st.st_dev != made.dev || st.st_ino != made.ino ? EXDEV
+                                                            : map(fd);
     if (fd >= 0) close(fd);
   }
   // Every rank has opened the file (or failed to): its name and rank 0's descriptor go on the way out.
@@ -184,7 +203,16 @@ void ShmSegment::sweep_orphans() noexcept {
   while (const dirent* e = readdir(d)) {
     int pid = 0;
     if (std::sscanf(e->d_name, "shardkit-%d-", &pid) != 1 || pid <= 0) continue;
-    if (kill(pid, 0) != 0 && errno == ESRCH) shm_unlink((std::string("/") + e->d_name).c_str());
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // its maker lives (in this PID namespace)
+    // Nor one whose maker holds its lock (a live maker in another PID namespace, whose id means another process).
+    const std::string name = std::string("/") + e->d_name;
+    const int fd = shm_open(name.c_str(), O_RDWR, 0);
+    if (fd < 0) continue;
+    struct flock lock {};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    if (fcntl(fd, F_OFD_SETLK, &lock) == 0) shm_unlink(name.c_str());
+    close(fd);
   }
   closedir(d);
 }

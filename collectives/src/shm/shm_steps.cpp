@@ -34,6 +34,7 @@ ShmSteps::ShmSteps(const ShmSegment& seg, int rank, const WaitPolicy& policy, st
 void ShmSteps::begin(std::uint64_t size, bool one_way, const OpContext& ctx) {
   if (!one_way) settle(last_, ctx);
   size_ = size;
+  word_ = (size & kSizeMask) | (ring_uses_ & kRingBitsMask) << kSizeBits;
 }
 
 int ShmSteps::next_set() {
@@ -44,9 +45,8 @@ int ShmSteps::next_set() {
   return set_;
 }
 
-// A step equal to what the set's lines held before this use (2^32 steps ago, or more) would be taken for unposted: it
-// is skipped. The ring path skips the same values (next_ring_step), so that a root on either path takes the step its
-// readers on the other path look for.
+// A step equal to what the set's lines held before this use (steps are 32 bits on the lines: after 2^32 of them) would
+// be taken for unposted: it is skipped, on every rank alike.
 std::uint32_t ShmSteps::next_step() {
   do {
     ++step_;
@@ -55,12 +55,11 @@ std::uint32_t ShmSteps::next_step() {
   return static_cast<std::uint32_t>(step_);
 }
 
-std::uint64_t ShmSteps::next_ring_step() {
-  const std::uint32_t before = set_last_[uses_ & 1U];  // the prev_ of the set a set path would take now
-  do {
-    ++step_;
-  } while (static_cast<std::uint32_t>(step_) == before);
-  return step_;
+std::uint32_t ShmSteps::peek_next_step() const noexcept {
+  const std::uint32_t before = set_last_[uses_ & 1U];  // the prev_ of the set the next use takes
+  std::uint64_t s = step_ + 1;
+  if (static_cast<std::uint32_t>(s) == before) ++s;
+  return static_cast<std::uint32_t>(s);
 }
 
 void ShmSteps::step(int set, const OpContext& ctx) {
@@ -75,7 +74,7 @@ void ShmSteps::step(int set, const OpContext& ctx) {
   // post, or leaves with an error. Every rank that sleeps on it has posted this step already, so waking it late only
   // holds it while this rank waits for the others, whom it waits for too. Crowded ranks sleep often: woken at once.
   ShmLine& l = seg_.line(set, me_);
-  l.size.store(size_, std::memory_order_relaxed);
+  l.size.store(word_, std::memory_order_relaxed);
   shm_post_unseen(l, s);
   struct Wake {
     ShmLine& line;
@@ -86,7 +85,7 @@ void ShmSteps::step(int set, const OpContext& ctx) {
 
 void ShmSteps::post(int set, std::uint32_t s) {
   ShmLine& l = seg_.line(set, me_);
-  l.size.store(size_, std::memory_order_relaxed);
+  l.size.store(word_, std::memory_order_relaxed);
   shm_post(l, s);
 }
 
@@ -123,7 +122,8 @@ void ShmSteps::wait_for(int set, int p, std::uint32_t s, const OpContext& ctx) {
 
 void ShmSteps::check_size(const ShmLine& line, int p, const OpContext& ctx) {
   const std::uint64_t theirs = line.size.load(std::memory_order_relaxed);
-  if (theirs != size_) disagree(p, theirs, ctx);
+  if ((theirs & kSizeMask) != (size_ & kSizeMask)) disagree(p, theirs & kSizeMask, ctx);
+  if (theirs != word_) disagree_on_order(p, ctx);  // the same size, after another number of small bcasts
 }
 
 // Waits until rank p has posted step s in `set`, whose lines held `prev` before this use.
@@ -157,22 +157,23 @@ bool ShmSteps::wait_until(ShmLine& line, Posted&& posted, AlsoPosted&& also_post
 
 // One-way, the root posts step s on its line of the current set and nothing there again before this rank has posted it
 // too (it waits for this reader before it writes the set again): exactly. In a full handshake (a shared bcast) it may
-// have gone on to the next step of the same use (it waited for this rank's post of s): reached. The root's ring line
-// for this step is the other path's: a root that posted there took it (a small bcast), and its set line may meanwhile
-// carry its next operation's step, past s. Its ring post came first, so it is seen once the set line is.
+// have gone on to the next step of the same use (it waited for this rank's post of s): reached. The root's next ring
+// line use is the other path's: a root that posted it before posting s took that path (a small bcast). One that
+// posted it after s has gone on to its next operation; one that sent a small bcast and then posted s for another
+// operation posted s with another count of ring line uses (check_size).
 void ShmSteps::wait_root(int set, int root, std::uint32_t s, bool exact, const OpContext& ctx) {
   ShmLine& line = seg_.line(set, root);
   const ShmLine& ring = seg_.ring_line(root, static_cast<int>(ring_uses_ % ShmSegment::kRingLines));
-  const std::uint64_t ring_step = step_;  // s, as a ring path would have taken it (next_ring_step)
+  const std::uint64_t use = ring_uses_ + 1;  // as a ring path would count this bcast's first piece
   const std::uint32_t prev = prev_;
   auto posted = [&] {
     const std::uint32_t f = line.flag.load(std::memory_order_acquire);
     return exact ? f == s : set_posted(f, s, prev);  // never prev: next_step skips it
   };
-  auto on_ring = [&] { return ring_posted(ring, ring_step); };
-  if (!wait_until(line, posted, on_ring, ctx, [&] { return name(root); }) || on_ring())
+  auto on_ring = [&] { return ring_posted(ring, use); };
+  if (!wait_until(line, posted, on_ring, ctx, [&] { return name(root); }))
     disagree(root, ring.size.load(std::memory_order_relaxed) & 0xFF, ctx);
-  check_size(line, root, ctx);
+  check_size(line, root, ctx);  // its count of ring line uses too: a root that sent a small bcast first differs
 }
 
 void ShmSteps::before_ring_write(int j, const OpContext& ctx) {
@@ -197,28 +198,26 @@ std::string ShmSteps::ring_behind(const RingUse& u) const {
   return names;
 }
 
-void ShmSteps::post_ring(std::span<const int> js, std::span<const std::uint64_t> steps) {
+void ShmSteps::post_ring(std::span<const int> js, std::span<const std::uint64_t> uses) {
   std::array<ShmLine*, ShmSegment::kRingLines> lines{};
   std::array<std::uint32_t, ShmSegment::kRingLines> flags{};
   for (std::size_t k = 0; k < js.size(); ++k) {
     lines[k] = &seg_.ring_line(me_, js[k]);
-    lines[k]->size.store(ring_word(steps[k], size_), std::memory_order_relaxed);
-    flags[k] = static_cast<std::uint32_t>(steps[k]);
+    lines[k]->size.store(ring_word(uses[k], step_, size_), std::memory_order_relaxed);
+    flags[k] = static_cast<std::uint32_t>(uses[k]);
   }
   shm_post_lines(lines.data(), flags.data(), static_cast<int>(js.size()));
 }
 
-// A root whose bcast is larger posts on its line of the set a set path takes now, with a step past what that set's
-// lines held. The root may itself be waiting to write one of the lines still to come, for ranks that have not read
-// their last use: those are named too.
-void ShmSteps::wait_ring(int root, int j, std::uint64_t s, int pieces, const OpContext& ctx) {
+// A root whose bcast is larger posts the next set step on its line of the set the next use takes, exactly (it posts
+// nothing else there before this rank has posted too); a root that took the ring path may post it later, for its next
+// operation: the ring line, posted first, then wins. The root may itself be waiting to write one of the lines still to
+// come, for ranks that have not read their last use: those are named too.
+void ShmSteps::wait_ring(int root, int j, std::uint64_t use, int pieces, const OpContext& ctx) {
   ShmLine& line = seg_.ring_line(root, j);
-  const int set = static_cast<int>(uses_ & 1U);
-  const ShmLine& other = seg_.line(set, root);
-  const std::uint32_t prev = set_last_[set];
-  auto also = [&] {
-    return set_posted(other.flag.load(std::memory_order_acquire), static_cast<std::uint32_t>(s), prev);
-  };
+  const ShmLine& other = seg_.line(static_cast<int>(uses_ & 1U), root);
+  const std::uint32_t next = peek_next_step();
+  auto also = [&] { return other.flag.load(std::memory_order_acquire) == next; };
   auto missing = [&] {
     // The root, and the readers of the last uses of the lines still to come that have not read them (the root waits
     // for those before it writes any of its pieces).
@@ -234,11 +233,12 @@ void ShmSteps::wait_ring(int root, int j, std::uint64_t s, int pieces, const OpC
       if (late[q]) names += concat(", ", name(q));
     return names;
   };
-  if (!wait_until(
-          line, [&] { return ring_posted(line, s); }, also, ctx, missing))
-    disagree(root, other.size.load(std::memory_order_relaxed), ctx);
-  const std::uint64_t theirs = line.size.load(std::memory_order_relaxed) & 0xFF;
-  if (theirs != size_) disagree(root, theirs, ctx);
+  auto posted = [&] { return ring_posted(line, use); };
+  if (!wait_until(line, posted, also, ctx, missing))
+    disagree(root, other.size.load(std::memory_order_relaxed) & kSizeMask, ctx);
+  const std::uint64_t word = line.size.load(std::memory_order_relaxed);
+  if (static_cast<std::uint32_t>(word >> 32) != static_cast<std::uint32_t>(step_)) disagree_on_order(root, ctx);
+  if ((word & 0xFF) != size_) disagree(root, word & 0xFF, ctx);
 }
 
 void ShmSteps::ring_read(int j, int root, bool post) {
@@ -247,6 +247,16 @@ void ShmSteps::ring_read(int j, int root, bool post) {
   ShmLine& line = seg_.read_line(me_);
   line.size.store(ring_uses_, std::memory_order_release);  // after the reads of the lines: the root may write them
   shm_post(line, static_cast<std::uint32_t>(ring_uses_));
+}
+
+void ShmSteps::disagree_on_order(int p, const OpContext& ctx) {
+  abort_.aborted = true;
+  abort_.reason = concat(ctx.describe(), ": the ranks disagree on the operations before it");
+  request_abort_at_exit("the ranks disagree on the order of shared-memory operations");
+  throw MismatchError(concat(ctx.describe(), ": rank ", name(p),
+                             " ran another number of operations before it than rank ", name(me_),
+                             " (shared memory): the ranks disagree on the order of operations. Rerun with ",
+                             "SHARDKIT_CHECK=1 to have every rank name the mismatch; the job will end at exit"));
 }
 
 void ShmSteps::disagree(int p, std::uint64_t theirs, const OpContext& ctx) {

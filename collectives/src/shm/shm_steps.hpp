@@ -20,19 +20,22 @@
 // so that a root may run a whole ring ahead. The root remembers the counts it saw and reads a reader's line again only
 // once that is not enough: the line, written by its reader at every bcast, would otherwise cost a cache miss per bcast.
 //
-// Lines must never be taken for posted while they still hold an old post, however long ago it was made. Steps are
-// counted in 64 bits here; a flag holds their low 32 (the futex word), and a flag unposted for 2^31 steps would have
-// "reached" every later step. So: the lines of the two buffer sets, which every rank posts at every use of their set,
-// are taken for posted only once they moved off the value the set's last use left there (set_last_; a step that would
-// equal it is skipped, on every rank alike) and reached the step (their posters may have gone on since: a single-copy
-// operation's second handshake, a one-way operation's readers up to two operations on); a ring line (posted only when
-// its rank is a root, possibly never for long) carries its whole step with the bcast's size in its `size` word, and a
-// reader waits for that step exactly; a read line carries its whole count of ring lines read in its `size` word
+// Lines must never be taken for posted while they still hold an old post, however long ago it was made. Counters are
+// 64 bits here; a flag holds their low 32 (the futex word), and a flag compared by how far it is from a step is only
+// right within 2^31. So each kind of line has its own counter, which advances only when lines of that kind are posted:
+// the buffer sets' steps, which every rank posts at every use of a set (a set line is never more than a few steps
+// from the step waited for, and is taken for posted once it moved off the value its set's last use left and reached
+// the step: its poster may have gone on, a single-copy operation's second handshake, a one-way operation's readers up
+// to two operations on); the ring line uses of small bcasts, whose ring line (posted only when its rank is a root,
+// possibly never for long) carries the use's whole count in its `size` word, with the bcast's size and the root's set
+// step, and is waited for exactly; and each rank's count of ring lines read, whole in its read line's `size` word
 // (posted only when its rank reads, which a rank that is root for long does not), compared in 64 bits. (Before
-// 2026-12, a reader of a root's small bcast past step 2^31 took an unposted ring line for posted; a root whose ring
-// uses had passed 2^31 took readers that never read as caught up and overwrote their lines; an allreduce after 2^31
-// steps of small bcasts alone read a rank's slot before it wrote it.) A bcast reader waits for the root's post on its
-// path and watches the root's line of the other path (`also`): a root that took the other path disagrees on the size.
+// 2026-12 one 32-bit step counted both: past 2^31 steps a reader took an unposted ring line for posted, a root whose
+// ring uses passed 2^31 took readers that read nothing as done and overwrote their lines, and an allreduce after 2^31
+// small bcasts alone read a rank's slot before it wrote it.) A bcast reader waits for the root's post on its path and
+// watches the root's line of the other path (`also`), where the root would have posted had it taken that path for
+// this operation: a root that did disagrees on the size. A ring post carries the root's set step, which the reader's
+// must equal: a root that ran a set operation the reader did not, then this bcast, disagrees on the operations.
 //
 // Every post carries the size of the operation (what every rank's must agree on); a reader that sees another size
 // raises MismatchError, and a rank that does not come by the deadline gives the TimeoutError naming it.
@@ -64,8 +67,6 @@ class ShmSteps {
   int next_set();
   /// The next step of the current set use (the same sequence on every rank), as its flags hold it.
   std::uint32_t next_step();
-  /// The next step of a small bcast's piece through the ring (the same sequence: the set path would take it too).
-  std::uint64_t next_ring_step();
   /// One handshake in `set`: post the next step, then wait until every rank has posted it.
   void step(int set, const OpContext& ctx);
   /// Posts step s in `set` with the operation's size.
@@ -81,22 +82,25 @@ class ShmSteps {
   void wait_all_posted(int set, std::uint32_t s, const OpContext& ctx);
   /// Waits until rank p has posted step s in `set`, for an operation of this rank's size.
   void wait_for(int set, int p, std::uint32_t s, const OpContext& ctx);
-  /// Small bcasts through the roots' rings: the ring line the next one uses (the same on every rank).
+  /// Small bcasts through the roots' rings: the ring line the next piece uses (the same on every rank); its count
+  /// among ring line uses is ring_use() then.
   int next_ring_line() { return static_cast<int>(ring_uses_++ % ShmSegment::kRingLines); }
+  std::uint64_t ring_use() const { return ring_uses_; }
   /// Before the root writes line j of its ring: waits until every rank has read the last small bcast that used line j
   /// (of any root's ring).
   void before_ring_write(int j, const OpContext& ctx);
-  /// The root posts steps[k] on line js[k] of its ring, with the operation's size.
-  void post_ring(std::span<const int> js, std::span<const std::uint64_t> steps);
+  /// The root posts ring line uses[k] on line js[k] of its ring, with the operation's size and its set step.
+  void post_ring(std::span<const int> js, std::span<const std::uint64_t> uses);
   /// A bcast reader whose bcast is too large for the ring: waits until `root` has posted step s in `set` (the current
   /// use; `exact`: one-way, the root posts nothing there again before this rank has read), for an operation of this
   /// rank's size (a root that posted on its ring instead disagrees on the size). A timeout names the root alone: in a
   /// one-way bcast the other readers post only once the root has.
   void wait_root(int set, int root, std::uint32_t s, bool exact, const OpContext& ctx);
-  /// Waits until `root` has posted step s on line j of its ring, for an operation of this rank's size (a root that
-  /// posted on its set line instead disagrees on the size). `pieces`: lines j, j + 1, ... the bcast still has to read
-  /// (a timeout names the root, and the readers it may be waiting for before it writes any of them).
-  void wait_ring(int root, int j, std::uint64_t s, int pieces, const OpContext& ctx);
+  /// Waits until `root` has posted ring line use `use` on line j of its ring, for an operation of this rank's size (a
+  /// root that posted on its set line instead disagrees on the size; one whose set step differs from this rank's, on
+  /// the operations). `pieces`: lines j, j + 1, ... the bcast still has to read (a timeout names the root, and the
+  /// readers it may be waiting for before it writes any of them).
+  void wait_ring(int root, int j, std::uint64_t use, int pieces, const OpContext& ctx);
   /// Every rank, root included, once it has read (or sent) the piece of a small bcast on line j: the readers post the
   /// count of ring lines read so far on their read lines, where `post` (after a bcast's last piece; the root has
   /// nothing to post: nobody waits for it to read its own).
@@ -118,12 +122,18 @@ class ShmSteps {
   static bool set_posted(std::uint32_t flag, std::uint32_t s, std::uint32_t prev) noexcept {
     return flag != prev && reached(flag, s);
   }
-  // A ring line's `size` word: the whole step of its post and the bcast's size (at most kRingBcastBytes).
-  static std::uint64_t ring_word(std::uint64_t step, std::uint64_t bytes) noexcept { return step << 8 | bytes; }
-  static bool ring_posted(const ShmLine& line, std::uint64_t s) noexcept {
-    return line.flag.load(std::memory_order_acquire) == static_cast<std::uint32_t>(s) &&
-           line.size.load(std::memory_order_relaxed) >> 8 == s;
+  // A ring line's `size` word: the poster's set step (bits 32-63), bits 32-55 of the ring line use it posts (its low
+  // 32 are the flag) and the bcast's size (at most kRingBcastBytes: bits 0-7).
+  static std::uint64_t ring_word(std::uint64_t use, std::uint64_t set_step, std::uint64_t bytes) noexcept {
+    return (set_step & 0xFFFFFFFFu) << 32 | ((use >> 32) & 0xFFFFFFu) << 8 | bytes;
   }
+  static bool ring_posted(const ShmLine& line, std::uint64_t use) noexcept {
+    return line.flag.load(std::memory_order_acquire) == static_cast<std::uint32_t>(use) &&
+           ((line.size.load(std::memory_order_relaxed) >> 8) & 0xFFFFFFu) == ((use >> 32) & 0xFFFFFFu);
+  }
+  // The step the next set use's first step will be (next_step), without taking it.
+  std::uint32_t peek_next_step() const noexcept;
+  [[noreturn]] void disagree_on_order(int p, const OpContext& ctx);
 
   void settle(SetUse& u, const OpContext& ctx);
   void wait_posted(int set, int p, std::uint32_t s, std::uint32_t prev, const OpContext& ctx);
@@ -151,6 +161,13 @@ class ShmSteps {
   std::array<std::uint32_t, 2> set_last_{};  // what each set's lines hold after its last use (the same on every rank)
   SetUse last_, before_;    // the last two uses of the buffer sets
   std::uint64_t size_ = 0;  // the size of the running operation
+  // What a set line's `size` word carries: the operation's size (bits 0-39; the agreement is on those bits) and the
+  // poster's count of ring line uses (bits 40-63), so that a root that ran a small bcast the reader did not, then the
+  // reader's operation, is told apart.
+  static constexpr int kSizeBits = 40;
+  static constexpr std::uint64_t kSizeMask = (std::uint64_t{1} << kSizeBits) - 1;
+  static constexpr std::uint64_t kRingBitsMask = (std::uint64_t{1} << (64 - kSizeBits)) - 1;
+  std::uint64_t word_ = 0;
   // A use of a ring line: its count among ring line uses and its root (whose readers must have read it before the line
   // is written again).
   struct RingUse {
