@@ -52,16 +52,22 @@ std::atomic<std::int64_t> g_next_identity{0};  // no communicator of this proces
 std::int64_t agree_on_identity(MpiCommHandle over, const char* what, const std::string& name, const CommOptions& o,
                                AbortState& abort) {
   const OpContext ctx = OpContext::for_step(OpKind::kAllreduce, what, name, o.timeout);
+  // Each rank offers a number no other communicator of its process has (reserved: two threads may make communicators
+  // at once) with its world rank beside it; the largest pair is the identity. Two communicators of the same ranks get
+  // different pairs: a pair is offered once by its rank.
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   struct Exchange {
     std::int64_t mine, agreed = 0;
   };
-  auto x = std::make_shared<Exchange>(Exchange{g_next_identity.load()});
+  auto x = std::make_shared<Exchange>(Exchange{g_next_identity.fetch_add(1) << 20 | world_rank});
   std::vector<MPI_Request> req(1, MPI_REQUEST_NULL);
   SHARDKIT_MPI_CHECK(MPI_Iallreduce(&x->mine, &x->agreed, 1, MPI_INT64_T, MPI_MAX, to_mpi<MPI_Comm>(over), req.data()));
   wait_or_raise(req, x, ctx, abort, "not every rank arrived");
   // Past it for every later communicator of this process (another thread may have moved the counter further).
+  const std::int64_t past = (x->agreed >> 20) + 1;
   std::int64_t next = g_next_identity.load();
-  while (next <= x->agreed && !g_next_identity.compare_exchange_weak(next, x->agreed + 1)) {
+  while (next < past && !g_next_identity.compare_exchange_weak(next, past)) {
   }
   return x->agreed;
 }

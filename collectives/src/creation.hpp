@@ -26,10 +26,11 @@ void agree_to_create(MpiCommHandle over, const char* what, const std::string& na
 /// deadline is the operation's. For set-ups an operation asks for on first use. `check`: a signature exchange.
 void agree_within_operation(MpiCommHandle over, const OpContext& op, const char* what, bool check, AbortState& abort);
 
-/// A number that every rank of `over` agrees on and that no other communicator of any of them has: the largest of
-/// their counts of identities given out so far (each process counts its own), past which each then moves. The flight
-/// recorder's dumps name communicators by it. Collective over `over` (a nonblocking reduction under `options.timeout`,
-/// described as step `what` of communicator `name`). @throws TimeoutError naming the step, or Interrupted.
+/// A number that every rank of `over` agrees on and that no other communicator of any of them has: the largest of the
+/// pairs (a number its process had not given out, its world rank) the ranks offer, past which each then moves. The
+/// flight recorder's dumps name communicators by it. Collective over `over` (a nonblocking reduction under
+/// `options.timeout`, described as step `what` of communicator `name`). @throws TimeoutError naming the step, or
+/// Interrupted.
 std::int64_t agree_on_identity(MpiCommHandle over, const char* what, const std::string& name,
                                const CommOptions& options, AbortState& abort);
 

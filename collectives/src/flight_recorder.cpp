@@ -77,8 +77,10 @@ std::atomic<std::uint64_t> g_job{0};  // the job's identity (Runtime::job_id), s
 
 // The job's identity as the dumps write it ("job": "<16 hex digits>").
 std::string job_text() {
+  const std::uint64_t job = g_job.load();
+  if (job == 0) return "";  // no Runtime (a caller's own MPI): unknown
   char b[24];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(g_job.load()));
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(job));
   return b;
 }
 
@@ -290,6 +292,7 @@ Recording FlightRecorder::start(const OpRecord& what) {
     e.end_us = 0;
     old = std::move(e.done);
     r.slot = &e;
+    r.id = id;
   }
   unlock();
   if (r.span) r.span->entry.id = id;
@@ -315,7 +318,10 @@ void FlightRecorder::finish(Recording& r) {
   if (!e) return;
   std::shared_ptr<Completion> done = std::move(r.done);
   lock();
-  if (done) {
+  if (e->id != r.id) {
+    // Another thread's operation took the slot meanwhile (two threads on one communicator: refused, but not always
+    // seen): its entry stays its own.
+  } else if (done) {
     e->state = OpState::kPending;
     e->done.swap(done);  // `done` now holds whatever the slot held (nothing): released after the lock
   } else {
@@ -336,8 +342,10 @@ void FlightRecorder::record_failure(Recording& r) noexcept {
   FlightEntry* e = std::exchange(r.slot, nullptr);
   if (!e) return;
   lock();
-  e->state = OpState::kFailed;
-  e->end_us = now_ns / 1000;
+  if (e->id == r.id) {
+    e->state = OpState::kFailed;
+    e->end_us = now_ns / 1000;
+  }
   unlock();
 }
 
@@ -349,6 +357,17 @@ std::vector<FlightEntry> FlightRecorder::snapshot(std::int64_t* collectives) {
   for (std::uint64_t k = 0; k < n; ++k) ops.push_back(ring_[(next_ - n + k) % ring_.size()]);
   if (collectives) *collectives = collectives_;
   unlock();
+  // NCCL operations complete in the order they were issued (one stream): an earlier one whose completion nobody saw (a
+  // token waited for on the device, or dropped) is complete once a later one's is seen.
+  for (std::size_t k = ops.size(); k-- > 0;) {
+    if (ops[k].what.backend != BackendKind::kNccl || effective_state(ops[k]) != OpState::kCompleted) continue;
+    for (std::size_t i = 0; i < k; ++i)
+      if (ops[i].what.backend == BackendKind::kNccl && effective_state(ops[i]) == OpState::kPending) {
+        ops[i].state = OpState::kCompleted;
+        ops[i].done.reset();
+      }
+    break;
+  }
   return ops;
 }
 
@@ -357,7 +376,8 @@ FlightRecorder::Activity FlightRecorder::activity(bool waiting) {
   const std::vector<FlightEntry> ops = snapshot(nullptr);
   for (const FlightEntry& e : ops) {
     const OpState s = effective_state(e);
-    if (s == OpState::kStarted || (s == OpState::kPending && waiting)) {
+    // A pending NCCL operation is the device's: no host thread waits for it (a hang there shows as a started wait).
+    if (s == OpState::kStarted || (s == OpState::kPending && waiting && e.what.backend != BackendKind::kNccl)) {
       a.busy_since_us = e.start_us;
       a.busy = describe(e, name_);
       break;
@@ -393,7 +413,7 @@ std::string FlightRecorder::json() {
     std::snprintf(extra, sizeof extra, "%llx", static_cast<unsigned long long>(w.agreed_extra));
     out += concat(k ? ",\n    " : "\n    ", "{\"id\": ", e.id, ", \"seq\": ", w.seq, ", \"op\": \"", op_name(w.op),
                   "\", \"dtype\": ", w.count < 0 ? "null" : concat("\"", dtype_name(w.dtype), "\""),
-                  ", \"count\": ", w.count, ", \"peer\": ", w.peer, ", \"reduce\": ",
+                  ", \"count\": ", w.count, ", \"peer\": ", w.peer, ", \"source\": ", w.source, ", \"reduce\": ",
                   w.reduce < 0 ? "null" : concat("\"", reduce_op_name(static_cast<ReduceOp>(w.reduce)), "\""),
                   ", \"agreed_count\": ", w.agreed_count, ", \"agreed_extra\": \"", extra, "\", \"backend\": \"",
                   backend_name(w.backend), "\", \"state\": \"", state_name(state), "\", \"start_us\": ", e.start_us,
@@ -429,12 +449,14 @@ std::string flight_dump_dir() {
       std::replace_if(s.begin(), s.end(), [](char c) { return c == '/' || c == ' ' || c == '@'; }, '_');
       return "shardkit-dump-" + s;
     }
-  return "shardkit-dump-" + job_text();  // no launcher's id: the job's own, never an earlier job's directory
+  // No launcher's id: the job's own, never an earlier job's directory (none known: the fixed name).
+  return job_text().empty() ? std::string("shardkit-dump") : "shardkit-dump-" + job_text();
 }
 
 void wait_for_dumps(int size) {
   const std::string dir = flight_dump_dir();
-  const std::string mine = concat("\"job\": \"", job_text(), "\"");
+  // This job's dumps name it; where it is unknown (no Runtime) any file of the name counts.
+  const std::string mine = job_text().empty() ? std::string("\"job\": ") : concat("\"job\": \"", job_text(), "\"");
   const auto until = std::chrono::steady_clock::now() + Config::get().dump_wait;
   // A rank's dump of this job: its head names the job (a file an earlier job left names another).
   auto ours = [&](int k) {
@@ -518,7 +540,8 @@ std::string dump_flight_records(const std::string& reason, bool local, bool unle
     const std::string dir = flight_dump_dir();
     ::mkdir(dir.c_str(), 0777);  // exists already on the other ranks' hosts: fine
     const std::string path = concat(dir, "/rank", rank, ".json");
-    std::string head = concat("{\"rank\": ", rank, ", \"job\": \"", job_text(), "\", \"pid\": ", ::getpid(),
+    const std::string job = job_text().empty() ? std::string("null") : concat("\"", job_text(), "\"");
+    std::string head = concat("{\"rank\": ", rank, ", \"job\": ", job, ", \"pid\": ", ::getpid(),
                               ", \"time_us\": ", wall_clock_us(), ", \"reason\": ");
     append_json_string(head, why);
     char host[256] = {};

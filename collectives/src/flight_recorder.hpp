@@ -47,6 +47,7 @@ struct OpRecord {
   DType dtype{};            ///< this rank's buffer's
   std::int64_t count = -1;  ///< elements this rank sends (or receives, when it sends none); -1: no buffer here
   int peer = -1;            ///< root, destination or source; -1 when none
+  int source = -1;          ///< a sendrecv's source (its peer is its destination); -1 otherwise
   int reduce = -1;          ///< ReduceOp of a reduction; -1: none
   /// What every rank of a collective agrees on (checked mode's signature): its count and extra (v-operations' counts).
   std::int64_t agreed_count = -1;
@@ -78,6 +79,7 @@ struct Recording {
   FlightEntry* slot = nullptr;      ///< its ring slot (nullptr: ring off)
   std::unique_ptr<TraceSpan> span;  ///< its span (nullptr: not tracing; two pointers keep the untraced path cheap)
   std::shared_ptr<Completion> done;  ///< set by observe() for a pending token
+  std::uint64_t id = 0;              ///< the slot's entry: a slot another operation took since is left alone
 };
 
 class FlightRecorder : public std::enable_shared_from_this<FlightRecorder> {

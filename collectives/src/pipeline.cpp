@@ -205,6 +205,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
               : op == OpKind::kRecv                            ? a.source
               : op == OpKind::kSend || op == OpKind::kSendrecv ? a.dest
                                                                : -1;
+  what.source = op == OpKind::kSendrecv ? a.source : -1;
   what.reduce = s.reduce;
   what.agreed_count = s.count;
   what.agreed_extra = s.extra;

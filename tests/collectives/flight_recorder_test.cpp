@@ -136,6 +136,26 @@ TEST(FlightRecorder, ABufferOfZeroRecordsNothing) {
   EXPECT_NE(record(section(text.str(), "recorded beside it"), "allreduce"), "") << text.str();
 }
 
+// NCCL operations run in issue order on one stream: one whose token nobody waited for on the host (a device-side wait,
+// a dropped token) is complete once a later one is seen complete, and a dump says so (in the GPU suite; host buffers
+// take no NCCL).
+TEST(FlightRecorder, NcclOperationsCompleteInTheOrderIssued) {
+  SHARDKIT_SKIP_IF_GPU_SUITE_WITHOUT_GPU();
+  if (!on_gpu()) GTEST_SKIP() << "NCCL: the GPU suite's";
+  const std::shared_ptr<Communicator> comm = Communicator::world({.name = "nccl in order"});
+  if (!comm->has_nccl()) GTEST_SKIP() << "NCCL was not agreed on here";
+  const Array x = Array::from_values<float>({1, 2, 3}).to(buffer_device());
+  Result first = comm->allreduce(x, ReduceOp::kSum);  // never waited for on the host
+  comm->allreduce(x, ReduceOp::kSum).token.wait();
+  const DumpDirHere dir;
+  const std::string path = detail::dump_flight_records("the NCCL order test", /*local=*/false);
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  const std::string mine = section(text.str(), "nccl in order");
+  EXPECT_EQ(count_of(mine, "\"backend\": \"nccl\", \"state\": \"completed\""), 2) << mine;
+  first.token.wait();
+}
+
 // Before the job ends, a rank waits (SHARDKIT_DUMP_WAIT_S) for every rank's dump of this job: files that an earlier
 // job left in the directory, named alike, do not count (it waits them out); this job's do (it returns at once).
 TEST(FlightRecorder, WaitingForDumpsTakesThisJobsOnly) {

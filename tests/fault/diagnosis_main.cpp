@@ -116,7 +116,7 @@ int run(const std::string& scenario, Runtime& rt) {
     if (r == 1) world->recv(Array::empty({3}, DType::kFloat32), 0, 1).token.wait();
     world->barrier().wait();
     if (r == 0) ::kill(::getpid(), SIGUSR1);
-    sleep_ms(1500);  // every rank idle in its own code while the dumps are written
+    sleep_ms(4000);  // every rank idle in its own code while the dumps are written (late on a loaded machine)
     world->barrier().wait();
     std::printf("rank %d: finished\n", r);
     return 0;

@@ -76,19 +76,21 @@ def _ranks(rs) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
 
 
-def _key(c: dict[str, Any]) -> tuple:
-    """A communicator as all its members name it: the identity they agreed on (a communicator that never agreed on one,
-    used for point-to-point only, falls back to its name)."""
-    members = tuple(c["world_ranks"])
-    return (c["id"], members) if c.get("id", -1) >= 0 else (c["name"], members)
-
-
 def _communicators(dumps):
-    """key -> {world rank: that rank's record of the communicator}."""
+    """key -> {world rank: that rank's record of the communicator}. A communicator is keyed by the identity its members
+    agreed on; one that never agreed on one (wrapping the caller's, used for point-to-point only) by its name and ranks,
+    and where a rank has several of those, by their order in its dump (each rank made them in program order)."""
     comms: dict[tuple, dict[int, dict[str, Any]]] = {}
     for rank, d in dumps.items():
+        seen: dict[tuple, int] = {}
         for c in d["communicators"]:
-            comms.setdefault(_key(c), {})[rank] = c
+            members = tuple(c["world_ranks"])
+            if c.get("id", -1) >= 0:
+                key: tuple = (c["id"], members)
+            else:
+                nth = seen[(c["name"], members)] = seen.get((c["name"], members), -1) + 1
+                key = (c["name"], members, nth)
+            comms.setdefault(key, {})[rank] = c
     return comms
 
 
@@ -142,9 +144,9 @@ def _diverge(title: str, by_rank: dict[int, dict[str, Any]], now_us: int, dumps_
     started = {r: _started(c) for r, c in by_rank.items()}
     if not any(started.values()):
         return []
-    # From the oldest collective some ring still holds (a ring drops its oldest operations; a rank whose ring holds
-    # none has started all of its collectives before what the others' rings show).
-    first = min((min(ops) for ops in colls.values() if ops), default=max(started.values()))
+    # From the oldest collective some ring still holds (a ring drops its oldest operations), or the first one a rank
+    # has not started, whichever comes first.
+    first = min([min(ops) for ops in colls.values() if ops] + [min(started.values())])
     last = max(started.values()) - 1
     for seq in range(first, last + 1):
         have = {r: ops[seq] for r, ops in colls.items() if seq in ops}
@@ -229,17 +231,29 @@ def _without_dump(title: str, members: tuple[int, ...], by_rank: dict[int, dict[
     return lines
 
 
-# The peer's operations that would complete an unfinished one of this kind.
-_COUNTERPART = {"send": ("recv", "sendrecv"), "recv": ("send", "sendrecv"), "sendrecv": ("send", "recv", "sendrecv")}
+def _counterparts(op: dict[str, Any], me: int, peer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The peer's point-to-point operations that would complete `op` of rank `me`: a receive from `me` (or from any
+    rank) for a send, a send to `me` for a receive; for a sendrecv, either (its destination's receive, its source's
+    send)."""
+    me_there = {w: i for i, w in enumerate(peer["world_ranks"])}.get(me)
+    out = []
+    for p in peer["ops"]:
+        if p["seq"] >= 0:
+            continue
+        sends_to_me = p["op"] in ("send", "sendrecv") and p["peer"] == me_there
+        takes_from_me = (p["op"] == "recv" and p["peer"] in (me_there, -1)) or (
+            p["op"] == "sendrecv" and p.get("source", -1) in (me_there, -1))
+        if (op["op"] == "send" and takes_from_me) or (op["op"] == "recv" and sends_to_me) or (
+                op["op"] == "sendrecv" and (takes_from_me or sends_to_me)):
+            out.append(p)
+    return out
 
 
 def _peer_side(op: dict[str, Any], me: int, peer_rank: int, peer: dict[str, Any] | None, activity: str) -> str:
     """What the other end of an unfinished point-to-point operation was doing: the rank to look at."""
     if peer is None:
         return f"    rank {peer_rank}, its peer, has no record of this communicator"
-    me_there = {w: i for i, w in enumerate(peer["world_ranks"])}.get(me)
-    match = [p for p in peer["ops"] if p["seq"] < 0 and p["op"] in _COUNTERPART[op["op"]]
-             and p["state"] != "completed" and p["peer"] in (me_there, -1)]
+    match = [p for p in _counterparts(op, me, peer) if p["state"] != "completed"]
     if match:
         p = match[-1]
         return f"    rank {peer_rank}, its peer, is in {_describe(p)}{_where(p)} ({p['state']})"
@@ -249,20 +263,22 @@ def _peer_side(op: dict[str, Any], me: int, peer_rank: int, peer: dict[str, Any]
 
 
 def _done_by_peer(op: dict[str, Any], me: int, c: dict[str, Any], by_rank: dict[int, dict[str, Any]]) -> bool:
-    """Whether the peer of a pending point-to-point operation completed its side of it."""
+    """Whether the peer of a pending point-to-point operation completed its side of it: as many of its counterparts
+    completed as this rank's ring holds operations of that kind to it up to this one (messages match in order)."""
     if not 0 <= op["peer"] < len(c["world_ranks"]):
         return False
     peer = by_rank.get(c["world_ranks"][op["peer"]])
     if peer is None:
         return False
-    me_there = {w: i for i, w in enumerate(peer["world_ranks"])}.get(me)
-    return any(p["seq"] < 0 and p["op"] in _COUNTERPART[op["op"]] and p["state"] == "completed"
-               and p["peer"] in (me_there, -1) for p in peer["ops"])
+    mine = [o for o in c["ops"] if o["seq"] < 0 and o["op"] == op["op"] and o["peer"] == op["peer"]
+            and o["id"] <= op["id"]]
+    done = [p for p in _counterparts(op, me, peer) if p["state"] == "completed"]
+    return len(done) >= len(mine)
 
 
 def _unfinished_p2p(by_rank, name, dumps) -> list[str]:
     """Point-to-point operations left waiting or pending, or that failed (a receive whose sender never came), and what
-    their peer was doing."""
+    their peer (a sendrecv's destination, and its source where that is another rank) was doing."""
     how = {"started": "waits in", "pending": "left pending (its token not completed) in", "failed": "failed in"}
     lines = []
     for r, c in sorted(by_rank.items()):
@@ -272,14 +288,18 @@ def _unfinished_p2p(by_rank, name, dumps) -> list[str]:
             if op["state"] == "pending" and _done_by_peer(op, r, c, by_rank):
                 continue  # its token was not waited for yet, but the other end has it: nothing waits
             lines.append(f"communicator '{name}': rank {r} {how[op['state']]} {_describe(op)}{_where(op)}")
-            if not 0 <= op["peer"] < len(c["world_ranks"]) or c["world_ranks"][op["peer"]] == r:
-                continue  # any source, or itself
-            peer_rank = c["world_ranks"][op["peer"]]
-            if peer_rank not in dumps:
-                lines.append(f"    rank {peer_rank}, its peer, wrote no dump (killed, stopped, or busy outside "
-                             f"shardkit)")
-            else:
-                lines.append(_peer_side(op, r, peer_rank, by_rank.get(peer_rank), dumps[peer_rank].get("activity", "")))
+            peers = [op["peer"]] + ([op["source"]] if op["op"] == "sendrecv" and op.get("source", -1) not in
+                                    (-1, op["peer"]) else [])
+            for local in peers:
+                if not 0 <= local < len(c["world_ranks"]) or c["world_ranks"][local] == r:
+                    continue  # any source, or itself
+                peer_rank = c["world_ranks"][local]
+                if peer_rank not in dumps:
+                    lines.append(f"    rank {peer_rank}, its peer, wrote no dump (killed, stopped, or busy outside "
+                                 f"shardkit)")
+                else:
+                    lines.append(_peer_side(op, r, peer_rank, by_rank.get(peer_rank),
+                                            dumps[peer_rank].get("activity", "")))
     return lines
 
 
@@ -288,7 +308,7 @@ def _ignored(others: list[dict[str, Any]], now_us: int) -> list[str]:
     for d in sorted(others, key=lambda d: d["file"]):
         when = (now_us - d["time_us"]) / 1e6
         ago = f"{when:.1f} s before" if when >= 0 else f"{-when:.1f} s after"
-        lines.append(f"ignored {d['file']}: a dump of another job ({d.get('job') or 'unnamed'}, written {ago} this "
+        lines.append(f"ignored {d['file']}: a dump of another job ({d.get('job') or 'unknown'}, written {ago} this "
                      f"job's newest)")
     return lines
 

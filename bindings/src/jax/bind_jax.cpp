@@ -55,6 +55,12 @@ std::vector<Registered>& registry() {
 // instead (Registered): made by the two ranks alone, where a duplicate would need all.
 std::int64_t register_comm(const CommPtr& c, OpKind op) {
   const bool p2p = !op_traits(op).collective && c->wraps_caller();
+  // One registration at a time, found and made and inserted under one lock (two threads registering one communicator
+  // would each make a duplicate, collectively, and the second replace the first under compiled programs' feet): taken
+  // without the GIL, which a registration that makes one releases.
+  nb::gil_scoped_release no_gil;
+  static std::mutex registering;
+  const std::lock_guard one_at_a_time(registering);
   {
     std::lock_guard lock(g_registry_mutex);
     auto& r = registry();
@@ -64,11 +70,8 @@ std::int64_t register_comm(const CommPtr& c, OpKind op) {
       if (r[i].p2p && !p2p) break;  // registered by point-to-point only: its duplicate now, collectively
     }
   }
-  CommPtr made;
-  {
-    nb::gil_scoped_release release;
-    made = p2p ? Communicator::wrap_mpi(c->mpi_handle(), {.name = c->name() + " (jax)"}) : c->dup(c->name() + " (jax)");
-  }
+  CommPtr made =
+      p2p ? Communicator::wrap_mpi(c->mpi_handle(), {.name = c->name() + " (jax)"}) : c->dup(c->name() + " (jax)");
   std::lock_guard lock(g_registry_mutex);
   auto& r = registry();
   for (std::size_t i = 0; i < r.size(); ++i)

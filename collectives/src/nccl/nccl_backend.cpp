@@ -369,11 +369,13 @@ void await_created(NcclState& state, std::chrono::milliseconds timeout, const ch
                                                               ncclGetLastError(nullptr), ")"));
     }
     if (interrupt_signal() != 0) {
+      fail_current_operation();  // an operation this creation is part of: failed, in the dump below
       state.abort_once(concat(what, " was interrupted by a signal"));
       end_job_at_exit(state.abort->reason);
       throw_interrupted(what, "the NCCL communicator was aborted and the job will end at exit");
     }
     if (Clock::now() >= deadline) {
+      fail_current_operation();
       state.abort_once(concat(what, " timed out"));
       end_job_at_exit(state.abort->reason);
       throw TimeoutError(concat(what, " did not complete within ", timeout.count() / 1000.0,

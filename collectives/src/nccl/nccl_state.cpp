@@ -11,6 +11,7 @@
 namespace shardkit::detail {
 
 void NcclState::fail_wait(const OpContext& ctx, const std::string& detail) {
+  fail_current_operation();  // before the dump below: it records the operation as failed
   const std::string consequence = "the NCCL communicator was aborted and the job will end at exit";
   if (interrupt_signal() != 0) {
     abort_once(ctx.describe() + " was interrupted by a signal");

@@ -204,6 +204,7 @@ class ShmBackend final : public Backend {
           buf.nbytes() == 0
               ? 1
               : static_cast<int>((buf.nbytes() + ShmSegment::kInlineBytes - 1) / ShmSegment::kInlineBytes);
+      steps_.begin_ring_bcast(root);
       for (std::size_t off = 0; off < buf.nbytes() || off == 0; off += ShmSegment::kInlineBytes, ++piece) {
         const std::size_t bytes = std::min(buf.nbytes() - off, ShmSegment::kInlineBytes);
         const int j = steps_.next_ring_line();

@@ -155,11 +155,12 @@ int ShmSegment::attach(MpiCommHandle handle, int rank, bool named, ShmSegment& s
       made.err = own.fd < 0 ? errno : 0;
       // Held while the file has its name (released as the descriptor closes, or the process dies): a sweep elsewhere
       // (another PID namespace, where this process's id means nothing) leaves a file so locked alone.
+      // Best effort: where a kernel or sandbox has no such locks, the sweep's other tests still apply.
       if (own.fd >= 0) {
         struct flock lock {};
         lock.l_type = F_WRLCK;
         lock.l_whence = SEEK_SET;
-        if (fcntl(own.fd, F_OFD_SETLK, &lock) != 0) made.err = errno;
+        (void)fcntl(own.fd, F_OFD_SETLK, &lock);
       }
     }
     // Reserve the pages now: a tmpfs out of space then fails here rather than with SIGBUS on first touch.
@@ -168,9 +169,13 @@ int ShmSegment::attach(MpiCommHandle handle, int rank, bool named, ShmSegment& s
     made.pid = static_cast<int>(getpid());
     made.fd = own.fd;
     struct stat st {};
-    if (made.err == 0 && fstat(own.fd, &st) == 0) {
-      made.dev = st.st_dev;
-      made.ino = st.st_ino;
+    if (made.err == 0) {
+      if (fstat(own.fd, &st) == 0) {
+        made.dev = st.st_dev;
+        made.ino = st.st_ino;
+      } else {
+        made.err = errno;
+      }
     }
   }
   SHARDKIT_MPI_CHECK(MPI_Bcast(&made, sizeof made, MPI_BYTE, 0, comm));
@@ -178,13 +183,14 @@ int ShmSegment::attach(MpiCommHandle handle, int rank, bool named, ShmSegment& s
   if (rank != 0 && made.err == 0) {
     if (const auto hook = g_before_open.load()) hook();
     const std::string path = named ? concat("/dev/shm", made.name) : concat("/proc/", made.pid, "/fd/", made.fd);
-    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-    // The same file as rank 0's (in another PID namespace its process id may name another process's descriptor).
+    // The same file as rank 0's (in another PID namespace its process id may name another process's descriptor):
+    // checked before it is opened (a terminal or device would act on the open), and again once open.
     struct stat st {};
-    mine = fd < 0                                           ? errno
-           : fstat(fd, &st) != 0                            ? errno
-           : st.st_dev != made.dev || st.st_ino != made.ino ? EXDEV
-                                                            : map(fd);
+    auto same = [&] { return st.st_dev == made.dev && st.st_ino == made.ino; };
+    const int fd = ::stat(path.c_str(), &st) != 0 ? -1
+                   : !same()                      ? (errno = EXDEV, -1)
+                                                  : open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    mine = fd < 0 ? errno : fstat(fd, &st) != 0 ? errno : !same() ? EXDEV : map(fd);
     if (fd >= 0) close(fd);
   }
   // Every rank has opened the file (or failed to): its name and rank 0's descriptor go on the way out.
@@ -204,6 +210,10 @@ void ShmSegment::sweep_orphans() noexcept {
     int pid = 0;
     if (std::sscanf(e->d_name, "shardkit-%d-", &pid) != 1 || pid <= 0) continue;
     if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // its maker lives (in this PID namespace)
+    // Nor one made moments ago (its maker, in another PID namespace, may not hold its lock yet).
+    struct stat made {};
+    if (::stat((std::string("/dev/shm/") + e->d_name).c_str(), &made) != 0 || time(nullptr) - made.st_mtime < 10)
+      continue;
     // Nor one whose maker holds its lock (a live maker in another PID namespace, whose id means another process).
     const std::string name = std::string("/") + e->d_name;
     const int fd = shm_open(name.c_str(), O_RDWR, 0);

@@ -29,7 +29,8 @@ ShmSteps::ShmSteps(const ShmSegment& seg, int rank, const WaitPolicy& policy, st
       abort_(abort),
       step_(g_first_step.load()),
       ring_uses_(g_first_ring_use.load()),
-      read_seen_(static_cast<std::size_t>(seg.ranks()), 0) {}
+      read_seen_(static_cast<std::size_t>(seg.ranks()), 0),
+      root_bcasts_(static_cast<std::size_t>(seg.ranks()), 0) {}
 
 void ShmSteps::begin(std::uint64_t size, bool one_way, const OpContext& ctx) {
   if (!one_way) settle(last_, ctx);
@@ -203,7 +204,7 @@ void ShmSteps::post_ring(std::span<const int> js, std::span<const std::uint64_t>
   std::array<std::uint32_t, ShmSegment::kRingLines> flags{};
   for (std::size_t k = 0; k < js.size(); ++k) {
     lines[k] = &seg_.ring_line(me_, js[k]);
-    lines[k]->size.store(ring_word(uses[k], step_, size_), std::memory_order_relaxed);
+    lines[k]->size.store(ring_word(uses[k], order_stamp(me_), size_), std::memory_order_relaxed);
     flags[k] = static_cast<std::uint32_t>(uses[k]);
   }
   shm_post_lines(lines.data(), flags.data(), static_cast<int>(js.size()));
@@ -234,11 +235,15 @@ void ShmSteps::wait_ring(int root, int j, std::uint64_t use, int pieces, const O
     return names;
   };
   auto posted = [&] { return ring_posted(line, use); };
-  if (!wait_until(line, posted, also, ctx, missing))
-    disagree(root, other.size.load(std::memory_order_relaxed) & kSizeMask, ctx);
+  if (!wait_until(line, posted, also, ctx, missing)) {
+    // The root posted its next set step instead: another operation, whose size may be this one's.
+    const std::uint64_t theirs = other.size.load(std::memory_order_relaxed) & kSizeMask;
+    if (theirs == size_) disagree_on_order(root, ctx);
+    disagree(root, theirs, ctx);
+  }
   const std::uint64_t word = line.size.load(std::memory_order_relaxed);
-  if (static_cast<std::uint32_t>(word >> 32) != static_cast<std::uint32_t>(step_)) disagree_on_order(root, ctx);
   if ((word & 0xFF) != size_) disagree(root, word & 0xFF, ctx);
+  if (word >> 24 != order_stamp(root)) disagree_on_order(root, ctx);
 }
 
 void ShmSteps::ring_read(int j, int root, bool post) {

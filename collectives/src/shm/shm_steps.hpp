@@ -27,15 +27,18 @@
 // from the step waited for, and is taken for posted once it moved off the value its set's last use left and reached
 // the step: its poster may have gone on, a single-copy operation's second handshake, a one-way operation's readers up
 // to two operations on); the ring line uses of small bcasts, whose ring line (posted only when its rank is a root,
-// possibly never for long) carries the use's whole count in its `size` word, with the bcast's size and the root's set
-// step, and is waited for exactly; and each rank's count of ring lines read, whole in its read line's `size` word
-// (posted only when its rank reads, which a rank that is root for long does not), compared in 64 bits. (Before
-// 2026-12 one 32-bit step counted both: past 2^31 steps a reader took an unposted ring line for posted, a root whose
-// ring uses passed 2^31 took readers that read nothing as done and overwrote their lines, and an allreduce after 2^31
-// small bcasts alone read a rank's slot before it wrote it.) A bcast reader waits for the root's post on its path and
-// watches the root's line of the other path (`also`), where the root would have posted had it taken that path for
-// this operation: a root that did disagrees on the size. A ring post carries the root's set step, which the reader's
-// must equal: a root that ran a set operation the reader did not, then this bcast, disagrees on the operations.
+// possibly never for long) carries 48 bits of the use's count (the flag and its `size` word), with the bcast's size
+// and the root's order stamp, and is waited for exactly; and each rank's count of ring lines read, whole in its read
+// line's `size` word (posted only when its rank reads, which a rank that is root for long does not), compared in 64
+// bits. (Before 2026-12 one 32-bit step counted both: past 2^31 steps a reader took an unposted ring line for posted, a
+// root whose ring uses passed 2^31 took readers that read nothing as done and overwrote their lines, and an allreduce
+// after 2^31 small bcasts alone read a rank's slot before it wrote it.) A bcast reader waits for the root's post on its
+// path and watches the root's line of the other path (`also`), where the root would have posted had it taken that path
+// for this operation: a root that did disagrees on the size. A ring post carries the root's order stamp (its set step
+// and its count of small bcasts as root), which the reader's must equal: a root that ran an operation the reader did
+// not (a set operation, or a small bcast of its own: the reader would take the next use for this one), then this bcast,
+// disagrees on the operations. (A root whose extra small bcast comes just before this one, with this one's size, is
+// read as this one: as with MPI, nothing tells them apart.)
 //
 // Every post carries the size of the operation (what every rank's must agree on); a reader that sees another size
 // raises MismatchError, and a rank that does not come by the deadline gives the TimeoutError naming it.
@@ -82,6 +85,8 @@ class ShmSteps {
   void wait_all_posted(int set, std::uint32_t s, const OpContext& ctx);
   /// Waits until rank p has posted step s in `set`, for an operation of this rank's size.
   void wait_for(int set, int p, std::uint32_t s, const OpContext& ctx);
+  /// A small bcast through `root`'s ring begins (every rank counts them per root).
+  void begin_ring_bcast(int root) { ++root_bcasts_[root]; }
   /// Small bcasts through the roots' rings: the ring line the next piece uses (the same on every rank); its count
   /// among ring line uses is ring_use() then.
   int next_ring_line() { return static_cast<int>(ring_uses_++ % ShmSegment::kRingLines); }
@@ -122,14 +127,19 @@ class ShmSteps {
   static bool set_posted(std::uint32_t flag, std::uint32_t s, std::uint32_t prev) noexcept {
     return flag != prev && reached(flag, s);
   }
-  // A ring line's `size` word: the poster's set step (bits 32-63), bits 32-55 of the ring line use it posts (its low
-  // 32 are the flag) and the bcast's size (at most kRingBcastBytes: bits 0-7).
-  static std::uint64_t ring_word(std::uint64_t use, std::uint64_t set_step, std::uint64_t bytes) noexcept {
-    return (set_step & 0xFFFFFFFFu) << 32 | ((use >> 32) & 0xFFFFFFu) << 8 | bytes;
+  // A ring line's `size` word: the bcast's size (at most kRingBcastBytes: bits 0-7), bits 32-47 of the ring line use
+  // it posts (its low 32 are the flag: 48 bits in all) and the root's order stamp (bits 24-63).
+  static std::uint64_t ring_word(std::uint64_t use, std::uint64_t stamp, std::uint64_t bytes) noexcept {
+    return stamp << 24 | ((use >> 32) & 0xFFFFu) << 8 | bytes;
   }
   static bool ring_posted(const ShmLine& line, std::uint64_t use) noexcept {
     return line.flag.load(std::memory_order_acquire) == static_cast<std::uint32_t>(use) &&
-           ((line.size.load(std::memory_order_relaxed) >> 8) & 0xFFFFFFu) == ((use >> 32) & 0xFFFFFFu);
+           ((line.size.load(std::memory_order_relaxed) >> 8) & 0xFFFFu) == ((use >> 32) & 0xFFFFu);
+  }
+  // What every rank knows of the operations before a small bcast from `root`, in 40 bits: its set step and how many
+  // small bcasts that root has sent (this one included). A ring post carries its root's; the readers compare theirs.
+  std::uint64_t order_stamp(int root) const noexcept {
+    return (std::uint64_t{root_bcasts_[root]} & 0xFFFFFu) << 20 | (step_ & 0xFFFFFu);
   }
   // The step the next set use's first step will be (next_step), without taking it.
   std::uint32_t peek_next_step() const noexcept;
@@ -180,6 +190,7 @@ class ShmSteps {
   std::array<RingUse, ShmSegment::kRingLines> ring_{};  // each ring line's last use
   // The count each rank's read line was last seen at (counts only grow: a count seen stays true).
   std::vector<std::uint64_t> read_seen_;
+  std::vector<std::uint32_t> root_bcasts_;  // small bcasts each rank has sent as root (order_stamp)
 };
 
 }  // namespace shardkit::detail
