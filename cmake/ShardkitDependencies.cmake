@@ -79,3 +79,7 @@ endif()
 
 # --- DLPack 1.x header -------------------------------------------------------------------------------------------
 find_package(DLPack REQUIRED)
+
+# --- JSON reader of checkpoint metadata -------------------------------------------------------------------------
+# nlohmann/json (Debian's nlohmann-json3-dev, header-only): the checkpoint module parses Zarr metadata with it.
+find_package(nlohmann_json 3.10 REQUIRED)

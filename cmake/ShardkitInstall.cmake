@@ -1,5 +1,5 @@
 # Installs the exported targets and a package config, so that `find_package(shardkit)` gives shardkit::core,
-# shardkit::launch, shardkit::collectives and shardkit::sharding.
+# shardkit::launch, shardkit::collectives, shardkit::sharding and shardkit::checkpoint.
 include_guard(GLOBAL)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)

@@ -89,11 +89,11 @@ sanitizer_env() {
 # a machine without a GPU: in the simulated-GPU build they run with none simulated (SHARDKIT_SIM_GPUS=0), as a CUDA
 # build on a CPU-only node.
 SANITIZED_HOST_TARGETS=(core_tests launch_unit_tests runtime_tests collectives_tests collectives_timeout sharding_tests
-                        sanitizer_leak_canary)
+                        checkpoint_tests sanitizer_leak_canary)
 sanitized_host_suites() {
   local build_dir="$1"
   local tests='^(sanitizer_leak_canary|core_tests|launch_unit_tests|runtime\.np[1-4]|runtime_hidden_gpus\.np[12]|'
-  tests+='collectives\.np[12]|sharding\.np[1-4]|collectives_timeout_watchdog_late\.np2)$'
+  tests+='collectives\.np[12]|sharding\.np[1-4]|checkpoint\.np[1-4]|collectives_timeout_watchdog_late\.np2)$'
   SHARDKIT_SIM_GPUS=0 ctest --test-dir "$build_dir" -j "$SHARDKIT_CTEST_JOBS" --output-on-failure -R "$tests" \
     "${ctest_args[@]}"
   # The shm backend's own tests at 3 and 4 ranks as well (odd rank counts; more ranks than cores: the crowded wait),

@@ -83,8 +83,6 @@ Framework framework_from(const std::string& name) {
   return Framework::kNumpy;
 }
 
-namespace {
-
 std::optional<Device> device_from(const std::optional<std::string>& d) {
   if (!d) return std::nullopt;
   if (*d == "cpu") return Device::cpu();
@@ -92,6 +90,8 @@ std::optional<Device> device_from(const std::optional<std::string>& d) {
   if (*d == "cuda") return Device::cuda(0);
   throw InvalidArgument("unknown device '" + *d + "' (cpu, cuda or cuda:N)");
 }
+
+namespace {
 
 // A device of a mesh's device array: a rank (anything with __index__, as NumPy's integers), or an object with an
 // integer `id` (as JAX's devices: in shardkit a rank is the device).

@@ -12,6 +12,7 @@ void register_sharding(nb::module_& m);
 void register_shard_map(nb::module_& m);
 void register_ops(nb::module_& m);
 void register_jax(nb::module_& m);
+void register_checkpoint(nb::module_& m);
 }  // namespace shardkit::py
 
 NB_MODULE(_core, m) {
@@ -24,4 +25,5 @@ NB_MODULE(_core, m) {
   shardkit::py::register_sharding(m);
   shardkit::py::register_shard_map(m);
   shardkit::py::register_jax(m);
+  shardkit::py::register_checkpoint(m);
 }

@@ -93,11 +93,12 @@ def clean_env(**extra):
     return env
 
 
-def mpirun(np_, args, timeout=120, **env):
-    """Runs `mpirun -np np_ <args>` and returns the CompletedProcess (stdout and stderr captured as text)."""
+def mpirun(np_, args, timeout=120, cwd=None, **env):
+    """Runs `mpirun -np np_ <args>` (in `cwd`) and returns the CompletedProcess (stdout and stderr captured as
+    text)."""
     launcher = shutil.which("mpirun") or shutil.which("mpiexec")
     cmd = [launcher, "--oversubscribe", "--bind-to", "none", "-np", str(np_)] + list(args)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env(**env))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env(**env), cwd=cwd)
 
 
 def python(code, timeout=120, **env):

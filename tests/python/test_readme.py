@@ -24,6 +24,7 @@ def test_readme_python_snippet(start, code, tmp_path):
         pytest.skip("JAX is not installed")
     program = tmp_path / f"readme_line{start}.py"
     program.write_text(code + "\nprint('snippet done', flush=True)\n")
-    run = mpirun(2, [sys.executable, str(program)], timeout=180, SHARDKIT_CHECK="1", SHARDKIT_TIMEOUT_S="60")
+    run = mpirun(2, [sys.executable, str(program)], timeout=180, cwd=tmp_path, SHARDKIT_CHECK="1",
+                 SHARDKIT_TIMEOUT_S="60")  # in tmp_path: a snippet may write files (checkpoints)
     assert run.returncode == 0, f"README.md line {start} at 2 ranks:\n{run.stdout}\n{run.stderr}"
     assert run.stdout.count("snippet done") == 2, run.stdout

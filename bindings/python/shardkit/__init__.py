@@ -12,7 +12,8 @@ shardkit initialises MPI (or adopts mpi4py's), binds this rank's GPU if there is
     y = sk.shard_map(lambda b: b * 2, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(x)
     print(sk.process_allgather(y))
 
-Modules: ``shardkit.mpi`` (the mpi4jax API), the sharding API here (Mesh, P, NamedSharding, shard_map, psum, ...).
+Modules: ``shardkit.mpi`` (the mpi4jax API), ``shardkit.checkpoint`` (sharded checkpoints: ``save``, ``load`` and
+``checkpoint_info`` are here too), the sharding API here (Mesh, P, NamedSharding, shard_map, psum, ...).
 """
 
 from . import _core
@@ -37,6 +38,8 @@ from ._sharding import (  # noqa: E402
     process_allgather, psum, psum_scatter, reshard, shard_map, visualize_sharding,
 )
 from . import mpi  # noqa: E402
+from . import checkpoint  # noqa: E402
+from .checkpoint import checkpoint_info, load, save  # noqa: E402
 from . import _after_jax  # noqa: E402
 
 _after_jax.install()  # ShardedArray becomes a JAX pytree once JAX is imported
@@ -72,6 +75,6 @@ __all__ = [
     "ReduceOp", "TimeoutError", "Token", "Mesh", "NamedSharding", "P", "PartitionSpec", "ShardedArray", "all_gather", "all_to_all",
     "axis_index", "axis_size", "distribute", "from_local", "gather", "pbroadcast", "pmax", "pmean", "pmin", "ppermute",
     "process_allgather", "psum", "psum_scatter", "reshard", "shard_map", "visualize_sharding", "mpi", "asarray",
-    "matmul", "choose_matmul_algorithm",
+    "matmul", "choose_matmul_algorithm", "checkpoint", "save", "load", "checkpoint_info",
     "framework_of", "rank", "size", "describe", "device", "world", "__version__",
 ]
