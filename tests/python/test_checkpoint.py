@@ -168,6 +168,54 @@ def test_a_background_save_copies_the_blocks_and_commits_at_wait(sk, size, share
     assert h2.step == 2 and sk.checkpoint.steps(shared_dir) == [2]
 
 
+def test_per_rank_state_comes_back_to_its_rank(sk, rank, size, shared_dir):
+    from shardkit import P
+
+    mesh = sk.Mesh((size,), ("x",))
+    x = sk.distribute(values((5, 2), "float32"), sk.NamedSharding(mesh, P("x"), uneven=True))
+    rng = np.random.default_rng(rank)
+    mine = {"rank": rank, "position": 1000 * rank + 7, "name": "é" * rank, "rng": rng.bit_generator.state}
+    sk.save(shared_dir, {"x": x}, step=0, rank_state=mine)
+    assert sk.checkpoint.load_rank_state(shared_dir) == mine
+    assert np.random.default_rng(rank).bit_generator.state == sk.checkpoint.load_rank_state(shared_dir, 0)["rng"]
+    assert list(sk.load(shared_dir, mesh)) == ["x"]  # not a leaf of the tree
+    sk.save(shared_dir, {"x": x}, step=1)
+    with pytest.raises(sk.InvalidArgument, match="step 1 .* holds no per-rank state"):
+        sk.checkpoint.load_rank_state(shared_dir)
+    with pytest.raises(sk.InvalidArgument, match="rank_state must be JSON"):
+        sk.save(shared_dir, {"x": x}, step=2, rank_state={"f": open})
+
+
+RANK_STATE = r"""
+import sys, shardkit as sk
+root, mode = sys.argv[1], sys.argv[2]
+if mode == "save":
+    sk.save(root, {"n": 1}, rank_state={"seen": 10 * sk.rank() + 1})
+elif mode == "merge":
+    got = sk.checkpoint.load_rank_state(root, merge=lambda states, r, n: [s["seen"] for s in states])
+    print(f"merged {sk.rank()} {got}\n", end="", flush=True)
+else:
+    try:
+        print(f"loaded {sk.rank()} {sk.checkpoint.load_rank_state(root)}\n", end="", flush=True)
+    except sk.InvalidArgument as e:
+        print(f"refused {e}\n", end="", flush=True)
+"""
+
+
+@pytest.mark.processes
+def test_per_rank_state_onto_another_count_needs_a_merge(tmp_path):
+    script = tmp_path / "rank_state.py"
+    script.write_text(RANK_STATE)
+    root = str(tmp_path / "ckpt")
+    assert mpirun(3, [sys.executable, str(script), root, "save"]).returncode == 0
+    same = mpirun(3, [sys.executable, str(script), root, "plain"])
+    assert all(f"loaded {r} {{'seen': {10 * r + 1}}}" in same.stdout for r in range(3)), same.stdout + same.stderr
+    fewer = mpirun(2, [sys.executable, str(script), root, "plain"])
+    assert fewer.stdout.count("per-rank state of 3 rank(s) and this job has 2") == 2, fewer.stdout + fewer.stderr
+    merged = mpirun(2, [sys.executable, str(script), root, "merge"])
+    assert all(f"merged {r} [1, 11, 21]" in merged.stdout for r in range(2)), merged.stdout + merged.stderr
+
+
 def test_other_zarr_readers_open_every_array(sk, rank, size, shared_dir):
     from shardkit import P
 

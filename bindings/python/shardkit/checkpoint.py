@@ -29,7 +29,13 @@ from . import _core, _spec_tree
 from ._core import Mesh, PartitionSpec, SaveHandle
 from ._sharding import ShardedArray, _framework, _unwrap
 
-__all__ = ["save", "load", "checkpoint_info", "latest_step", "steps", "wait_for_saves", "SaveHandle"]
+__all__ = ["save", "load", "load_rank_state", "checkpoint_info", "latest_step", "steps", "wait_for_saves",
+           "SaveHandle"]
+
+# Where a step keeps per-rank state (rank_state=): each rank's JSON text as a row of a (ranks, bytes) uint8 array cut
+# by rank, and the texts' lengths. A tree's key never has a '%' that starts no escape (_segment escapes '%' itself).
+_RANK_STATE_BYTES = "%rank_state/bytes"
+_RANK_STATE_LENGTHS = "%rank_state/lengths"
 
 # Python scalars are saved as 0-d arrays of these dtypes and come back as the same Python type.
 _SCALARS: dict[type, str] = {bool: "bool", int: "int64", float: "float64", complex: "complex128"}
@@ -166,8 +172,30 @@ def _leaf_value(key: str, leaf: Any) -> tuple[Any, dict[str, str]]:
     return leaf, {"kind": "array", "framework": _framework(leaf)}
 
 
+def _rank_state_entries(state: Any) -> list[tuple[str, Any]]:
+    """This rank's `state` as its row of the two arrays that hold every rank's (collective: the longest text)."""
+    try:
+        text = json.dumps(state, allow_nan=True).encode()
+    except (TypeError, ValueError) as e:
+        raise _core.InvalidArgument(f"save: rank_state must be JSON (dicts, lists, strings, numbers): {e}") from None
+    world = _core.world()
+    longest, _ = world.allreduce(np.array([len(text)], np.int64), "max")
+    width = int(np.asarray(longest)[0])
+    row = np.zeros((1, width), np.uint8)
+    row[0, :len(text)] = np.frombuffer(text, np.uint8)
+    sharding = _core.NamedSharding(_rank_line(), PartitionSpec("ranks"))
+    n = world.size
+    return [(_RANK_STATE_BYTES, _core.from_local(row, [n, width], sharding)),
+            (_RANK_STATE_LENGTHS, _core.from_local(np.array([len(text)], np.int64), [n], sharding))]
+
+
+def _rank_line() -> Mesh:
+    return Mesh((_core.size(),), ("ranks",))
+
+
 def save(path: str, tree: Any, step: int | None = None, *, blocking: bool = True, keep_last: int = 0,
-         metadata: Any = None, comm: Any = None, chunk_bytes: int = 4 << 20, sync: bool = True) -> SaveHandle:
+         metadata: Any = None, comm: Any = None, chunk_bytes: int = 4 << 20, sync: bool = True,
+         rank_state: Any = None) -> SaveHandle:
     """Saves `tree` as step `step` (default: one past the newest) of the checkpoint at `path`. Collective: every rank
     passes the same tree (ShardedArrays; plain NumPy/JAX arrays and Python numbers, which every rank holds alike).
 
@@ -175,13 +203,21 @@ def save(path: str, tree: Any, step: int | None = None, *, blocking: bool = True
     replicated block share the writing); plain arrays are split among the ranks. With ``blocking=False`` it returns
     once this rank's blocks are copied (you may overwrite them), a background thread writes, and the step is
     committed at ``handle.wait()``, the next save or exit. ``keep_last=N`` removes all but the newest N steps after
-    the commit. ``metadata`` is any JSON value, returned by ``checkpoint_info``."""
+    the commit. ``metadata`` is any JSON value, returned by ``checkpoint_info``. ``rank_state`` is this rank's own
+    state that is not an array (a data loader's position, an RNG's state), as JSON: each rank's is kept with the
+    world's size, and ``load_rank_state`` gives it back."""
     pairs, structure, _ = _flatten(tree)
     entries, kinds = [], {}
     for key, leaf in pairs:
         value, kinds[key] = _leaf_value(key, leaf)
         entries.append((key, value))
-    tree_json = json.dumps({"structure": structure, "leaves": kinds})
+    saved: dict[str, Any] = {"structure": structure, "leaves": kinds}
+    if rank_state is not None:
+        if comm is not None:
+            raise _core.InvalidArgument("save: rank_state= is kept per rank of the world; it cannot go with comm=")
+        entries += _rank_state_entries(rank_state)
+        saved["rank_state"] = {"ranks": _core.size()}
+    tree_json = json.dumps(saved)
     return _core.checkpoint_save(str(path), entries, step, json.dumps(metadata), tree_json, keep_last, chunk_bytes,
                                  sync, blocking, comm)
 
@@ -250,7 +286,7 @@ def load(path: str, mesh: Mesh, specs: Any = None, step: int | None = None, *, l
     saved = json.loads(info["tree_json"]) if info["tree_json"] != "null" else None
     arrays = {a["key"]: a for a in info["arrays"]}
     kinds: dict[str, dict[str, str]] = saved["leaves"] if saved else {
-        k: {"kind": "array" if a["plain"] else "sharded"} for k, a in arrays.items()}
+        k: {"kind": "array" if a["plain"] else "sharded"} for k, a in arrays.items() if not k.startswith("%rank_state/")}
     if like is not None:
         pairs, _, rebuild = _flatten(like)
         skeleton = rebuild([_Slot(k) for k, _ in pairs])
@@ -259,7 +295,7 @@ def load(path: str, mesh: Mesh, specs: Any = None, step: int | None = None, *, l
             if k not in arrays:
                 raise _core.InvalidArgument(f"load: key '{k}' of like= is not in step {step} of '{path}'")
     else:
-        skeleton = _skeleton(saved["structure"]) if saved else {k: _Slot(k) for k in arrays}
+        skeleton = _skeleton(saved["structure"]) if saved else {k: _Slot(k) for k in kinds}
         pairs, _, rebuild = _flatten(skeleton)
         frameworks = {k: framework for k, _ in pairs}
     keys = [k for k, _ in pairs]
@@ -280,6 +316,39 @@ def load(path: str, mesh: Mesh, specs: Any = None, step: int | None = None, *, l
         else:
             values.append(x.local(frameworks[k]))
     return rebuild(values)
+
+
+def load_rank_state(path: str, step: int | None = None, *,
+                    merge: Callable[[list[Any], int, int], Any] | None = None) -> Any:
+    """This rank's ``rank_state`` of step `step` (default: the newest committed one). On as many ranks as saved it,
+    rank r gets what rank r saved. On another number of ranks it raises, unless ``merge(states, rank, size)`` says
+    what this rank gets from the list of every saved rank's state: per-rank state is never dropped silently."""
+    path = str(path)
+    if step is None:
+        step = latest_step(path)
+        if step is None:
+            raise _core.InvalidArgument(f"load_rank_state: no committed step in '{path}'")
+    info = _core.checkpoint_inspect(path, step)
+    saved = json.loads(info["tree_json"]) if info["tree_json"] != "null" else {}
+    if "rank_state" not in (saved or {}):
+        raise _core.InvalidArgument(f"load_rank_state: step {step} of '{path}' holds no per-rank state "
+                                    "(save it with rank_state=)")
+    ranks, size = int(saved["rank_state"]["ranks"]), _core.size()
+    if ranks != size and merge is None:
+        raise _core.InvalidArgument(
+            f"load_rank_state: step {step} of '{path}' holds the per-rank state of {ranks} rank(s) and this job has "
+            f"{size}: pass merge=(states, rank, size) -> state to say what each rank gets (none is dropped)")
+    spec = PartitionSpec("ranks") if ranks == size else PartitionSpec()
+    width = [a["shape"][1] for a in info["arrays"] if a["key"] == _RANK_STATE_BYTES][0]
+    data, lengths = _core.checkpoint_load(path, _rank_line(), [(_RANK_STATE_BYTES, spec, [ranks, width], None),
+                                                               (_RANK_STATE_LENGTHS, spec, [ranks], None)],
+                                          step, None, "cpu")
+    rows, counts = data.local("numpy"), lengths.local("numpy")
+    states = [json.loads(bytes(rows[i, :counts[i]]).decode()) for i in range(rows.shape[0])]
+    if ranks == size:
+        return states[0]
+    assert merge is not None
+    return merge(states, _core.rank(), size)
 
 
 def steps(path: str) -> list[int]:
