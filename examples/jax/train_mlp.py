@@ -11,8 +11,15 @@ derivative), so the step hands them to the optimiser as they come.
 
 The model (parameters, losses, SGD) is mlp_model.py's, which examples/benchmarks/train_step.py times.
 
+With --checkpoint-dir, the training (on the first mesh) saves its state after every step (parameters and optimiser
+state as ShardedArrays, the step and the losses so far; the newest two steps kept) and --stop-after K stops it after
+step K, as a job that ends; --resume loads the newest step onto this run's mesh, which may have another number of
+ranks or shape, and goes on: the trajectory equals an uninterrupted run's (bit for bit on the same mesh).
+
     mpirun -np 4 python examples/jax/train_mlp.py                 # every mesh of 4 ranks: (1, 4), (2, 2), (4, 1)
     mpirun -np 2 python examples/jax/train_mlp.py --meshes 2x1,1x2
+    mpirun -np 4 python examples/jax/train_mlp.py --meshes 2x2 --checkpoint-dir ckpt --stop-after 8
+    mpirun -np 2 python examples/jax/train_mlp.py --meshes 1x2 --checkpoint-dir ckpt --resume
 """
 
 import argparse
@@ -70,7 +77,13 @@ def reference(steps):
     return np.array(out)
 
 
-def train(data, model, steps):
+def param_spec(key, info):
+    """The spec of a saved array on the new mesh (sk.load's callable form): a parameter's, or Adam's moment of one
+    (their key paths end in the parameter's name), by its name."""
+    return SPECS.get(key.rsplit("/", 1)[-1], P())
+
+
+def train(data, model, steps, checkpoint_dir=None, stop_after=None, resume=False):
     """The sharded training on a (data, model) mesh: the loss trajectory and this rank's parameter bytes."""
     mesh = sk.Mesh(np.arange(data * model).reshape(data, model), ("data", "model"))
     params, x, t = problem(D_IN, HIDDEN, D_OUT, BATCH)
@@ -91,10 +104,24 @@ def train(data, model, steps):
         return value, p, s
 
     params = jax.tree.map(jnp.array, params)  # JAX-owned blocks, which the step can donate
-    out = []
-    for _ in range(steps):
+    out, first = [], 0
+    if resume:
+        # like= gives the loaded tree the classes of the state one starts from (optax's namedtuples) and JAX leaves.
+        like = {"params": params, "opt": state, "step": 0, "losses": np.zeros(0)}
+        saved = sk.checkpoint.latest_step(checkpoint_dir)
+        info = {a["key"]: a for a in sk.checkpoint_info(checkpoint_dir)["arrays"]}
+        like["losses"] = np.zeros(info["losses"]["shape"], np.float64)
+        back = sk.load(checkpoint_dir, mesh, param_spec, like=like)
+        params, state, first, out = back["params"], back["opt"], back["step"], list(back["losses"])
+        print_on_process_0(f"resumed from step {saved} of {checkpoint_dir} on mesh ({data}, {model})")
+    for i in range(first, steps):
         value, params, state = step(params, state, x, t)
         out.append(float(value))
+        if checkpoint_dir is not None:
+            sk.save(checkpoint_dir, {"params": params, "opt": state, "step": i + 1, "losses": np.array(out)},
+                    step=i + 1, keep_last=2)
+        if stop_after is not None and i + 1 == stop_after:
+            break
     assert all(isinstance(v, sk.ShardedArray) for v in params.values())
     return np.array(out), sum(v.local.nbytes for v in params.values())
 
@@ -104,7 +131,12 @@ def main():
     parser.add_argument("--meshes", default="", help="data x model meshes, e.g. 2x1,1x2 (default: every one that "
                                                       "fits the number of processes)")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--checkpoint-dir", default=None, help="save the state after every step here")
+    parser.add_argument("--stop-after", type=int, default=None, help="stop after this step (with --checkpoint-dir)")
+    parser.add_argument("--resume", action="store_true", help="go on from the newest step of --checkpoint-dir")
     args = parser.parse_args()
+    if (args.resume or args.stop_after is not None) and args.checkpoint_dir is None:
+        parser.error("--resume and --stop-after need --checkpoint-dir")
     n = sk.size()
     print_on_process_0(f"Running on {n} process(es) ({'optax adam' if optax is not None else 'plain SGD'})")
     meshes = [tuple(int(v) for v in m.split("x")) for m in args.meshes.split(",")] if args.meshes else \
@@ -112,8 +144,14 @@ def main():
     ref = reference(args.steps)
     whole = 4 * (D_IN * HIDDEN + HIDDEN + HIDDEN * D_OUT + D_OUT)
     ok = True
+    if args.checkpoint_dir is not None:
+        meshes = meshes[:1]  # one training, checkpointed
     for data, model in meshes:
-        losses, mine = train(data, model, args.steps)
+        losses, mine = train(data, model, args.steps, args.checkpoint_dir, args.stop_after, args.resume)
+        print_on_process_0("trajectory: " + " ".join(float(v).hex() for v in losses))
+        if len(losses) < args.steps:
+            print_on_process_0(f"stopped after step {len(losses)} (resume with --resume)")
+            return
         rel = float(np.max(np.abs(losses - ref) / np.abs(ref)))
         ok = ok and rel <= 1e-5
         print_on_process_0(f"mesh ({data}, {model}): loss {losses[0]:.6f} -> {losses[-1]:.6f}, max relative "

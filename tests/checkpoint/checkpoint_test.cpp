@@ -362,9 +362,11 @@ TEST(Checkpoint, ABackgroundSaveCommitsAtWaitFromItsOwnCopy) {
   expect_error<BackendError>([&] { bad.wait(); }, "injected failure");  // and again at every later wait()
   EXPECT_EQ(ck::steps(root), (std::vector<std::int64_t>{0, 1, 2}));
   world->barrier().wait();
-  if (world->rank() == 0)
-    for (const auto& name : std::filesystem::directory_iterator(root.path()))
+  if (world->rank() == 0) {
+    for (const auto& name : std::filesystem::directory_iterator(root.path())) {
       EXPECT_NE(name.path().filename().string().rfind(".tmp-", 0), 0u) << name.path() << " was left behind";
+    }
+  }
 }
 
 }  // namespace

@@ -115,6 +115,15 @@ def test_distributed_matmul_example(np_, flag):
     assert r.stdout.strip().endswith("Allclose: True"), r.stdout
 
 
+@pytest.mark.parametrize("np_", [1, 3])
+def test_distributed_matmul_example_round_trips_a_checkpoint(np_, tmp_path):
+    r = mpirun(np_, [sys.executable, os.path.join(REPO, "examples/python/distributed_matmul.py"), "--numpy", "--n", "7",
+                     "--checkpoint", str(tmp_path / "ckpt")], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Checkpoint step 0 saved and loaded back (C cut by columns): bit-equal" in r.stdout, r.stdout
+    assert r.stdout.strip().endswith("Allclose: True"), r.stdout
+
+
 def test_stuck_rank_example_as_the_readme_shows_it(tmp_path):
     """README's "When a job hangs": the example's verdict, and its traces merged into a timeline."""
     example = os.path.join(REPO, "examples/python/stuck_rank.py")
@@ -147,6 +156,21 @@ def test_overhead_benchmark_runs_and_checks_its_results():
     for row in rows:
         for k in ("mpi4py", "mpi4py+new", "shardkit.mpi", "psum"):
             assert row[f"{k}_us_min"] > 0 and row[f"{k}_us_median"] >= row[f"{k}_us_min"]
+
+
+def test_checkpoint_benchmark_runs_and_checks_its_results(tmp_path):
+    # Sizes that do not divide by the rank count (1 MiB of 4 KiB rows over 3 ranks), cold reads, the JSON of the issue.
+    r = mpirun(3, [sys.executable, os.path.join(REPO, "examples/benchmarks/checkpoint.py"), "--sizes", "1",
+                   "--repeats", "2", "--cold", "--dir", str(tmp_path), "--json", "-"], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout[r.stdout.index("{"):])
+    ops = {(row["op"], row["fs"]) for row in doc["results"]}
+    assert {("save", "disk"), ("load", "disk"), ("load_reshard", "disk"), ("save_async_blocking", "disk")} <= ops
+    for row in doc["results"]:
+        assert row["ranks"] == 3 and row["bytes"] == 1 << 20
+        for k in ("shardkit", "raw"):
+            assert row[f"{k}_gbps_median"] >= row[f"{k}_gbps_min"] > 0
+    assert os.listdir(tmp_path) == []  # the benchmark removes what it wrote
 
 
 def test_jax_layer_loaded_while_tracing_keeps_the_direct_eager_route():
