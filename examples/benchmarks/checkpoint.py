@@ -8,7 +8,8 @@ cases, alternated over repeats:
                     own raw file.
   - load_reshard    sk.load onto the transposed sharding P(None, "x"): every rank reads a part of every chunk file (as
                     a load onto another number of ranks does). Baseline: the raw read again (the same bytes per rank).
-  - save/load on /dev/shm  the same, the checkpoint in /dev/shm. Baseline: memcpy of the block (np.copyto).
+  - save/load on /dev/shm  the same, the checkpoint in /dev/shm. Baseline: memcpy of the block (np.copyto); the same
+                    bytes through pwrite/pread of a /dev/shm file are reported beside it (file_io_gbps_*).
   - save_async      the blocking part of sk.save(blocking=False) (staging: the copy of the block) against a plain copy
                     of the block (np.copy); the background write is then waited for, untimed.
 A case's time is the slowest rank's (barrier before, max after); bandwidth is the total bytes over it. Reads are of
@@ -124,7 +125,7 @@ def main():
             del full
             spare = np.empty_like(block)
             cases = {k: [] for k in ("save", "raw_write", "load", "raw_read", "load_reshard", "save_shm", "memcpy",
-                                     "load_shm", "save_async", "copy")}
+                                     "load_shm", "save_async", "copy", "raw_write_shm", "raw_read_shm")}
             for rep in range(args.repeats):
                 for where, root_dir in (("disk", base), ("shm", shm_base)):
                     if root_dir is None:
@@ -138,6 +139,7 @@ def main():
                     else:
                         cases["save_shm"].append(t_save)
                         cases["memcpy"].append(timed(comm, lambda: np.copyto(spare, block)))
+                        cases["raw_write_shm"].append(timed(comm, lambda: raw_write(raw, block)))
                     comm.Barrier()
                     if args.cold and where == "disk":
                         evict(files_under(ck) + [raw])
@@ -160,6 +162,7 @@ def main():
                         assert np.array_equal(np.asarray(got["w"].local), want_cols_local), "load_reshard: wrong"
                     else:
                         cases["load_shm"].append(t_load)
+                        cases["raw_read_shm"].append(timed(comm, lambda: raw_read(raw, spare)))
                     if os.path.exists(raw):
                         os.unlink(raw)
                 handles = []
@@ -168,13 +171,13 @@ def main():
                                                               blocking=False, keep_last=1))))
                 handles[0].wait()
                 cases["copy"].append(timed(comm, lambda: np.copy(block)))
-            pairs = [("save", "disk", "save", "raw_write", "pwrite+fsync"),
-                     ("load", "disk", "load", "raw_read", "pread"),
-                     ("load_reshard", "disk", "load_reshard", "raw_read", "pread"),
-                     ("save", "shm", "save_shm", "memcpy", "memcpy"),
-                     ("load", "shm", "load_shm", "memcpy", "memcpy"),
-                     ("save_async_blocking", "disk", "save_async", "copy", "copy")]
-            for op, fs, ours, theirs, baseline in pairs:
+            pairs = [("save", "disk", "save", "raw_write", "pwrite+fsync", None),
+                     ("load", "disk", "load", "raw_read", "pread", None),
+                     ("load_reshard", "disk", "load_reshard", "raw_read", "pread", None),
+                     ("save", "shm", "save_shm", "memcpy", "memcpy", "raw_write_shm"),
+                     ("load", "shm", "load_shm", "memcpy", "memcpy", "raw_read_shm"),
+                     ("save_async_blocking", "disk", "save_async", "copy", "copy", None)]
+            for op, fs, ours, theirs, baseline, file_io in pairs:
                 if not cases[ours]:
                     continue
                 med, lo = summary(cases[ours], nbytes)
@@ -184,6 +187,9 @@ def main():
                                 "raw_gbps_median": raw_med, "raw_gbps_min": raw_lo, "ratio_median": med / raw_med,
                                 "shardkit_s_median": statistics.median(cases[ours]),
                                 "raw_s_median": statistics.median(cases[theirs])})
+                if file_io and cases[file_io]:  # the same bytes by plain file I/O on /dev/shm: where the time goes
+                    med, lo = summary(cases[file_io], nbytes)
+                    results[-1].update(file_io_gbps_median=med, file_io_gbps_min=lo)
     finally:
         comm.Barrier()
         if rank == 0:
@@ -191,13 +197,16 @@ def main():
             if shm_base:
                 shutil.rmtree(shm_base, ignore_errors=True)
     if rank == 0:
+        out = sys.stderr if args.json == "-" else sys.stdout
         print(f"checkpoint bandwidth, {size} rank(s), {args.repeats} repeats, {'cold' if args.cold else 'warm'} reads "
-              f"(GB/s, median / min; ratio of medians)", file=sys.stderr if args.json == "-" else sys.stdout)
+              f"(GB/s, median / min; ratio of medians)", file=out)
         for r in results:
-            print(f"  {r['op']:20s} {r['fs']:4s} {r['bytes'] / 2**20:7.0f} MiB  shardkit {r['shardkit_gbps_median']:6.2f}"
-                  f" / {r['shardkit_gbps_min']:6.2f}  {r['baseline']:12s} {r['raw_gbps_median']:6.2f} / "
-                  f"{r['raw_gbps_min']:6.2f}  ratio {r['ratio_median']:.2f}",
-                  file=sys.stderr if args.json == "-" else sys.stdout)
+            print(f"  {r['op']:20s} {r['fs']:4s} {r['bytes'] / 2**20:7.0f} MiB  "
+                  f"shardkit {r['shardkit_gbps_median']:6.2f} / {r['shardkit_gbps_min']:6.2f}  "
+                  f"{r['baseline']:12s} {r['raw_gbps_median']:6.2f} / {r['raw_gbps_min']:6.2f}  "
+                  f"ratio {r['ratio_median']:.2f}"
+                  + (f"  (pwrite/pread {r['file_io_gbps_median']:.2f})" if "file_io_gbps_median" in r else ""),
+                  file=out)
         write_json(args.json, "checkpoint", results, ranks=size, cold=args.cold)
 
 
