@@ -11,8 +11,8 @@
 //   dropped   an asynchronous world (SHARDKIT_TRACE_BUFFER=2): rank 0 sends 1 MiB to rank 1 and drops the token, then
 //             runs two barriers; rank 1 never receives (it runs the barriers)
 //   usr1      an asynchronous world: an allreduce, a send rank 1 receives (rank 0 keeps its token, never waited for),
-//             a barrier, and rank 0's SIGUSR1 while every rank is idle (every rank writes its dump, from its watchdog
-//             for the others); the job goes on and ends well
+//             a barrier, a send to rank 0 from every other rank once past it, and rank 0's SIGUSR1 while every rank
+//             is idle (every rank writes its dump, from its watchdog for the others); the job goes on and ends well
 //   stop      the last rank stops (SIGSTOP) while the others wait in an allreduce: it writes no dump (until the end
 //             of the job continues it, if it does)
 //   mesh      two meshes of the same shape over the world: an allreduce over each one's first axis; the last rank
@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -115,8 +116,25 @@ int run(const std::string& scenario, Runtime& rt) {
     if (r == 0 && n > 1) kept = world->send(ones(3), 1, 1);
     if (r == 1) world->recv(Array::empty({3}, DType::kFloat32), 0, 1).token.wait();
     world->barrier().wait();
-    if (r == 0) ::kill(::getpid(), SIGUSR1);
-    sleep_ms(4000);  // every rank idle in its own code while the dumps are written (late on a loaded machine)
+    // Rank 0 asks for the dumps once every rank has seen the barrier complete: a barrier can complete on rank 0
+    // while another rank has yet to see its own request complete, and that rank's dump then says (truly) pending.
+    if (r == 0) {
+      for (int k = 1; k < n; ++k) world->recv(Array::empty({1}, DType::kFloat32), k, 2).token.wait();
+      ::kill(::getpid(), SIGUSR1);
+    } else {
+      world->send(ones(1), 0, 2).wait();
+    }
+    // Every rank idle in its own code until every dump is written (renamed into place: whole), however late the
+    // watchdogs are on a loaded machine (a fixed 4 s was not enough at 4 ranks beside a CI build), at most 60 s.
+    const char* dir = std::getenv("SHARDKIT_DUMP_DIR");
+    for (int waited = 0; dir != nullptr && waited < 60000; waited += 50) {
+      bool all = true;
+      for (int k = 0; k < n && all; ++k)
+        all = ::access((std::string(dir) + "/rank" + std::to_string(k) + ".json").c_str(), F_OK) == 0;
+      if (all) break;
+      sleep_ms(50);
+    }
+    if (dir == nullptr) sleep_ms(4000);
     world->barrier().wait();
     std::printf("rank %d: finished\n", r);
     return 0;
