@@ -12,6 +12,8 @@ cases, alternated over repeats:
                     bytes through pwrite/pread of a /dev/shm file are reported beside it (file_io_gbps_*).
   - save_async      the blocking part of sk.save(blocking=False) (staging: the copy of the block) against a plain copy
                     of the block (np.copy); the background write is then waited for, untimed.
+  - train_step_during_save  a small step (a 256 x 256 float32 matmul) timed over as long as the blocking save took,
+                    alone and while a background save writes: the slowdown a training loop sees.
 A case's time is the slowest rank's (barrier before, max after); bandwidth is the total bytes over it. Reads are of
 warm files (the page cache holds what was just written, for shardkit and the baseline alike) unless --cold, which
 evicts every file (posix_fadvise DONTNEED) before each read. Every load is checked bit for bit first.
@@ -89,6 +91,21 @@ def raw_read(path, out):
         os.close(fd)
 
 
+STEP = np.ones((256, 256), np.float32)
+
+
+def step_time(span):
+    """Mean seconds of a small training-like step (a 256 x 256 float32 matmul) over `span` seconds."""
+    t0 = time.perf_counter()
+    count = 0
+    while True:
+        STEP @ STEP
+        count += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= span and count >= 3:
+            return elapsed / count
+
+
 def summary(times, nbytes):
     gbps = [nbytes / t / 1e9 for t in times]
     return statistics.median(gbps), min(gbps)
@@ -125,7 +142,8 @@ def main():
             del full
             spare = np.empty_like(block)
             cases = {k: [] for k in ("save", "raw_write", "load", "raw_read", "load_reshard", "save_shm", "memcpy",
-                                     "load_shm", "save_async", "copy", "raw_write_shm", "raw_read_shm")}
+                                     "load_shm", "save_async", "copy", "raw_write_shm", "raw_read_shm",
+                                     "step_alone", "step_during")}
             for rep in range(args.repeats):
                 for where, root_dir in (("disk", base), ("shm", shm_base)):
                     if root_dir is None:
@@ -171,6 +189,15 @@ def main():
                                                               blocking=False, keep_last=1))))
                 handles[0].wait()
                 cases["copy"].append(timed(comm, lambda: np.copy(block)))
+                # A training step's time while a background save writes, against alone, over as long as a blocking
+                # save took in this repeat (the time a background writer is busy).
+                span = cases["save"][-1] if cases["save"] else 0.05
+                comm.Barrier()
+                cases["step_alone"].append(step_time(span))
+                comm.Barrier()
+                h = sk.save(os.path.join(base, f"async{mib}"), {"w": x}, blocking=False, keep_last=1)
+                cases["step_during"].append(step_time(span))
+                h.wait()
             pairs = [("save", "disk", "save", "raw_write", "pwrite+fsync", None),
                      ("load", "disk", "load", "raw_read", "pread", None),
                      ("load_reshard", "disk", "load_reshard", "raw_read", "pread", None),
@@ -190,6 +217,10 @@ def main():
                 if file_io and cases[file_io]:  # the same bytes by plain file I/O on /dev/shm: where the time goes
                     med, lo = summary(cases[file_io], nbytes)
                     results[-1].update(file_io_gbps_median=med, file_io_gbps_min=lo)
+            alone, during = statistics.median(cases["step_alone"]), statistics.median(cases["step_during"])
+            results.append({"op": "train_step_during_save", "fs": "disk", "ranks": size, "bytes": nbytes,
+                            "repeats": args.repeats, "step_ms_alone_median": alone * 1e3,
+                            "step_ms_during_median": during * 1e3, "slowdown_median": during / alone - 1})
     finally:
         comm.Barrier()
         if rank == 0:
@@ -201,6 +232,11 @@ def main():
         print(f"checkpoint bandwidth, {size} rank(s), {args.repeats} repeats, {'cold' if args.cold else 'warm'} reads "
               f"(GB/s, median / min; ratio of medians)", file=out)
         for r in results:
+            if r["op"] == "train_step_during_save":
+                print(f"  {r['op']:22s} {r['bytes'] / 2**20:5.0f} MiB  step {r['step_ms_alone_median']:.3f} ms alone, "
+                      f"{r['step_ms_during_median']:.3f} ms while a save writes: {100 * r['slowdown_median']:+.1f}%",
+                      file=out)
+                continue
             print(f"  {r['op']:20s} {r['fs']:4s} {r['bytes'] / 2**20:7.0f} MiB  "
                   f"shardkit {r['shardkit_gbps_median']:6.2f} / {r['shardkit_gbps_min']:6.2f}  "
                   f"{r['baseline']:12s} {r['raw_gbps_median']:6.2f} / {r['raw_gbps_min']:6.2f}  "
