@@ -120,8 +120,8 @@ if [ "$sim_gpu" = 1 ]; then
   fi
   cmake -S "$SHARDKIT_ROOT" -B "$build_dir" "${build_settings[@]}" -DSHARDKIT_SIM_GPU=ON -DSHARDKIT_SANITIZE=$sanitize \
         -DSHARDKIT_PYTHON=OFF -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=OFF
-  targets=(sim_tests nccl_order_main core_gpu_tests collectives_tests sharding_gpu_tests collectives_timeout
-           collectives_timeout_sweep)
+  targets=(sim_tests nccl_order_main core_gpu_tests collectives_tests sharding_gpu_tests checkpoint_gpu_tests
+           collectives_timeout collectives_timeout_sweep)
   # The XLA:GPU handler's test exists where jaxlib's FFI headers were found (setup.sh installs jax).
   # (The list is read whole first: `| grep -q` would close the pipe early, and pipefail would then say "absent".)
   build_targets=$(cmake --build "$build_dir" --target help)
