@@ -237,6 +237,52 @@ TEST(Checkpoint, ADamagedFileIsFoundAndNamedAndOnlyItsReadersFail) {
   (void)n;
 }
 
+// Bytes this process has read through read()/pread() so far (/proc/self/io's rchar: every thread, sockets too).
+std::int64_t bytes_read_so_far() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  std::int64_t value = 0;
+  while (io >> key >> value)
+    if (key == "rchar:") return value;
+  return -1;
+}
+
+TEST(Checkpoint, ARankReadsOnlyTheInnerChunksItsBlockMeets) {
+  auto world = Communicator::world();
+  const int n = world->size();
+  const SharedTmpDir root;
+  // One file of 64 rows of 1 KiB, one row per inner chunk, written by rank 0 alone (a job of one rank).
+  const Shape shape{64, 256};
+  const std::int64_t row = 256 * 4;
+  std::string file;
+  if (auto one = first_ranks(1)) {
+    const NamedSharding whole(Mesh::line("x", one), P("x"));
+    const auto h = ck::save(root, {{"arr", from_local(test_global(shape, DType::kInt32), shape, whole)}},
+                            {.comm = one, .chunk_bytes = row, .sync = false});
+    file = h.path() + "/arr/c/0/0";
+    flip_byte(file, 63 * (row + 4) + 5, false);  // inside the last row's inner chunk (each stored with its crc32c)
+  }
+  world->barrier().wait();
+  const Mesh line = Mesh::line("x", world);
+  const NamedSharding rows(line, P("x"), true);
+  const auto box = rows.index(shape, world->rank())[0];
+  const std::int64_t before = bytes_read_so_far();
+  const std::string err = error_of([&] { ck::load(root, line, {{"arr", P("x")}}, {.uneven = true}); });
+  const std::int64_t read = bytes_read_so_far() - before;
+  if (box.stop == 64) {
+    EXPECT_NE(err.find("inner chunk (63, 0)"), std::string::npos) << err;
+  } else {
+    EXPECT_EQ(err, "") << "rank " << world->rank() << " reads rows " << box.start << "-" << box.stop
+                       << " and never the damaged row 63";
+    // Its rows, the index (64 entries of 16 bytes and a crc32c) and the metadata (JSON, a few KiB): nothing more.
+    const std::int64_t rows_bytes = (box.stop - box.start) * (row + 4);
+    EXPECT_GE(read, rows_bytes);
+    EXPECT_LE(read, rows_bytes + 64 * 16 + 4 + 16384) << "rank " << world->rank() << " read more than its rows";
+    EXPECT_LT(read, 64 * row) << "a whole-file read";
+  }
+  (void)n;
+}
+
 template <typename E>
 void expect_error(const std::function<void()>& f, const std::string& needle) {
   try {
