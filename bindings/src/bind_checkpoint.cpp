@@ -52,16 +52,25 @@ void register_checkpoint(nb::module_& m) {
   m.def("checkpoint_save",
         [](const std::string& root, const std::vector<std::pair<std::string, nb::object>>& items,
            std::optional<std::int64_t> step, const std::string& metadata_json, const std::string& tree_json,
-           int keep_last, std::int64_t chunk_bytes, bool sync, bool blocking, nb::handle comm) {
+           int keep_last, std::int64_t chunk_bytes, bool sync, bool blocking, nb::handle comm,
+           std::optional<std::string> rank_state_json, std::string caller_failure) {
           std::vector<ck::Entry> entries;
           entries.reserve(items.size());
           for (const auto& [key, value] : items) {
-            if (nb::isinstance<ShardedArray>(value))
-              entries.push_back({key, nb::cast<ShardedArray>(value)});
-            else
-              entries.push_back({key, array_from_py(value)});
+            try {
+              if (nb::isinstance<ShardedArray>(value))
+                entries.push_back({key, nb::cast<ShardedArray>(value)});
+              else
+                entries.push_back({key, array_from_py(value)});
+            } catch (const std::exception& e) {
+              // Agreed on in the save (which the other entries keep on the others' communicator), so that no
+              // other rank waits for this one.
+              if (caller_failure.empty()) caller_failure = "save: the value at '" + key + "': " + e.what();
+            }
           }
           ck::SaveOptions o;
+          o.rank_state_json = std::move(rank_state_json);
+          o.caller_failure = std::move(caller_failure);
           o.step = step;
           o.metadata_json = metadata_json;
           o.tree_json = tree_json;
@@ -75,7 +84,7 @@ void register_checkpoint(nb::module_& m) {
         },
         nb::arg("root"), nb::arg("entries"), nb::arg("step").none(), nb::arg("metadata_json"), nb::arg("tree_json"),
         nb::arg("keep_last"), nb::arg("chunk_bytes"), nb::arg("sync"), nb::arg("blocking"),
-        nb::arg("comm").none());
+        nb::arg("comm").none(), nb::arg("rank_state_json").none() = nb::none(), nb::arg("caller_failure") = "");
   m.def("checkpoint_wait_for_saves", &ck::wait_for_saves, nb::call_guard<nb::gil_scoped_release>());
   m.def("checkpoint_load",
         [](const std::string& root, const Mesh& mesh,

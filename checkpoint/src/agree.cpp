@@ -1,5 +1,6 @@
 #include "agree.hpp"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "shardkit/core/error.hpp"
@@ -27,9 +28,16 @@ std::vector<std::string> all_texts(Communicator& comm, const std::string& mine) 
   return out;
 }
 
+// A failure travels as its class's letter, then for a BackendError its backend and native code (each ended by
+// kSep), then the message: every rank raises the same class, backend and code.
+constexpr char kSep = '\x1f';
+
 std::string failure_text(const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  if (const auto* b = dynamic_cast<const BackendError*>(&e))
+    return "B" + b->backend() + kSep + std::to_string(b->native_code()) + kSep + e.what();
   char code = 'B';
-  if (const auto* err = dynamic_cast<const Error*>(&e)) {
+  if (err != nullptr) {
     switch (err->code()) {
       case ErrorCode::kInvalidArgument: code = 'I'; break;
       case ErrorCode::kMismatch: code = 'M'; break;
@@ -38,6 +46,7 @@ std::string failure_text(const std::exception& e) {
       default: code = 'B'; break;
     }
   }
+  if (code == 'B') return std::string("Bcheckpoint") + kSep + "0" + kSep + e.what();  // not a shardkit error
   return std::string(1, code) + e.what();
 }
 
@@ -51,15 +60,20 @@ std::vector<std::string> agree(Communicator& comm, const std::string& failure, c
       continue;
     }
     const char code = all[r].size() > 1 ? all[r][1] : 'B';
-    const std::string message =
-        (static_cast<int>(r) == comm.rank() ? std::string() : "on rank " + std::to_string(r) + ": ") +
-        all[r].substr(2);
+    const std::string prefix = static_cast<int>(r) == comm.rank() ? "" : "on rank " + std::to_string(r) + ": ";
+    const std::string body = all[r].size() > 2 ? all[r].substr(2) : std::string();
     switch (code) {
-      case 'I': throw InvalidArgument(message);
-      case 'M': throw MismatchError(message);
-      case 'T': throw TimeoutError(message);
-      default: throw BackendError("checkpoint", 0, message);
+      case 'I': throw InvalidArgument(prefix + body);
+      case 'M': throw MismatchError(prefix + body);
+      case 'T': throw TimeoutError(prefix + body);
+      case 'X': throw Error(ErrorCode::kInternal, prefix + body);
+      default: break;
     }
+    // A BackendError: "<backend>\x1f<native code>\x1f<message>".
+    const auto a = body.find(kSep);
+    const auto b = a == std::string::npos ? a : body.find(kSep, a + 1);
+    if (b == std::string::npos) throw BackendError("checkpoint", 0, prefix + body);
+    throw BackendError(body.substr(0, a), std::atoi(body.c_str() + a + 1), prefix + body.substr(b + 1));
   }
   return payloads;
 }

@@ -100,6 +100,10 @@ Shape inner_chunk_shape(const Shape& chunk, std::size_t itemsize, std::int64_t t
     if (k * suffix <= target) best = std::max(best, k);
     if ((chunk[d] / k) * suffix <= target) best = std::max(best, chunk[d] / k);
   }
+  // A dimension with no divisor near the target (a prime, twice a prime) would make inner chunks of a few elements,
+  // each with its crc32c and index entry (a file several times its data, a read per element): take the whole
+  // dimension instead while that stays within 256 times the target (1 GiB at the default 4 MiB).
+  if (best * suffix * 16 < target && chunk[d] * suffix <= 256 * target) best = chunk[d];
   inner[d] = best;
   return inner;
 }

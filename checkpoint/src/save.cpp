@@ -3,10 +3,14 @@
 // collective call), then at wait() agree that every rank did, and rank 0 writes the metadata (the manifest last) and
 // renames the directory into place.
 
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
-#include <random>
+#include <cstring>
+#include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -26,10 +30,10 @@ using namespace detail;
 namespace {
 
 // Test hooks: SHARDKIT_CHECKPOINT_TEST_KILL=<stage>:<rank> kills that rank with SIGKILL at that stage of a save, and
-// SHARDKIT_CHECKPOINT_TEST_FAIL=<stage>:<rank> makes it raise there ("write": after each chunk file it writes;
-// "manifest": rank 0 once every rank has written, before the step's zarr.json (which holds the manifest); "rename":
-// rank 0 after it, before
-// the step's rename; "cleanup": rank 0 between keep_last's renames).
+// SHARDKIT_CHECKPOINT_TEST_FAIL=<stage>:<rank> makes it raise there ("stage": as it stages a block it writes from;
+// "write": after each chunk file it writes; "manifest": rank 0 once every rank has written, before the step's
+// zarr.json (which holds the manifest); "rename": rank 0 after it, before the step's rename; "cleanup": rank 0
+// between keep_last's renames).
 bool hook_set(const char* variable, const char* stage, int rank) {
   const char* spec = std::getenv(variable);
   if (spec == nullptr) return false;
@@ -44,16 +48,21 @@ void kill_point(const char* stage, int rank) {
     throw BackendError("filesystem", 0, std::string("injected failure at '") + stage + "' (SHARDKIT_CHECKPOINT_TEST_FAIL)");
 }
 
+// Where a step keeps the per-rank state (SaveOptions::rank_state_json); '%' starts no escape the Python package
+// makes of a tree's key.
+constexpr const char* kRankStateBytes = "%rank_state/bytes";
+constexpr const char* kRankStateLengths = "%rank_state/lengths";
+
 void check_key(const std::string& key) {
   if (key.empty()) throw InvalidArgument("save: an empty key");
   std::size_t start = 0;
   while (true) {
     const auto slash = key.find('/', start);
     const std::string seg = key.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    if (seg.empty() || seg == "." || seg == ".." || seg.rfind("__", 0) == 0 || seg == kZarrJson ||
-        seg.find('\0') != std::string::npos)
+    if (seg.empty() || seg.find_first_not_of('.') == std::string::npos || seg.rfind("__", 0) == 0 ||
+        seg == kZarrJson || seg.find('\0') != std::string::npos)
       throw InvalidArgument("save: key '" + key + "' has a segment '" + seg +
-                            "' Zarr cannot name (empty, '.', '..', starting with '__', or a metadata file's name)");
+                            "' Zarr cannot name (empty, periods only, starting with '__', or a metadata file's name)");
     if (slash == std::string::npos) break;
     start = slash + 1;
   }
@@ -83,6 +92,7 @@ struct PendingSave {
   std::string path;
   std::int64_t step = 0;
   std::vector<Plan> plans;
+  std::vector<Entry> rank_state;  // the entries made of options.rank_state_json (plans point into them: never resized)
   std::thread writer;
   // Written by the writer, read after joining it.
   std::vector<FileRecord> records;
@@ -95,6 +105,14 @@ struct PendingSave {
   std::mutex mu;
   bool finished = false;
   std::exception_ptr error;
+  // Held by the one wait() that finishes the save (another thread's wait() waits for it, then sees its outcome).
+  std::mutex finishing;
+
+  // A program that ends with a save in flight (wait_for_saves() never called): the writer is joined, nothing is
+  // committed, and the next save removes the temporary directory.
+  ~PendingSave() {
+    if (writer.joinable()) writer.join();
+  }
 };
 
 }  // namespace detail
@@ -118,12 +136,6 @@ std::vector<int> holders(const Plan& p, const std::vector<std::int64_t>& cell, i
     if (intersect(block, chunk) == chunk) out.push_back(r);
   }
   return out;
-}
-
-std::int64_t linear(const std::vector<std::int64_t>& cell, const Shape& grid) {
-  std::int64_t l = 0;
-  for (std::size_t d = 0; d < cell.size(); ++d) l = l * grid[d] + cell[d];
-  return l;
 }
 
 std::shared_ptr<Communicator> saving_comm(const std::vector<Entry>& entries, const SaveOptions& options) {
@@ -168,12 +180,14 @@ std::vector<Plan> plan(const std::vector<Entry>& entries, const Communicator& co
       p.meta.layout.chunk = plain_chunk_shape(a.shape(), comm.size());
     }
     p.meta.layout.inner = inner_chunk_shape(p.meta.layout.chunk, dtype_size(p.meta.layout.dtype), chunk_bytes);
-    const Shape grid = p.meta.layout.grid();
-    for_each_index(grid, [&](const std::vector<std::int64_t>& cell) {
+    // The holders of a block take its chunks in turn (counted per set of holders, so that the copies of every
+    // replicated block share its writing, whatever the grid's shape).
+    std::map<std::vector<int>, std::int64_t> turns;
+    for_each_index(p.meta.layout.grid(), [&](const std::vector<std::int64_t>& cell) {
       const std::vector<int> h = holders(p, cell, comm.size());
       SHARDKIT_ASSERT(!h.empty(), "no rank holds a chunk of '", p.meta.key, "'");
-      if (h[static_cast<std::size_t>(linear(cell, grid) % static_cast<std::int64_t>(h.size()))] == comm.rank())
-        p.mine.push_back(cell);
+      const std::int64_t turn = turns[h]++;
+      if (h[static_cast<std::size_t>(turn % static_cast<std::int64_t>(h.size()))] == comm.rank()) p.mine.push_back(cell);
     });
     plans.push_back(std::move(p));
   }
@@ -191,6 +205,7 @@ std::vector<Plan> plan(const std::vector<Entry>& entries, const Communicator& co
 // its arrays once a background save has returned).
 void stage(Plan& p, int rank, bool copy) {
   if (p.mine.empty()) return;
+  kill_point("stage", rank);
   const Array& src = p.sharded != nullptr ? p.sharded->local() : std::get<Array>(p.entry->value);
   src.wait_ready();
   if (src.device().kind != DeviceKind::kCPU)
@@ -205,6 +220,11 @@ void stage(Plan& p, int rank, bool copy) {
 // Writes this rank's chunk files (no collective call: it may run on the background thread).
 void write_files(detail::PendingSave& s) {
   try {
+    // Rank 0 made the directory: a rank that does not see it writes to another file system than rank 0's.
+    if (!s.plans.empty() && !exists(s.tmp))
+      throw BackendError("filesystem", ENOENT,
+                         "save: the step's temporary directory '" + s.tmp + "', made by rank 0, is not visible here: "
+                         "the checkpoint's root must be on a file system every rank shares");
     for (const auto& p : s.plans) {
       for (const auto& cell : p.mine) {
         const EncodedChunk enc = encode_chunk(p.meta.layout, cell, p.host.data(), p.block_box);
@@ -223,9 +243,30 @@ void write_files(detail::PendingSave& s) {
   }
 }
 
+// The per-rank state's two arrays, over a line of the saving communicator (collective: the longest text is the
+// rows' width), planned like the caller's arrays.
+void add_rank_state(detail::PendingSave& s, const std::string& json) {
+  Communicator& comm = *s.comm;
+  Result widest = comm.allreduce(Array::from_values<std::int64_t>({static_cast<std::int64_t>(json.size())}),
+                                 ReduceOp::kMax);
+  widest.token.wait();
+  const std::int64_t width = widest.value.to_vector<std::int64_t>()[0];
+  const std::int64_t n = comm.size();
+  Array row = Array::zeros({1, width}, DType::kUInt8);
+  if (!json.empty()) std::memcpy(row.data(), json.data(), json.size());
+  const NamedSharding by_rank(Mesh::line("ranks", s.comm), P("ranks"));
+  s.rank_state.reserve(2);
+  s.rank_state.push_back({std::string(kRankStateBytes), from_local(row, {n, width}, by_rank)});
+  s.rank_state.push_back({std::string(kRankStateLengths),
+                          from_local(Array::from_values<std::int64_t>({static_cast<std::int64_t>(json.size())}), {n},
+                                     by_rank)});
+  for (auto& p : plan(s.rank_state, comm, s.options.chunk_bytes)) s.plans.push_back(std::move(p));
+}
+
 std::string meta_text(const std::vector<Plan>& plans, const SaveOptions& o) {
   std::string s = "step=" + (o.step ? std::to_string(*o.step) : std::string("auto")) +
                   " keep_last=" + std::to_string(o.keep_last) + " blocking=" + std::to_string(o.blocking) +
+                  " rank_state=" + std::to_string(o.rank_state_json.has_value()) +
                   " metadata=" + o.metadata_json + " tree=" + o.tree_json + "\n";
   for (const auto& p : plans) s += array_json(p.meta);
   return s;
@@ -259,14 +300,23 @@ void commit(const std::vector<Plan>& plans, const SaveOptions& o, const std::str
   rename_path(tmp, step_path(root, step));
   if (o.sync) sync_dir(root);
   if (o.keep_last > 0) {
-    std::vector<std::int64_t> all = steps(root);
-    while (static_cast<int>(all.size()) > o.keep_last) {
-      const std::string doomed = root + "/" + kTmpPrefix + "delete-" + std::to_string(all.front());
-      rename_path(step_path(root, all.front()), doomed);
-      if (o.sync) sync_dir(root);
-      kill_point("cleanup", rank);
-      remove_tree(doomed);
-      all.erase(all.begin());
+    // The newest keep_last steps stay, and the one just committed (a step numbered below the newest) too. The step
+    // is committed by now: a cleanup that fails (a busy file on NFS) is a warning, never the save's error.
+    try {
+      std::vector<std::int64_t> all = steps(root);
+      std::erase(all, step);
+      int keep = o.keep_last - 1;
+      while (static_cast<int>(all.size()) > std::max(keep, 0)) {
+        const std::string doomed = root + "/" + kTmpPrefix + "delete-" + std::to_string(all.front());
+        rename_path(step_path(root, all.front()), doomed);
+        if (o.sync) sync_dir(root);
+        kill_point("cleanup", rank);
+        remove_tree(doomed);
+        all.erase(all.begin());
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "shardkit: checkpoint: step %lld is committed, but removing older steps (keep_last=%d) "
+                   "failed: %s\n", static_cast<long long>(step), o.keep_last, e.what());
     }
   }
 }
@@ -328,6 +378,7 @@ bool SaveHandle::done() const {
 
 void SaveHandle::wait() {
   if (state_ == nullptr) return;
+  std::lock_guard<std::mutex> one_finisher(state_->finishing);
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->finished) {
@@ -377,8 +428,16 @@ SaveHandle save(const std::string& root, const std::vector<Entry>& entries, cons
   // 1. Plan locally, then check every rank planned the same (keys, shapes, dtypes, shardings, options).
   std::string failure;
   try {
+    if (!options.caller_failure.empty()) throw InvalidArgument(options.caller_failure);
     check_json(options.metadata_json, "metadata_json");
     check_json(options.tree_json, "tree_json");
+    if (options.rank_state_json) {
+      // A binding that could not encode its value passes the reason after a NUL.
+      if (!options.rank_state_json->empty() && options.rank_state_json->front() == '\0')
+        throw InvalidArgument("save: rank_state must be JSON (dicts, lists, strings, numbers): " +
+                              options.rank_state_json->substr(1));
+      check_json(*options.rank_state_json, "rank_state");
+    }
     SHARDKIT_CHECK(options.chunk_bytes > 0, "save: chunk_bytes must be positive, got ", options.chunk_bytes);
     SHARDKIT_CHECK(options.keep_last >= 0, "save: keep_last must be >= 0, got ", options.keep_last);
     state->plans = plan(entries, comm, options.chunk_bytes);
@@ -391,6 +450,7 @@ SaveHandle save(const std::string& root, const std::vector<Entry>& entries, cons
       throw MismatchError("save: rank " + std::to_string(r) +
                           " passed other keys, shapes, dtypes, shardings or options than rank 0 (every rank must save "
                           "the same tree)");
+  if (options.rank_state_json) add_rank_state(*state, *options.rank_state_json);
 
   // 2. Rank 0 picks the step, clears what earlier saves left, and makes the temporary directory.
   std::string prepared;
@@ -428,13 +488,17 @@ SaveHandle save(const std::string& root, const std::vector<Entry>& entries, cons
     state->write_failure = failure_text(e);
   }
   SaveHandle handle(state);
-  if (options.blocking || !state->write_failure.empty()) {
+  if (options.blocking) {
     if (state->write_failure.empty()) write_files(*state);
     handle.wait();
     return handle;
   }
-  detail::PendingSave* raw = state.get();
-  state->writer = std::thread([raw] { write_files(*raw); });
+  // In flight even when this rank's staging failed: the failure is agreed on at wait(), where every rank is (here
+  // the other ranks have returned, and their next collective would meet this rank's agreement instead).
+  if (state->write_failure.empty()) {
+    detail::PendingSave* raw = state.get();
+    state->writer = std::thread([raw] { write_files(*raw); });
+  }
   {
     std::lock_guard<std::mutex> lock(g_in_flight_mu);
     g_in_flight = state;

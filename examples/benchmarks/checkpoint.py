@@ -29,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 from bench_helpers import write_json
@@ -141,9 +142,9 @@ def main():
             want_cols_local = np.asarray(want_cols.local)
             del full
             spare = np.empty_like(block)
-            cases = {k: [] for k in ("save", "raw_write", "load", "raw_read", "load_reshard", "save_shm", "memcpy",
-                                     "load_shm", "save_async", "copy", "raw_write_shm", "raw_read_shm",
-                                     "step_alone", "step_during")}
+            names = ("save", "raw_write", "load", "raw_read", "load_reshard", "save_shm", "memcpy", "load_shm",
+                     "save_async", "copy", "raw_write_shm", "raw_read_shm", "step_alone", "step_during")
+            cases: dict[str, list[float]] = {k: [] for k in names}
             for rep in range(args.repeats):
                 for where, root_dir in (("disk", base), ("shm", shm_base)):
                     if root_dir is None:
@@ -161,7 +162,7 @@ def main():
                     comm.Barrier()
                     if args.cold and where == "disk":
                         evict(files_under(ck) + [raw])
-                    got = {}
+                    got: dict[str, Any] = {}
                     t_load = timed(comm, lambda: got.setdefault("w", sk.load(ck, mesh, P("x"))["w"]))
                     assert np.array_equal(np.asarray(got["w"].local), block), "load: wrong values"
                     if where == "disk":

@@ -317,7 +317,7 @@ TEST(Checkpoint, ErrorsNameWhatIsWrong) {
     expect_error<InvalidArgument>([&] { ck::load(root, line, {{"params/w", P("x")}}); }, "cannot take P('x')");
   expect_error<InvalidArgument>([&] { ck::save(root, {{"params/w", arr}}, {.step = 3, .sync = false}); },
                                 "step 3 already exists");
-  for (const std::string bad : {"", "a//b", "__x", "a/..", "a/zarr.json"})
+  for (const std::string bad : {"", "a//b", "__x", "a/..", "a/...", "a/zarr.json"})
     expect_error<InvalidArgument>([&] { ck::save(root, {{bad, arr}}, {.sync = false}); }, "save: ");
   expect_error<InvalidArgument>([&] { ck::save(root, {{"a", arr}, {"a", arr}}, {.sync = false}); }, "appears twice");
   expect_error<InvalidArgument>([&] { ck::save(root, {{"a", arr}, {"a/b", arr}}, {.sync = false}); },
@@ -413,6 +413,69 @@ TEST(Checkpoint, ABackgroundSaveCommitsAtWaitFromItsOwnCopy) {
       EXPECT_NE(name.path().filename().string().rfind(".tmp-", 0), 0u) << name.path() << " was left behind";
     }
   }
+}
+
+// A rank whose staging fails in a background save: save() returns on every rank (none waits in an agreement the
+// others are not in), every rank raises at wait() naming it, with the failure's own class and backend, and the
+// communicator goes on working.
+TEST(Checkpoint, ABackgroundSaveWhoseStagingFailsRaisesAtWaitOnEveryRank) {
+  auto world = Communicator::world();
+  const int n = world->size();
+  const SharedTmpDir root;
+  const Mesh line = Mesh::line("x", world);
+  const Shape shape{2 * n, 3};
+  const auto arr = from_local(test_block(shape, DType::kFloat32, NamedSharding(line, P("x")), world->rank()), shape,
+                              NamedSharding(line, P("x")));
+  const int victim = n - 1;
+  ::setenv("SHARDKIT_CHECKPOINT_TEST_FAIL", ("stage:" + std::to_string(victim)).c_str(), 1);
+  auto h = ck::save(root, {{"w", arr}}, {.sync = false, .blocking = false});
+  ::unsetenv("SHARDKIT_CHECKPOINT_TEST_FAIL");
+  world->barrier().wait();  // the next collective meets the others' barrier, not an agreement
+  try {
+    h.wait();
+    ADD_FAILURE() << "no error";
+  } catch (const BackendError& e) {
+    EXPECT_EQ(e.backend(), "filesystem") << e.what();
+    EXPECT_NE(std::string(e.what()).find("injected failure at 'stage'"), std::string::npos) << e.what();
+    if (world->rank() != victim) {
+      EXPECT_NE(std::string(e.what()).find("on rank " + std::to_string(victim)), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(ck::steps(root).empty());
+  // keep_last never removes the step just saved, even one numbered below the others.
+  for (std::int64_t step : {5, 6, 7}) ck::save(root, {{"w", arr}}, {.step = step, .sync = false});
+  ck::save(root, {{"w", arr}}, {.step = 3, .keep_last = 2, .sync = false});
+  EXPECT_EQ(ck::steps(root), (std::vector<std::int64_t>{3, 7}));
+}
+
+// The copies of a block share its writing on a 2-d mesh too (blocks replicated along x, chunks cut along rows), and
+// a dimension with no divisor near the inner-chunk target is read whole rather than element by element.
+TEST(Checkpoint, ReplicasOnA2dMeshShareTheWritingAndPrimeLengthsKeepWholeInnerChunks) {
+  auto world = Communicator::world();
+  const int n = world->size();
+  const SharedTmpDir root;
+  if (n == 4) {
+    const Mesh grid({2, 2}, {"x", "y"}, world);
+    const Shape shape{4, 4};
+    const NamedSharding cols(grid, P(kNone, "y"));
+    const auto h = ck::save(root, {{"c", from_local(test_block(shape, DType::kInt32, cols, grid.rank()), shape, cols)}},
+                            {.sync = false});
+    for (auto b : written_by(h, *world)) EXPECT_GT(b, 0) << "a replica wrote nothing";
+  }
+  const Shape prime{1009};
+  const NamedSharding whole(Mesh::line("x", world), P());
+  const auto h = ck::save(root, {{"p", from_local(test_global(prime, DType::kFloat32), prime, whole)}},
+                          {.chunk_bytes = 1024, .sync = false});
+  for (const auto& a : ck::inspect(root, h.step()).arrays)
+    if (a.key == "p") {
+      // 1009 (one rank: a prime), 505 = 5 x 101, 337 (prime), 253 = 11 x 23 elements per chunk; target 256.
+      const std::int64_t inner = a.inner_chunk_shape[0], chunk = a.chunk_shape[0];
+      EXPECT_TRUE(inner == chunk || inner * 16 >= 256) << "inner chunks of " << inner << " of " << chunk;
+      EXPECT_LT(a.bytes, 1009u * 4u * 5u / 4u) << "crc32c and index entries outweigh the data";
+    }
+  const auto back = ck::load(root, Mesh::line("x", world), {{"p", P("x")}}, {.uneven = true});
+  EXPECT_TRUE(same_bits(back[0].local(), test_block(prime, DType::kFloat32,
+                                                    NamedSharding(Mesh::line("x", world), P("x"), true), world->rank())));
 }
 
 }  // namespace

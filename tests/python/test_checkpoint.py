@@ -144,7 +144,7 @@ def test_jax_backed_arrays_save_and_load_as_jax(sk, size, shared_dir):
     out = sk.load(shared_dir, mesh, P("x"), framework="jax", uneven=True)
     assert isinstance(out["x"].local, jax.Array) and isinstance(out["plain"], jax.Array)
     np.testing.assert_array_equal(global_of(sk, out["x"]), g)
-    like = sk.load(shared_dir, mesh, P("x"), like={"x": x, "plain": np.zeros(3)}, uneven=True)
+    like = sk.load(shared_dir, mesh, P("x"), like={"x": x, "plain": np.zeros(3, np.int32)}, uneven=True)
     assert isinstance(like["x"].local, jax.Array) and isinstance(like["plain"], np.ndarray)
 
 
@@ -214,6 +214,51 @@ def test_per_rank_state_onto_another_count_needs_a_merge(tmp_path):
     assert fewer.stdout.count("per-rank state of 3 rank(s) and this job has 2") == 2, fewer.stdout + fewer.stderr
     merged = mpirun(2, [sys.executable, str(script), root, "merge"])
     assert all(f"merged {r} [1, 11, 21]" in merged.stdout for r in range(2)), merged.stdout + merged.stderr
+
+
+def test_a_bare_array_a_cpp_style_step_and_like_checks(sk, rank, size, shared_dir):
+    from shardkit import P
+
+    mesh = sk.Mesh((size,), ("x",))
+    x = sk.distribute(values((size + 1, 2), "float64"), sk.NamedSharding(mesh, P("x"), uneven=True))
+    # A tree that is one leaf.
+    sk.save(shared_dir, x, step=0)
+    back = sk.load(shared_dir, mesh, P("x"), step=0)
+    np.testing.assert_array_equal(global_of(sk, back), values((size + 1, 2), "float64"))
+    # A step saved with no Python tree (as a C++ program saves): keys with '/' come back as saved.
+    sk._core.checkpoint_save(shared_dir, [("params/w", sk._sharding._unwrap(x))], 1, "null", "null", 0, 1 << 20, True,
+                             True, None)
+    got = sk.load(shared_dir, mesh, P("x"), step=1)
+    assert list(got) == ["params/w"]
+    np.testing.assert_array_equal(global_of(sk, got["params/w"]), values((size + 1, 2), "float64"))
+    # like= says the shape and dtype it expects: a difference names the key and both values.
+    # (the C++ key 'params/w' is the Python tree {"params": {"w": ...}})
+    with pytest.raises(sk.InvalidArgument, match=r"'params/w' was saved with shape .*; the caller expects \(7,\)"):
+        sk.load(shared_dir, mesh, P("x"), step=1, like={"params": {"w": np.zeros((7,), np.float64)}})
+    with pytest.raises(sk.InvalidArgument, match="'params/w' was saved as float64; the caller expects float32"):
+        sk.load(shared_dir, mesh, P("x"), step=1, like={"params": {"w": np.zeros((size + 1, 2), np.float32)}})
+    back = sk.load(shared_dir, mesh, P("x"), step=1, like={"params": {"w": x}})
+    np.testing.assert_array_equal(global_of(sk, back["params"]["w"]), values((size + 1, 2), "float64"))
+
+
+def test_a_failure_on_one_rank_is_raised_on_every_rank(sk, rank, size, shared_dir):
+    from shardkit import P
+
+    mesh = sk.Mesh((size,), ("x",))
+    x = sk.distribute(values((4, 2), "float32"), sk.NamedSharding(mesh, P("x"), uneven=True))
+    last = size - 1
+    # The last rank's tree has a leaf that is no array; the others' do not: every rank raises (none waits).
+    with pytest.raises(sk.InvalidArgument, match="not an array" if rank == last else f"on rank {last}"):
+        sk.save(shared_dir, {"x": x, "y": "text" if rank == last else 1.0})
+    # Its rank state is no JSON.
+    with pytest.raises(sk.InvalidArgument, match="rank_state must be JSON"):
+        sk.save(shared_dir, {"x": x}, rank_state={"f": open} if rank == last else {"ok": 1})
+    # Only some ranks pass a rank state.
+    if size > 1:
+        with pytest.raises(sk.MismatchError):
+            sk.save(shared_dir, {"x": x}, rank_state={"r": rank} if rank == 0 else None)
+    sk.mpi.barrier()  # the communicator goes on
+    assert sk.checkpoint.steps(shared_dir) == []
 
 
 def test_other_zarr_readers_open_every_array(sk, rank, size, shared_dir):
@@ -311,7 +356,7 @@ if done:  # what is committed loads exactly, whatever the last job did
     got = np.asarray(sk.process_allgather(sk.load(root, mesh, P("x"), uneven=True)["x"]))
     assert np.array_equal(got, (np.arange(40.0) + last).reshape(8, 5)), (last, got)
 sk.save(root, {"x": x}, step=step, keep_last=2)
-print("saved", step, sk.checkpoint.steps(root), flush=True)
+print(f"saved {step} {sk.checkpoint.steps(root)}\n", end="", flush=True)  # one write: ranks' lines never interleave
 """
 
 

@@ -36,6 +36,8 @@ __all__ = ["save", "load", "load_rank_state", "checkpoint_info", "latest_step", 
 # by rank, and the texts' lengths. A tree's key never has a '%' that starts no escape (_segment escapes '%' itself).
 _RANK_STATE_BYTES = "%rank_state/bytes"
 _RANK_STATE_LENGTHS = "%rank_state/lengths"
+# The key of a tree that is a single leaf (an array saved alone).
+_ROOT = "%leaf"
 
 # Python scalars are saved as 0-d arrays of these dtypes and come back as the same Python type.
 _SCALARS: dict[type, str] = {bool: "bool", int: "int64", float: "float64", complex: "complex128"}
@@ -99,8 +101,10 @@ def _flatten(tree: Any, prefix: str = "") -> tuple[list[tuple[str, Any]], Any, C
     def child_key(name: object) -> str:
         return f"{prefix}/{_segment(name)}" if prefix else _segment(name)
 
-    if _is_sharded(tree) or isinstance(tree, _Slot):
-        return [(prefix, tree)], {"leaf": prefix}, lambda v: v[0]
+    if isinstance(tree, _Slot):  # a saved key, as it was saved (a C++ program's 'params/w' included)
+        return [(tree.key, tree)], {"leaf": tree.key}, lambda v: v[0]
+    if _is_sharded(tree):
+        return [(prefix or _ROOT, tree)], {"leaf": prefix or _ROOT}, lambda v: v[0]
     node = _spec_tree._node(tree)
     if node is not None and tree is not None:
         children, rebuild, shape = node
@@ -123,7 +127,7 @@ def _flatten(tree: Any, prefix: str = "") -> tuple[list[tuple[str, Any]], Any, C
         treedef = jax.tree_util.tree_structure(tree, is_leaf=lambda x: x is not tree)
         return _joined([_flatten(c, child_key(k)) for k, c in pairs], treedef.unflatten,
                        {"pytree": type(tree).__name__, "keys": [k for k, _ in pairs]})
-    return [(prefix, tree)], {"leaf": prefix}, lambda v: v[0]
+    return [(prefix or _ROOT, tree)], {"leaf": prefix or _ROOT}, lambda v: v[0]
 
 
 def _joined(parts: list[tuple[list[tuple[str, Any]], Any, Callable[[list[Any]], Any]]],
@@ -172,23 +176,6 @@ def _leaf_value(key: str, leaf: Any) -> tuple[Any, dict[str, str]]:
     return leaf, {"kind": "array", "framework": _framework(leaf)}
 
 
-def _rank_state_entries(state: Any) -> list[tuple[str, Any]]:
-    """This rank's `state` as its row of the two arrays that hold every rank's (collective: the longest text)."""
-    try:
-        text = json.dumps(state, allow_nan=True).encode()
-    except (TypeError, ValueError) as e:
-        raise _core.InvalidArgument(f"save: rank_state must be JSON (dicts, lists, strings, numbers): {e}") from None
-    world = _core.world()
-    longest, _ = world.allreduce(np.array([len(text)], np.int64), "max")
-    width = int(np.asarray(longest)[0])
-    row = np.zeros((1, width), np.uint8)
-    row[0, :len(text)] = np.frombuffer(text, np.uint8)
-    sharding = _core.NamedSharding(_rank_line(), PartitionSpec("ranks"))
-    n = world.size
-    return [(_RANK_STATE_BYTES, _core.from_local(row, [n, width], sharding)),
-            (_RANK_STATE_LENGTHS, _core.from_local(np.array([len(text)], np.int64), [n], sharding))]
-
-
 def _rank_line() -> Mesh:
     return Mesh((_core.size(),), ("ranks",))
 
@@ -206,20 +193,36 @@ def save(path: str, tree: Any, step: int | None = None, *, blocking: bool = True
     the commit. ``metadata`` is any JSON value, returned by ``checkpoint_info``. ``rank_state`` is this rank's own
     state that is not an array (a data loader's position, an RNG's state), as JSON: each rank's is kept with the
     world's size, and ``load_rank_state`` gives it back."""
-    pairs, structure, _ = _flatten(tree)
-    entries, kinds = [], {}
-    for key, leaf in pairs:
-        value, kinds[key] = _leaf_value(key, leaf)
-        entries.append((key, value))
-    saved: dict[str, Any] = {"structure": structure, "leaves": kinds}
+    # A failure here (one rank's leaf or state the others do not share) goes into the save, whose agreement makes
+    # every rank raise it: raising here alone would leave the other ranks waiting in the save.
+    # A leaf that fails is left out (the others stay, so that the save runs on the same communicator as the other
+    # ranks').
+    entries: list[tuple[str, Any]] = []
+    tree_json, metadata_json, state_json, failure = "null", "null", None, ""
+
+    def failed(e: Exception) -> str:
+        return failure or (str(e) if isinstance(e, _core.Error) else f"{type(e).__name__}: {e}")
+
+    try:
+        pairs, structure, _ = _flatten(tree)
+        kinds = {}
+        for key, leaf in pairs:
+            try:
+                value, kinds[key] = _leaf_value(key, leaf)
+                entries.append((key, value))
+            except Exception as e:  # noqa: BLE001  (any failure of this rank's: the save raises it on every rank)
+                failure = failed(e)
+        tree_json = json.dumps({"structure": structure, "leaves": kinds})
+        metadata_json = json.dumps(metadata)
+    except Exception as e:  # noqa: BLE001
+        failure = failed(e)
     if rank_state is not None:
-        if comm is not None:
-            raise _core.InvalidArgument("save: rank_state= is kept per rank of the world; it cannot go with comm=")
-        entries += _rank_state_entries(rank_state)
-        saved["rank_state"] = {"ranks": _core.size()}
-    tree_json = json.dumps(saved)
-    return _core.checkpoint_save(str(path), entries, step, json.dumps(metadata), tree_json, keep_last, chunk_bytes,
-                                 sync, blocking, comm)
+        try:
+            state_json = json.dumps(rank_state, allow_nan=True)
+        except (TypeError, ValueError) as e:
+            state_json = "\0" + str(e)
+    return _core.checkpoint_save(str(path), entries, step, metadata_json, tree_json, keep_last, chunk_bytes,
+                                 sync, blocking, comm, state_json, failure)
 
 
 def _axes_of(spec: PartitionSpec) -> set[str]:
@@ -255,6 +258,16 @@ def _specs_for(specs: Any, skeleton: Any, keys: list[str], infos: dict[str, dict
         return out
     slots, leaf_specs, _ = _spec_tree.flatten(specs, skeleton, "load: specs")
     return {s.key: p for s, p in zip(slots, leaf_specs) if isinstance(s, _Slot)}
+
+
+def _shape_and_dtype(leaf: Any) -> tuple[list[int], str | None] | None:
+    """The global shape and dtype name a like= leaf stands for, or None (a number, a placeholder)."""
+    if leaf is None or isinstance(leaf, _Slot) or type(leaf) in _SCALARS or not hasattr(leaf, "shape"):
+        return None
+    try:
+        return [int(d) for d in leaf.shape], np.dtype(leaf.dtype).name
+    except TypeError:
+        return [int(d) for d in leaf.shape], None
 
 
 def _template_leaf_framework(leaf: Any, default: str) -> str:
@@ -301,10 +314,12 @@ def load(path: str, mesh: Mesh, specs: Any = None, step: int | None = None, *, l
     keys = [k for k, _ in pairs]
     sharded = [k for k in keys if kinds.get(k, {}).get("kind") == "sharded"]
     spec_of = _specs_for(specs, skeleton, sharded, arrays, mesh)
+    # like='s arrays say the shape and dtype they expect (a difference is an error naming the key and both).
+    expected = {k: _shape_and_dtype(v) for k, v in pairs} if like is not None else {}
     targets = []
     for k in keys:
-        a = arrays[k]
-        targets.append((k, spec_of.get(k, PartitionSpec()), list(a["shape"]), None))
+        shape, dtype = expected.get(k) or (list(arrays[k]["shape"]), None)
+        targets.append((k, spec_of.get(k, PartitionSpec()), shape, dtype))
     loaded = _core.checkpoint_load(path, mesh, targets, step, uneven, device)
     values = []
     for k, x in zip(keys, loaded):
@@ -329,17 +344,16 @@ def load_rank_state(path: str, step: int | None = None, *,
         if step is None:
             raise _core.InvalidArgument(f"load_rank_state: no committed step in '{path}'")
     info = _core.checkpoint_inspect(path, step)
-    saved = json.loads(info["tree_json"]) if info["tree_json"] != "null" else {}
-    if "rank_state" not in (saved or {}):
+    shapes = {a["key"]: a["shape"] for a in info["arrays"]}
+    if _RANK_STATE_BYTES not in shapes:
         raise _core.InvalidArgument(f"load_rank_state: step {step} of '{path}' holds no per-rank state "
                                     "(save it with rank_state=)")
-    ranks, size = int(saved["rank_state"]["ranks"]), _core.size()
+    (ranks, width), size = shapes[_RANK_STATE_BYTES], _core.size()
     if ranks != size and merge is None:
         raise _core.InvalidArgument(
             f"load_rank_state: step {step} of '{path}' holds the per-rank state of {ranks} rank(s) and this job has "
             f"{size}: pass merge=(states, rank, size) -> state to say what each rank gets (none is dropped)")
     spec = PartitionSpec("ranks") if ranks == size else PartitionSpec()
-    width = [a["shape"][1] for a in info["arrays"] if a["key"] == _RANK_STATE_BYTES][0]
     data, lengths = _core.checkpoint_load(path, _rank_line(), [(_RANK_STATE_BYTES, spec, [ranks, width], None),
                                                                (_RANK_STATE_LENGTHS, spec, [ranks], None)],
                                           step, None, "cpu")

@@ -41,6 +41,14 @@ struct SaveOptions {
   std::int64_t chunk_bytes = std::int64_t{4} << 20;
   /// fsync every file and directory before the commit (turn off only for scratch data).
   bool sync = true;
+  /// This rank's own state that is not an array (a data loader's position, an RNG's state) as one JSON value, kept
+  /// per rank with the saving communicator's size; every rank passes one or none does. Stored as the arrays
+  /// "%rank_state/bytes" (a row per rank: its UTF-8 text, zero-padded) and "%rank_state/lengths" (the texts' lengths),
+  /// which the Python package's load_rank_state reads.
+  std::optional<std::string> rank_state_json;
+  /// A failure this rank met preparing its entries (a binding's conversion of a leaf, say): the save still takes
+  /// part in the agreement, which makes every rank raise it (InvalidArgument) instead of leaving the others waiting.
+  std::string caller_failure;
   /// false: save() returns once this rank's blocks are staged (copied to host memory the caller may then
   /// overwrite); a background thread, which makes no collective call, writes the files, and the commit runs at
   /// SaveHandle::wait(), at the next save() or at wait_for_saves(). At most one save is in flight.
@@ -61,7 +69,8 @@ class SaveHandle {
   const std::string& path() const;
   /// Bytes this rank wrote (its chunk files); known once the save is done.
   std::uint64_t bytes_written() const;
-  /// True once the save has committed or failed.
+  /// True once a wait() has finished the save (committed or failed): a background save commits only in a wait(), the
+  /// next save() or wait_for_saves().
   bool done() const;
   /// Finishes the save: waits for this rank's writes, agrees with the other ranks that every rank's succeeded, and
   /// (rank 0) commits. Collective over the saving communicator while the save is in flight; returns at once after.
