@@ -140,11 +140,12 @@ def test_jax_backed_arrays_save_and_load_as_jax(sk, size, shared_dir):
     g = values((5, 3), "float32")
     x = sk.distribute(jax.numpy.asarray(g), s)
     assert x.framework == "jax"
-    sk.save(shared_dir, {"x": x, "plain": jax.numpy.arange(3)})
+    plain = jax.numpy.arange(3)  # int32, or int64 where another test of the process turned on jax_enable_x64
+    sk.save(shared_dir, {"x": x, "plain": plain})
     out = sk.load(shared_dir, mesh, P("x"), framework="jax", uneven=True)
     assert isinstance(out["x"].local, jax.Array) and isinstance(out["plain"], jax.Array)
     np.testing.assert_array_equal(global_of(sk, out["x"]), g)
-    like = sk.load(shared_dir, mesh, P("x"), like={"x": x, "plain": np.zeros(3, np.int32)}, uneven=True)
+    like = sk.load(shared_dir, mesh, P("x"), like={"x": x, "plain": np.zeros(3, plain.dtype)}, uneven=True)
     assert isinstance(like["x"].local, jax.Array) and isinstance(like["plain"], np.ndarray)
 
 
