@@ -171,7 +171,8 @@ if [ "$tsan" = 1 ]; then
   build_dir="${SHARDKIT_TSAN_BUILD_DIR:-$SHARDKIT_ROOT/build-tsan}"
   cmake -S "$SHARDKIT_ROOT" -B "$build_dir" "${SANITIZE_BUILD[@]}" -DSHARDKIT_TSAN=ON -DSHARDKIT_CUDA=OFF \
         -DSHARDKIT_NCCL=OFF -DSHARDKIT_PYTHON=OFF -DSHARDKIT_TESTS=ON -DSHARDKIT_EXAMPLES=OFF
-  cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target collectives_tests collectives_timeout sanitizer_race_canary
+  cmake --build "$build_dir" -j "$SHARDKIT_JOBS" --target collectives_tests collectives_timeout sanitizer_race_canary \
+        checkpoint_tests
   shardkit_mpirun_setup
   tsan_supp="$SHARDKIT_ROOT/tests/sanitizers/tsan_mpi.supp"
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$tsan_supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
@@ -182,6 +183,9 @@ if [ "$tsan" = 1 ]; then
       ctest --test-dir "$build_dir" -j "$SHARDKIT_CTEST_JOBS" --output-on-failure -R '^collectives\.np[234]$'
     ctest --test-dir "$build_dir" -j "$SHARDKIT_CTEST_JOBS" --output-on-failure \
       -R '^collectives_timeout_(checked|unchecked|shm.*)\.np[24]$'
+    # Checkpoints' background writer and remover threads against the callers'.
+    GTEST_FILTER='Checkpoint.OnlyCommitted*:Checkpoint.TheBackgroundWriter*:Checkpoint.ABackgroundSave*' \
+      ctest --test-dir "$build_dir" -j "$SHARDKIT_CTEST_JOBS" --output-on-failure -R '^checkpoint\.np[24]$'
   else
     ctest --test-dir "$build_dir" -j "$SHARDKIT_CTEST_JOBS" --output-on-failure "${ctest_args[@]}"
   fi

@@ -15,21 +15,16 @@
 
 namespace shardkit::checkpoint::detail {
 
-/// A chunk file ready to write: pieces pointing into the caller's block where an inner chunk is one contiguous run of
-/// it, into staging otherwise (an inner chunk padded at the array's edge, or cut across the block's rows).
-struct EncodedChunk {
-  std::vector<iovec> pieces;
+/// What write_chunk_file wrote.
+struct WrittenChunk {
   std::uint64_t size = 0;
   std::uint32_t crc32c = 0;  ///< of the whole file
-  std::vector<std::unique_ptr<char[]>> staging;
-  std::vector<std::uint32_t> crcs;
-  std::vector<std::uint64_t> index;
 };
 
-/// Encodes chunk file `cell` of `layout` from a C-contiguous host buffer holding global box `block_box` (which must
-/// contain the chunk's box).
-EncodedChunk encode_chunk(const Layout& layout, const std::vector<std::int64_t>& cell, const void* block,
-                          const Box& block_box);
+/// Writes chunk file `cell` of `layout` as the new file `path` (fsynced with `sync`) from a C-contiguous host buffer
+/// holding global box `block_box` (which must contain the chunk's box), reading the buffer once.
+WrittenChunk write_chunk_file(const std::string& path, const Layout& layout, const std::vector<std::int64_t>& cell,
+                              const void* block, const Box& block_box, bool sync);
 
 /// A chunk file opened to read: its index, checked.
 class ChunkReader {

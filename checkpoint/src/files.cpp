@@ -44,35 +44,26 @@ void make_dirs(const std::string& path) {
   }
 }
 
-namespace {
-
-Fd open_new(const std::string& path) {
+NewFile::NewFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) raise_errno("cannot create", path, errno);
-  return Fd(fd, path);
+  fd_ = Fd(fd, path);
 }
 
-void finish(Fd& f, bool sync) {
-  if (sync && ::fsync(f.get()) != 0) raise_errno("cannot sync", f.path(), errno);
-  f = Fd();
-}
-
-}  // namespace
-
-void write_new_file(const std::string& path, const std::vector<iovec>& pieces, bool sync) {
-  Fd f = open_new(path);
-  std::vector<iovec> rest(pieces.begin(), pieces.end());
-  rest.erase(std::remove_if(rest.begin(), rest.end(), [](const iovec& v) { return v.iov_len == 0; }), rest.end());
+void NewFile::append(const std::vector<iovec>& pieces) {
+  std::vector<iovec> rest;
+  rest.reserve(pieces.size());
+  for (const auto& v : pieces)
+    if (v.iov_len > 0) rest.push_back(v);
   std::size_t first = 0;
-  off_t offset = 0;
   while (first < rest.size()) {
     const int n = static_cast<int>(std::min<std::size_t>(rest.size() - first, IOV_MAX));
-    const ssize_t w = ::pwritev(f.get(), rest.data() + first, n, offset);
+    const ssize_t w = ::pwritev(fd_.get(), rest.data() + first, n, static_cast<off_t>(size_));
     if (w < 0) {
       if (errno == EINTR) continue;
-      raise_errno("cannot write", path, errno);
+      raise_errno("cannot write", fd_.path(), errno);
     }
-    offset += w;
+    size_ += static_cast<std::uint64_t>(w);
     auto left = static_cast<std::size_t>(w);
     while (first < rest.size() && left >= rest[first].iov_len) left -= rest[first++].iov_len;
     if (left > 0) {
@@ -80,7 +71,17 @@ void write_new_file(const std::string& path, const std::vector<iovec>& pieces, b
       rest[first].iov_len -= left;
     }
   }
-  finish(f, sync);
+}
+
+void NewFile::finish(bool sync) {
+  if (sync && ::fsync(fd_.get()) != 0) raise_errno("cannot sync", fd_.path(), errno);
+  fd_ = Fd();
+}
+
+void write_new_file(const std::string& path, const std::vector<iovec>& pieces, bool sync) {
+  NewFile f(path);
+  f.append(pieces);
+  f.finish(sync);
 }
 
 void write_text_file(const std::string& path, const std::string& text, bool sync) {
@@ -117,8 +118,9 @@ void read_at(const Fd& fd, const std::vector<iovec>& pieces, std::uint64_t offse
       raise_errno("cannot read", fd.path(), errno);
     }
     if (r == 0)
-      throw BackendError("filesystem", 0, "file '" + fd.path() + "' ends before byte " + std::to_string(offset) +
-                                              ": it is shorter than its index says (truncated?)");
+      throw BackendError("filesystem", 0,
+                         "file '" + fd.path() + "' ends before byte " + std::to_string(offset) +
+                             ": it is shorter than its index says (truncated?)");
     offset += static_cast<std::uint64_t>(r);
     auto left = static_cast<std::size_t>(r);
     while (first < rest.size() && left >= rest[first].iov_len) left -= rest[first++].iov_len;

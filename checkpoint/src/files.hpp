@@ -32,6 +32,21 @@ class Fd {
 
 /// Creates a directory and its parents (existing ones are fine).
 void make_dirs(const std::string& path);
+/// A file being written from its start: created (it must not exist), appended to, then finished (closed, with `sync`
+/// fsynced first); dropped unfinished, it is closed as it is.
+class NewFile {
+ public:
+  explicit NewFile(const std::string& path);
+  /// Writes the pieces in order at the end of what is written, with as few calls as it can.
+  void append(const std::vector<iovec>& pieces);
+  void finish(bool sync);
+  std::uint64_t size() const noexcept { return size_; }
+
+ private:
+  Fd fd_;
+  std::uint64_t size_ = 0;
+};
+
 /// Creates `path` (which must not exist), writes the pieces in order with as few calls as it can, and with `sync`
 /// fsyncs it before closing.
 void write_new_file(const std::string& path, const std::vector<iovec>& pieces, bool sync);

@@ -8,7 +8,9 @@
 namespace shardkit::checkpoint::detail {
 namespace {
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
 
 std::int64_t product(const Shape& s) {
   std::int64_t n = 1;
@@ -30,7 +32,9 @@ Shape Layout::inner_grid() const {
   return g;
 }
 
-std::int64_t Layout::inner_count() const { return product(inner_grid()); }
+std::int64_t Layout::inner_count() const {
+  return product(inner_grid());
+}
 
 std::uint64_t Layout::inner_bytes() const {
   return static_cast<std::uint64_t>(product(inner)) * dtype_size(dtype);
@@ -101,9 +105,14 @@ Shape inner_chunk_shape(const Shape& chunk, std::size_t itemsize, std::int64_t t
     if ((chunk[d] / k) * suffix <= target) best = std::max(best, chunk[d] / k);
   }
   // A dimension with no divisor near the target (a prime, twice a prime) would make inner chunks of a few elements,
-  // each with its crc32c and index entry (a file several times its data, a read per element): take the whole
-  // dimension instead while that stays within 256 times the target (1 GiB at the default 4 MiB).
-  if (best * suffix * 16 < target && chunk[d] * suffix <= 256 * target) best = chunk[d];
+  // each with its crc32c and index entry (20 bytes: a file several times its data): take the whole dimension instead
+  // while that stays within 256 times the target (1 GiB at the default 4 MiB). Inner chunks of 4 KiB or more stay
+  // small (the overhead is at most 0.5%, and a reader reads runs of them with one call): a whole dimension there
+  // would make a reader whose block meets a part of it read all of it.
+  constexpr std::int64_t kSmallInnerBytes = 4096;
+  if (best * suffix * 16 < target && best * suffix * static_cast<std::int64_t>(itemsize) < kSmallInnerBytes &&
+      chunk[d] * suffix <= 256 * target)
+    best = chunk[d];
   inner[d] = best;
   return inner;
 }

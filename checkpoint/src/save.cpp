@@ -3,6 +3,10 @@
 // collective call), then at wait() agree that every rank did, and rank 0 writes the metadata (the manifest last) and
 // renames the directory into place.
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -17,6 +21,7 @@
 #include "agree.hpp"
 #include "chunk_file.hpp"
 #include "files.hpp"
+#include "janitor.hpp"
 #include "metadata.hpp"
 #include "shardkit/checkpoint/checkpoint.hpp"
 #include "shardkit/core/crc32c.hpp"
@@ -45,7 +50,8 @@ bool hook_set(const char* variable, const char* stage, int rank) {
 void kill_point(const char* stage, int rank) {
   if (hook_set("SHARDKIT_CHECKPOINT_TEST_KILL", stage, rank)) std::raise(SIGKILL);
   if (hook_set("SHARDKIT_CHECKPOINT_TEST_FAIL", stage, rank))
-    throw BackendError("filesystem", 0, std::string("injected failure at '") + stage + "' (SHARDKIT_CHECKPOINT_TEST_FAIL)");
+    throw BackendError("filesystem", 0,
+                       std::string("injected failure at '") + stage + "' (SHARDKIT_CHECKPOINT_TEST_FAIL)");
 }
 
 // Where a step keeps the per-rank state (SaveOptions::rank_state_json); '%' starts no escape the Python package
@@ -59,8 +65,8 @@ void check_key(const std::string& key) {
   while (true) {
     const auto slash = key.find('/', start);
     const std::string seg = key.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    if (seg.empty() || seg.find_first_not_of('.') == std::string::npos || seg.rfind("__", 0) == 0 ||
-        seg == kZarrJson || seg.find('\0') != std::string::npos)
+    if (seg.empty() || seg.find_first_not_of('.') == std::string::npos || seg.rfind("__", 0) == 0 || seg == kZarrJson ||
+        seg.find('\0') != std::string::npos)
       throw InvalidArgument("save: key '" + key + "' has a segment '" + seg +
                             "' Zarr cannot name (empty, periods only, starting with '__', or a metadata file's name)");
     if (slash == std::string::npos) break;
@@ -76,8 +82,8 @@ namespace detail {
 // host copy of its block they come from.
 struct Plan {
   ArrayMeta meta;
-  const Entry* entry = nullptr;               // the caller's, until staged
-  const ShardedArray* sharded = nullptr;      // likewise
+  const Entry* entry = nullptr;           // the caller's, until staged
+  const ShardedArray* sharded = nullptr;  // likewise
   std::vector<std::vector<std::int64_t>> mine;
   Array host;
   Box block_box;
@@ -187,7 +193,8 @@ std::vector<Plan> plan(const std::vector<Entry>& entries, const Communicator& co
       const std::vector<int> h = holders(p, cell, comm.size());
       SHARDKIT_ASSERT(!h.empty(), "no rank holds a chunk of '", p.meta.key, "'");
       const std::int64_t turn = turns[h]++;
-      if (h[static_cast<std::size_t>(turn % static_cast<std::int64_t>(h.size()))] == comm.rank()) p.mine.push_back(cell);
+      if (h[static_cast<std::size_t>(turn % static_cast<std::int64_t>(h.size()))] == comm.rank())
+        p.mine.push_back(cell);
     });
     plans.push_back(std::move(p));
   }
@@ -212,7 +219,8 @@ void stage(Plan& p, int rank, bool copy) {
     p.host = src.to(Device::cpu()).contiguous();
   else
     p.host = copy ? src.clone().contiguous() : src.contiguous();
-  p.block_box = p.sharded != nullptr ? p.sharded->sharding().index(p.meta.layout.shape, rank) : whole(p.meta.layout.shape);
+  p.block_box =
+      p.sharded != nullptr ? p.sharded->sharding().index(p.meta.layout.shape, rank) : whole(p.meta.layout.shape);
   p.entry = nullptr;
   p.sharded = nullptr;
 }
@@ -223,19 +231,23 @@ void write_files(detail::PendingSave& s) {
     // Rank 0 made the directory: a rank that does not see it writes to another file system than rank 0's.
     if (!s.plans.empty() && !exists(s.tmp))
       throw BackendError("filesystem", ENOENT,
-                         "save: the step's temporary directory '" + s.tmp + "', made by rank 0, is not visible here: "
-                         "the checkpoint's root must be on a file system every rank shares");
+                         "save: the step's temporary directory '" + s.tmp +
+                             "', made by rank 0, is not visible here: "
+                             "the checkpoint's root must be on a file system every rank shares");
     for (const auto& p : s.plans) {
       for (const auto& cell : p.mine) {
-        const EncodedChunk enc = encode_chunk(p.meta.layout, cell, p.host.data(), p.block_box);
         const std::string rel = p.meta.key + "/" + chunk_key(cell);
         const std::string path = s.tmp + "/" + rel;
         make_dirs(path.substr(0, path.rfind('/')));
-        write_new_file(path, enc.pieces, s.options.sync);
-        s.records.push_back({rel, enc.size, enc.crc32c});
-        s.bytes += enc.size;
+        const WrittenChunk w = write_chunk_file(path, p.meta.layout, cell, p.host.data(), p.block_box, s.options.sync);
+        s.records.push_back({rel, w.size, w.crc32c});
+        s.bytes += w.size;
         if (s.kill_at_write) std::raise(SIGKILL);
-        if (s.fail_at_write) throw BackendError("filesystem", 0, "injected failure at 'write' (SHARDKIT_CHECKPOINT_TEST_FAIL)");
+        if (s.fail_at_write)  // names the thread's priority, which the tests of writer_nice check
+          throw BackendError("filesystem", 0,
+                             "injected failure at 'write' (SHARDKIT_CHECKPOINT_TEST_FAIL; the writing thread's nice "
+                             "value: " +
+                                 std::to_string(::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()))) + ")");
       }
     }
   } catch (const std::exception& e) {
@@ -247,8 +259,8 @@ void write_files(detail::PendingSave& s) {
 // rows' width), planned like the caller's arrays.
 void add_rank_state(detail::PendingSave& s, const std::string& json) {
   Communicator& comm = *s.comm;
-  Result widest = comm.allreduce(Array::from_values<std::int64_t>({static_cast<std::int64_t>(json.size())}),
-                                 ReduceOp::kMax);
+  Result widest =
+      comm.allreduce(Array::from_values<std::int64_t>({static_cast<std::int64_t>(json.size())}), ReduceOp::kMax);
   widest.token.wait();
   const std::int64_t width = widest.value.to_vector<std::int64_t>()[0];
   const std::int64_t n = comm.size();
@@ -257,17 +269,17 @@ void add_rank_state(detail::PendingSave& s, const std::string& json) {
   const NamedSharding by_rank(Mesh::line("ranks", s.comm), P("ranks"));
   s.rank_state.reserve(2);
   s.rank_state.push_back({std::string(kRankStateBytes), from_local(row, {n, width}, by_rank)});
-  s.rank_state.push_back({std::string(kRankStateLengths),
-                          from_local(Array::from_values<std::int64_t>({static_cast<std::int64_t>(json.size())}), {n},
-                                     by_rank)});
+  s.rank_state.push_back(
+      {std::string(kRankStateLengths),
+       from_local(Array::from_values<std::int64_t>({static_cast<std::int64_t>(json.size())}), {n}, by_rank)});
   for (auto& p : plan(s.rank_state, comm, s.options.chunk_bytes)) s.plans.push_back(std::move(p));
 }
 
 std::string meta_text(const std::vector<Plan>& plans, const SaveOptions& o) {
   std::string s = "step=" + (o.step ? std::to_string(*o.step) : std::string("auto")) +
                   " keep_last=" + std::to_string(o.keep_last) + " blocking=" + std::to_string(o.blocking) +
-                  " rank_state=" + std::to_string(o.rank_state_json.has_value()) +
-                  " metadata=" + o.metadata_json + " tree=" + o.tree_json + "\n";
+                  " rank_state=" + std::to_string(o.rank_state_json.has_value()) + " metadata=" + o.metadata_json +
+                  " tree=" + o.tree_json + "\n";
   for (const auto& p : plans) s += array_json(p.meta);
   return s;
 }
@@ -306,17 +318,22 @@ void commit(const std::vector<Plan>& plans, const SaveOptions& o, const std::str
       std::vector<std::int64_t> all = steps(root);
       std::erase(all, step);
       int keep = o.keep_last - 1;
+      std::random_device rd;
       while (static_cast<int>(all.size()) > std::max(keep, 0)) {
-        const std::string doomed = root + "/" + kTmpPrefix + "delete-" + std::to_string(all.front());
+        // Renamed out of the steps' names here (readers stop seeing it), removed in the background.
+        const std::string doomed =
+            root + "/" + kTmpPrefix + "delete-" + std::to_string(all.front()) + "-" + std::to_string(rd());
         rename_path(step_path(root, all.front()), doomed);
         if (o.sync) sync_dir(root);
         kill_point("cleanup", rank);
-        remove_tree(doomed);
+        remove_later(doomed);
         all.erase(all.begin());
       }
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "shardkit: checkpoint: step %lld is committed, but removing older steps (keep_last=%d) "
-                   "failed: %s\n", static_cast<long long>(step), o.keep_last, e.what());
+      std::fprintf(stderr,
+                   "shardkit: checkpoint: step %lld is committed, but removing older steps (keep_last=%d) "
+                   "failed: %s\n",
+                   static_cast<long long>(step), o.keep_last, e.what());
     }
   }
 }
@@ -332,8 +349,8 @@ void finish(detail::PendingSave& s) {
   } catch (...) {
     if (rank == 0) {
       try {
-        remove_tree(s.tmp);
-      } catch (...) {
+        remove_later(s.tmp);
+      } catch (...) {  // the next save finds it
       }
     }
     throw;
@@ -405,7 +422,9 @@ void SaveHandle::wait() {
   if (error) std::rethrow_exception(error);
 }
 
-void wait_for_saves() {
+namespace {
+
+void finish_in_flight() {
   std::shared_ptr<detail::PendingSave> s;
   {
     std::lock_guard<std::mutex> lock(g_in_flight_mu);
@@ -414,9 +433,16 @@ void wait_for_saves() {
   if (s) SaveHandle(s).wait();
 }
 
+}  // namespace
+
+void wait_for_saves() {
+  finish_in_flight();
+  drain_removals();
+}
+
 SaveHandle save(const std::string& root, const std::vector<Entry>& entries, const SaveOptions& options) {
-  // At most one save in flight: the one before commits (or raises) first.
-  wait_for_saves();
+  // At most one save in flight: the one before commits (or raises) first (the removals it queued go on).
+  finish_in_flight();
   auto state = std::make_shared<detail::PendingSave>();
   state->comm = saving_comm(entries, options);
   state->options = options;
@@ -464,7 +490,7 @@ SaveHandle save(const std::string& root, const std::vector<Entry>& entries, cons
       if (exists(step_path(root, step)))
         throw InvalidArgument("save: step " + std::to_string(step) + " already exists in '" + root + "'");
       for (const auto& name : list_dir(root))
-        if (name.rfind(kTmpPrefix, 0) == 0) remove_tree(root + "/" + name);
+        if (name.rfind(kTmpPrefix, 0) == 0) remove_later(root + "/" + name);
       std::random_device rd;
       const std::uint64_t nonce = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
       const std::string tmp = root + "/" + kTmpPrefix + "step_" + std::to_string(step) + "-" + std::to_string(nonce);
@@ -497,7 +523,17 @@ SaveHandle save(const std::string& root, const std::vector<Entry>& entries, cons
   // the other ranks have returned, and their next collective would meet this rank's agreement instead).
   if (state->write_failure.empty()) {
     detail::PendingSave* raw = state.get();
-    state->writer = std::thread([raw] { write_files(*raw); });
+    state->writer = std::thread([raw, nice = options.writer_nice] {
+      if (nice > 0) {
+        // Below the caller's priority, so that a busy caller (a training loop) keeps its cores; set on this thread
+        // alone. Where the system refuses, the writer runs at the caller's priority.
+        const auto tid = static_cast<id_t>(::gettid());
+        errno = 0;
+        const int now = ::getpriority(PRIO_PROCESS, tid);
+        if (errno == 0) (void)::setpriority(PRIO_PROCESS, tid, std::min(19, now + nice));
+      }
+      write_files(*raw);
+    });
   }
   {
     std::lock_guard<std::mutex> lock(g_in_flight_mu);

@@ -2,14 +2,21 @@
 
 For each total size (MiB of float32, one array cut by rows over every rank, uneven where it does not divide), the
 cases, alternated over repeats:
-  - save            sk.save (blocking, fsync on) of the array: Zarr v3, one chunk file per block, crc32c, manifest,
-                    rename. Baseline: every rank writes its block to a file of its own with os.pwrite and fsyncs it.
+  - save            sk.save (blocking, fsync on, keep_last=1) of the array: Zarr v3, one chunk file per block, crc32c,
+                    manifest, rename. Baseline: every rank writes its block to a file of its own with os.pwrite and
+                    fsyncs it.
   - load            sk.load onto the same sharding: each rank reads its own chunk file. Baseline: every rank preads its
                     own raw file.
-  - load_reshard    sk.load onto the transposed sharding P(None, "x"): every rank reads a part of every chunk file (as
-                    a load onto another number of ranks does). Baseline: the raw read again (the same bytes per rank).
-  - save/load on /dev/shm  the same, the checkpoint in /dev/shm. Baseline: memcpy of the block (np.copyto); the same
-                    bytes through pwrite/pread of a /dev/shm file are reported beside it (file_io_gbps_*).
+  - load_other_count  sk.load of a step saved by the first n-1 ranks (at 2 and more ranks): every rank reads the parts
+                    of the chunk files its rows meet, as a job restarted on another number of ranks does. Baseline: the
+                    same ranks pread the same rows from raw files written by the same n-1 ranks.
+  - load_transposed sk.load onto P(None, "x"): every rank needs a part of every row, so it reads every inner chunk
+                    whole (n times its block's bytes: the chunks are cut along rows). Baseline: the raw read of its own
+                    block; the ratio is bounded by 1/n by the bytes alone.
+  - save/load on /dev/shm  the same, the checkpoint in /dev/shm. Baseline: memcpy into (save) and out of (load, into a
+                    new array as a load makes) a mapping of a /dev/shm file, the fastest way to put the same bytes there.
+                    Beside it: a memcpy between two warm buffers (memcpy_ram_*, what no file system reaches: tmpfs
+                    allocates and maps each page a write touches) and pwrite/pread of a /dev/shm file (file_io_*).
   - save_async      the blocking part of sk.save(blocking=False) (staging: the copy of the block) against a plain copy
                     of the block (np.copy); the background write is then waited for, untimed.
   - train_step_during_save  a small step (a 256 x 256 float32 matmul) timed over as long as the blocking save took,
@@ -22,8 +29,15 @@ evicts every file (posix_fadvise DONTNEED) before each read. Every load is check
         [--json -]
 """
 
-import argparse
 import os
+
+# One BLAS thread per rank (as MPI jobs run): the training-like step below measures the writer's effect on a rank's
+# own core, not the ranks' BLAS threads fighting over the cores.
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse
+import mmap
 import shutil
 import statistics
 import sys
@@ -92,6 +106,50 @@ def raw_read(path, out):
         os.close(fd)
 
 
+def read_rows(paths_rows, out, rows):
+    """Preads rows [rows.start, rows.stop) of the global array into `out` from raw files, each holding the rows
+    (start, stop) of one saving rank."""
+    row_bytes = out.strides[0] if out.ndim else 0
+    view = memoryview(out).cast("B")
+    for path, (start, stop) in paths_rows:
+        lo, hi = max(start, rows.start), min(stop, rows.stop)
+        if lo >= hi:
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            dst, off, end = (lo - rows.start) * row_bytes, (lo - start) * row_bytes, (hi - rows.start) * row_bytes
+            while dst < end:
+                n = os.preadv(fd, [view[dst:end]], off)
+                if n == 0:
+                    raise RuntimeError(f"{path}: short read")
+                dst, off = dst + n, off + n
+        finally:
+            os.close(fd)
+
+
+def map_write(path, block):
+    """memcpy of the block into a new file's mapping (the fastest way to put it in a memory file system)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, block.nbytes)
+        with mmap.mmap(fd, block.nbytes) as m:
+            np.frombuffer(m, np.uint8)[:] = block.reshape(-1).view(np.uint8)
+    finally:
+        os.close(fd)
+
+
+def map_read(path, like):
+    """memcpy of a file's mapping into a new array."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with mmap.mmap(fd, like.nbytes, prot=mmap.PROT_READ) as m:
+            out = np.empty_like(like)
+            out.reshape(-1).view(np.uint8)[:] = np.frombuffer(m, np.uint8)
+            return out
+    finally:
+        os.close(fd)
+
+
 STEP = np.ones((256, 256), np.float32)
 
 
@@ -140,10 +198,29 @@ def main():
             block = np.ascontiguousarray(x.local)
             want_cols = sk.distribute(full if rank == 0 else None, sk.NamedSharding(mesh, cols_sharding, uneven=True))
             want_cols_local = np.asarray(want_cols.local)
+            my_rows = slice(*rows_sharding.devices_indices_map((rows, COLS))[rank][0].indices(rows)[:2])
+            # The step another count saved: the first n-1 ranks, and their rows as raw files for the baseline.
+            other = os.path.join(base, f"other{mib}")
+            other_raw: list[tuple[str, tuple[int, int]]] = []
+            mine = slice(0, 0)
+            if size > 1:
+                savers_comm = comm.Split(0 if rank < size - 1 else 1, rank)
+                if rank < size - 1:
+                    savers = sk.NamedSharding(sk.Mesh((size - 1,), ("x",), comm=savers_comm), P("x"), uneven=True)
+                    y = sk.distribute(full if rank == 0 else None, savers)
+                    sk.save(other, {"w": y}, step=0)
+                    mine = slice(*savers.devices_indices_map((rows, COLS))[rank][0].indices(rows)[:2])
+                    raw_write(os.path.join(base, f"raw_other{mib}-{rank}"), np.ascontiguousarray(y.local))
+                    del y
+                savers_comm.Free()
+                for k in range(size - 1):
+                    start_stop = comm.bcast((mine.start, mine.stop) if rank == k else None, root=k)
+                    other_raw.append((os.path.join(base, f"raw_other{mib}-{k}"), start_stop))
             del full
             spare = np.empty_like(block)
-            names = ("save", "raw_write", "load", "raw_read", "load_reshard", "save_shm", "memcpy", "load_shm",
-                     "save_async", "copy", "raw_write_shm", "raw_read_shm", "step_alone", "step_during")
+            names = ("save", "raw_write", "load", "raw_read", "load_other_count", "raw_read_other", "load_transposed",
+                     "save_shm", "map_write", "load_shm", "map_read", "memcpy", "save_async", "copy", "raw_write_shm",
+                     "raw_read_shm", "step_alone", "step_during")
             cases: dict[str, list[float]] = {k: [] for k in names}
             for rep in range(args.repeats):
                 for where, root_dir in (("disk", base), ("shm", shm_base)):
@@ -157,6 +234,7 @@ def main():
                         cases["raw_write"].append(timed(comm, lambda: raw_write(raw, block)))
                     else:
                         cases["save_shm"].append(t_save)
+                        cases["map_write"].append(timed(comm, lambda: map_write(raw, block)))
                         cases["memcpy"].append(timed(comm, lambda: np.copyto(spare, block)))
                         cases["raw_write_shm"].append(timed(comm, lambda: raw_write(raw, block)))
                     comm.Barrier()
@@ -176,11 +254,25 @@ def main():
                         if args.cold:
                             evict(files_under(ck))
                         got.clear()
-                        cases["load_reshard"].append(
+                        cases["load_transposed"].append(
                             timed(comm, lambda: got.setdefault("w", sk.load(ck, mesh, cols_sharding)["w"])))
-                        assert np.array_equal(np.asarray(got["w"].local), want_cols_local), "load_reshard: wrong"
+                        assert np.array_equal(np.asarray(got["w"].local), want_cols_local), "load_transposed: wrong"
+                        if other_raw:
+                            comm.Barrier()
+                            if args.cold:
+                                evict(files_under(other) + [p for p, _ in other_raw])
+                            got.clear()
+                            cases["load_other_count"].append(
+                                timed(comm, lambda: got.setdefault("w", sk.load(other, mesh, P("x"))["w"])))
+                            assert np.array_equal(np.asarray(got["w"].local), block), "load_other_count: wrong"
+                            spare[...] = 0
+                            cases["raw_read_other"].append(timed(comm, lambda: read_rows(other_raw, spare, my_rows)))
+                            assert np.array_equal(spare, block), "raw read of other rows: wrong values"
                     else:
                         cases["load_shm"].append(t_load)
+                        mapped: list[np.ndarray] = []
+                        cases["map_read"].append(timed(comm, lambda: mapped.append(map_read(raw, block))))
+                        assert np.array_equal(mapped.pop(), block), "map read: wrong values"
                         cases["raw_read_shm"].append(timed(comm, lambda: raw_read(raw, spare)))
                     if os.path.exists(raw):
                         os.unlink(raw)
@@ -201,9 +293,10 @@ def main():
                 h.wait()
             pairs = [("save", "disk", "save", "raw_write", "pwrite+fsync", None),
                      ("load", "disk", "load", "raw_read", "pread", None),
-                     ("load_reshard", "disk", "load_reshard", "raw_read", "pread", None),
-                     ("save", "shm", "save_shm", "memcpy", "memcpy", "raw_write_shm"),
-                     ("load", "shm", "load_shm", "memcpy", "memcpy", "raw_read_shm"),
+                     ("load_other_count", "disk", "load_other_count", "raw_read_other", "pread", None),
+                     ("load_transposed", "disk", "load_transposed", "raw_read", "pread", None),
+                     ("save", "shm", "save_shm", "map_write", "mmap+memcpy", "raw_write_shm"),
+                     ("load", "shm", "load_shm", "map_read", "mmap+memcpy", "raw_read_shm"),
                      ("save_async_blocking", "disk", "save_async", "copy", "copy", None)]
             for op, fs, ours, theirs, baseline, file_io in pairs:
                 if not cases[ours]:
@@ -215,9 +308,11 @@ def main():
                                 "raw_gbps_median": raw_med, "raw_gbps_min": raw_lo, "ratio_median": med / raw_med,
                                 "shardkit_s_median": statistics.median(cases[ours]),
                                 "raw_s_median": statistics.median(cases[theirs])})
-                if file_io and cases[file_io]:  # the same bytes by plain file I/O on /dev/shm: where the time goes
+                if file_io and cases[file_io]:  # the same bytes by plain file I/O on /dev/shm, and between buffers
                     med, lo = summary(cases[file_io], nbytes)
-                    results[-1].update(file_io_gbps_median=med, file_io_gbps_min=lo)
+                    ram_med, ram_lo = summary(cases["memcpy"], nbytes)
+                    results[-1].update(file_io_gbps_median=med, file_io_gbps_min=lo, memcpy_ram_gbps_median=ram_med,
+                                       memcpy_ram_gbps_min=ram_lo)
             alone, during = statistics.median(cases["step_alone"]), statistics.median(cases["step_during"])
             results.append({"op": "train_step_during_save", "fs": "disk", "ranks": size, "bytes": nbytes,
                             "repeats": args.repeats, "step_ms_alone_median": alone * 1e3,
@@ -242,7 +337,8 @@ def main():
                   f"shardkit {r['shardkit_gbps_median']:6.2f} / {r['shardkit_gbps_min']:6.2f}  "
                   f"{r['baseline']:12s} {r['raw_gbps_median']:6.2f} / {r['raw_gbps_min']:6.2f}  "
                   f"ratio {r['ratio_median']:.2f}"
-                  + (f"  (pwrite/pread {r['file_io_gbps_median']:.2f})" if "file_io_gbps_median" in r else ""),
+                  + (f"  (pwrite/pread {r['file_io_gbps_median']:.2f}, memcpy between buffers "
+                     f"{r['memcpy_ram_gbps_median']:.2f})" if "file_io_gbps_median" in r else ""),
                   file=out)
         write_json(args.json, "checkpoint", results, ranks=size, cold=args.cold)
 

@@ -3,6 +3,7 @@
 // the writing; damaged files found and named; the errors a user can act on; which steps count as committed.
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,8 +26,8 @@ struct ArrayCase {
 std::vector<ArrayCase> cases() {
   std::vector<ArrayCase> c = {{"a/even", {8, 6}, DType::kFloat32},  {"a/uneven", {7, 5}, DType::kInt16},
                               {"b/empty", {0, 3}, DType::kFloat64}, {"b/nocols", {3, 0}, DType::kInt8},
-                              {"vec", {5}, DType::kBFloat16},        {"scalar", {}, DType::kComplex128, true},
-                              {"zero_d", {}, DType::kInt64},         {"plain2d", {5, 4}, DType::kUInt32, true}};
+                              {"vec", {5}, DType::kBFloat16},       {"scalar", {}, DType::kComplex128, true},
+                              {"zero_d", {}, DType::kInt64},        {"plain2d", {5, 4}, DType::kUInt32, true}};
   for (int t = 0; t < 15; ++t) {
     const auto dt = static_cast<DType>(t);
     c.push_back({"dtypes/" + std::string(dtype_name(dt)), {6, 3}, dt});
@@ -103,8 +104,7 @@ TEST(Checkpoint, SavedOnAnyRanksLoadsOnAnyRanksBitForBit) {
               for (std::size_t j = 0; j < all.size(); ++j) {
                 const NamedSharding want(mesh, targets[j].spec, true);
                 EXPECT_EQ(loaded[j].sharding(), want) << all[j].key;
-                EXPECT_TRUE(same_bits(loaded[j].local(),
-                                      test_block(all[j].shape, all[j].dtype, want, mesh.rank())))
+                EXPECT_TRUE(same_bits(loaded[j].local(), test_block(all[j].shape, all[j].dtype, want, mesh.rank())))
                     << all[j].key << " saved at step " << step << " by " << k << " ranks, loaded on "
                     << mesh.to_string() << " with " << targets[j].spec.to_string();
               }
@@ -303,27 +303,43 @@ TEST(Checkpoint, ErrorsNameWhatIsWrong) {
   const auto arr = from_local(test_global(shape, DType::kFloat32), shape, s);
   expect_error<InvalidArgument>([&] { ck::load(root, line, {{"w", P()}}); }, "no committed step");
   ck::save(root, {{"params/w", arr}}, {.step = 3, .metadata_json = R"({"lr":0.1})", .sync = false});
-  expect_error<InvalidArgument>([&] { ck::load(root, line, {{"params/v", P()}}); },
-                                "key 'params/v' is not in step 3");
-  expect_error<InvalidArgument>([&] { ck::load(root, line, {{"params/w", P()}}, {.step = 4}); },
-                                "step 4 does not exist");
-  expect_error<InvalidArgument>([&] { ck::load(root, line, {{"params/w", P(), Shape{8, 5}}}); },
-                                "saved with shape (8, 4); the caller expects (8, 5)");
+  expect_error<InvalidArgument>([&] { ck::load(root, line, {{"params/v", P()}}); }, "key 'params/v' is not in step 3");
   expect_error<InvalidArgument>(
-      [&] { ck::load(root, line, {{"params/w", P(), std::nullopt, DType::kFloat64}}); },
+      [&] {
+        ck::load(root, line, {{"params/w", P()}}, {.step = 4});
+      },
+      "step 4 does not exist");
+  expect_error<InvalidArgument>(
+      [&] {
+        ck::load(root, line, {{"params/w", P(), Shape{8, 5}}});
+      },
+      "saved with shape (8, 4); the caller expects (8, 5)");
+  expect_error<InvalidArgument>(
+      [&] {
+        ck::load(root, line, {{"params/w", P(), std::nullopt, DType::kFloat64}});
+      },
       "saved as float32; the caller expects float64");
   expect_error<InvalidArgument>([&] { ck::load(root, line, {{"params/w", P("y")}}); }, "cannot take P('y')");
   if (n == 3)  // 8 rows on 3 ranks, saved evenly: uneven cuts are an opt-in
     expect_error<InvalidArgument>([&] { ck::load(root, line, {{"params/w", P("x")}}); }, "cannot take P('x')");
-  expect_error<InvalidArgument>([&] { ck::save(root, {{"params/w", arr}}, {.step = 3, .sync = false}); },
-                                "step 3 already exists");
+  expect_error<InvalidArgument>(
+      [&] {
+        ck::save(root, {{"params/w", arr}}, {.step = 3, .sync = false});
+      },
+      "step 3 already exists");
   for (const std::string bad : {"", "a//b", "__x", "a/..", "a/...", "a/zarr.json"})
     expect_error<InvalidArgument>([&] { ck::save(root, {{bad, arr}}, {.sync = false}); }, "save: ");
   expect_error<InvalidArgument>([&] { ck::save(root, {{"a", arr}, {"a", arr}}, {.sync = false}); }, "appears twice");
-  expect_error<InvalidArgument>([&] { ck::save(root, {{"a", arr}, {"a/b", arr}}, {.sync = false}); },
-                                "is an array and the group of 'a/b'");
-  expect_error<InvalidArgument>([&] { ck::save(root, {{"a", arr}}, {.metadata_json = "{oops", .sync = false}); },
-                                "not one JSON value");
+  expect_error<InvalidArgument>(
+      [&] {
+        ck::save(root, {{"a", arr}, {"a/b", arr}}, {.sync = false});
+      },
+      "is an array and the group of 'a/b'");
+  expect_error<InvalidArgument>(
+      [&] {
+        ck::save(root, {{"a", arr}}, {.metadata_json = "{oops", .sync = false});
+      },
+      "not one JSON value");
   if (n >= 2) {
     // Ranks disagreeing on the tree: every rank raises, and nothing is committed.
     const std::string key = world->rank() == 1 ? "other" : "a";
@@ -366,12 +382,45 @@ TEST(Checkpoint, OnlyCommittedStepsCountAndLeftoversAreCleared) {
   EXPECT_EQ(ck::latest_step(root), 1);
   EXPECT_EQ(ck::save(root, {{"a", arr}}, {.keep_last = 2, .sync = false}).step(), 2);
   EXPECT_EQ(ck::steps(root), (std::vector<std::int64_t>{1, 2}));
+  ck::wait_for_saves();  // the removals the save queued
   world->barrier().wait();
   if (world->rank() == 0) {
     for (const auto& name : {".tmp-step_2-99"}) EXPECT_FALSE(::access((root.path() + "/" + name).c_str(), F_OK) == 0);
   }
   const auto loaded = ck::load(root, line, {{"a", P()}});
   EXPECT_TRUE(same_bits(loaded[0].local(), test_global(shape, DType::kInt64)));
+}
+
+// The thread that writes a background save runs writer_nice below the caller (at most 19), a blocking save's writing
+// at the caller's priority (the test hook's failure names the writing thread's nice value).
+TEST(Checkpoint, TheBackgroundWriterRunsBelowTheCallersPriority) {
+  auto world = Communicator::world();
+  const SharedTmpDir root;
+  const Mesh line = Mesh::line("x", world);
+  const Shape shape{9, 4};
+  const NamedSharding s(line, P("x"), true);
+  const ShardedArray x = from_local(test_block(shape, DType::kFloat64, s, world->rank()), shape, s);
+  const int caller = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  const int victim = world->size() > 1 ? 1 : 0;  // a rank that holds rows
+  ::setenv("SHARDKIT_CHECKPOINT_TEST_FAIL", ("write:" + std::to_string(victim)).c_str(), 1);
+  struct Case {
+    bool blocking;
+    std::optional<int> nice;
+    int expected;
+  };
+  for (const Case& c : {Case{false, std::nullopt, 19}, Case{false, 3, std::min(19, caller + 3)}, Case{false, 0, caller},
+                        Case{true, std::nullopt, caller}}) {
+    ck::SaveOptions o{.sync = false, .blocking = c.blocking};
+    if (c.nice) o.writer_nice = *c.nice;
+    expect_error<BackendError>(
+        [&] {
+          ck::save(root, {{"w", x}}, o).wait();
+        },
+        "nice value: " + std::to_string(c.expected) + ")");
+  }
+  ::unsetenv("SHARDKIT_CHECKPOINT_TEST_FAIL");
+  EXPECT_EQ(::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid())), caller);  // the caller's own is untouched
+  EXPECT_TRUE(ck::steps(root).empty());
 }
 
 TEST(Checkpoint, ABackgroundSaveCommitsAtWaitFromItsOwnCopy) {
@@ -407,6 +456,7 @@ TEST(Checkpoint, ABackgroundSaveCommitsAtWaitFromItsOwnCopy) {
   expect_error<BackendError>([&] { bad.wait(); }, "injected failure at 'write'");
   expect_error<BackendError>([&] { bad.wait(); }, "injected failure");  // and again at every later wait()
   EXPECT_EQ(ck::steps(root), (std::vector<std::int64_t>{0, 1, 2}));
+  ck::wait_for_saves();  // the removal of the failed save's directory
   world->barrier().wait();
   if (world->rank() == 0) {
     for (const auto& name : std::filesystem::directory_iterator(root.path())) {
@@ -474,8 +524,57 @@ TEST(Checkpoint, ReplicasOnA2dMeshShareTheWritingAndPrimeLengthsKeepWholeInnerCh
       EXPECT_LT(a.bytes, 1009u * 4u * 5u / 4u) << "crc32c and index entries outweigh the data";
     }
   const auto back = ck::load(root, Mesh::line("x", world), {{"p", P("x")}}, {.uneven = true});
-  EXPECT_TRUE(same_bits(back[0].local(), test_block(prime, DType::kFloat32,
-                                                    NamedSharding(Mesh::line("x", world), P("x"), true), world->rank())));
+  EXPECT_TRUE(same_bits(
+      back[0].local(),
+      test_block(prime, DType::kFloat32, NamedSharding(Mesh::line("x", world), P("x"), true), world->rank())));
+}
+
+// A block whose rows have no divisor near the target (2 x 1031 rows of 2 KiB) keeps inner chunks of 2 rows, not one
+// of the whole block (which a reader of a part would read whole); readers read runs of them, straight into their
+// block where they land whole, through staging where they need a part of each row.
+TEST(Checkpoint, AnAwkwardBlockKeepsSmallInnerChunksReadInRuns) {
+  auto world = Communicator::world();
+  const SharedTmpDir root;
+  const Mesh line = Mesh::line("x", world);
+  const std::int64_t n = world->size();
+  const Shape shape{2 * 1031 * n, 512};
+  const NamedSharding rows(line, P("x"));
+  const auto h =
+      ck::save(root, {{"a", from_local(test_block(shape, DType::kFloat32, rows, world->rank()), shape, rows)}},
+               {.chunk_bytes = 256 << 10, .sync = false});  // a target of 128 rows
+  const ck::ArrayInfo info = ck::inspect(root, h.step()).arrays.at(0);
+  EXPECT_EQ(info.chunk_shape, (Shape{2 * 1031, 512}));
+  EXPECT_EQ(info.inner_chunk_shape, (Shape{2, 512}));
+  // Inner chunks larger than a reader's slice (1 MiB blocks, one inner chunk each): read and checked a slice at a time.
+  const Shape big{256 * n, 1024};
+  ck::save(root, {{"b", from_local(test_block(big, DType::kFloat32, rows, world->rank()), big, rows)}},
+           {.step = 1, .sync = false});
+  EXPECT_EQ(ck::inspect(root, 1).arrays.at(0).inner_chunk_shape, (Shape{256, 1024}));
+  // Loaded whole on every rank (straight into the block) and transposed (through staging).
+  for (const PartitionSpec& spec : {P(), P(kNone, "x")}) {
+    const NamedSharding target(line, spec, true);
+    const auto back = ck::load(root, line, {{"a", spec}}, {.step = 0, .uneven = true});
+    EXPECT_TRUE(same_bits(back[0].local(), test_block(shape, DType::kFloat32, target, world->rank())))
+        << spec.to_string();
+    const auto back_big = ck::load(root, line, {{"b", spec}}, {.step = 1, .uneven = true});
+    EXPECT_TRUE(same_bits(back_big[0].local(), test_block(big, DType::kFloat32, target, world->rank())))
+        << spec.to_string();
+  }
+  // A flipped byte in the third slice of a large inner chunk, and in the last small one of a run.
+  world->barrier().wait();
+  if (world->rank() == 0) {
+    flip_byte(root.path() + "/step_1/b/c/0/0", (600 << 10) + 3, false);
+    flip_byte(root.path() + "/step_0/a/c/0/0", 4 + 16 * 1031 + 4 + 1, true);  // past the index and its crc32c
+  }
+  world->barrier().wait();
+  for (const PartitionSpec& spec : {P(), P(kNone, "x")}) {
+    std::string e = error_of([&] { ck::load(root, line, {{"b", spec}}, {.step = 1, .uneven = true}); });
+    EXPECT_NE(e.find("step_1/b/c/0/0' of array 'b' (chunk (0, 0), inner chunk (0, 0)) is damaged: its data fails"),
+              std::string::npos)
+        << e;
+    e = error_of([&] { ck::load(root, line, {{"a", spec}}, {.step = 0, .uneven = true}); });
+    EXPECT_NE(e.find("inner chunk (1030, 0)) is damaged: its data fails"), std::string::npos) << e;
+  }
 }
 
 }  // namespace

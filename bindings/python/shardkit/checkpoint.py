@@ -182,15 +182,17 @@ def _rank_line() -> Mesh:
 
 def save(path: str, tree: Any, step: int | None = None, *, blocking: bool = True, keep_last: int = 0,
          metadata: Any = None, comm: Any = None, chunk_bytes: int = 4 << 20, sync: bool = True,
-         rank_state: Any = None) -> SaveHandle:
+         rank_state: Any = None, writer_nice: int | None = None) -> SaveHandle:
     """Saves `tree` as step `step` (default: one past the newest) of the checkpoint at `path`. Collective: every rank
     passes the same tree (ShardedArrays; plain NumPy/JAX arrays and Python numbers, which every rank holds alike).
 
     Each ShardedArray is written by the ranks holding it, each chunk file by one of them (the copies of a
     replicated block share the writing); plain arrays are split among the ranks. With ``blocking=False`` it returns
     once this rank's blocks are copied (you may overwrite them), a background thread writes, and the step is
-    committed at ``handle.wait()``, the next save or exit. ``keep_last=N`` removes all but the newest N steps after
-    the commit. ``metadata`` is any JSON value, returned by ``checkpoint_info``. ``rank_state`` is this rank's own
+    committed at ``handle.wait()``, the next save or exit. The background writer runs
+    ``writer_nice`` below the caller's priority (default: the lowest, 19; 0: the caller's), so that a loop busy on
+    every core keeps it and the writer uses the idle time and the waits. ``keep_last=N`` removes all but the newest N steps (and the one just saved) after the commit, in the
+    background (``wait_for_saves`` waits for it). ``metadata`` is any JSON value, returned by ``checkpoint_info``. ``rank_state`` is this rank's own
     state that is not an array (a data loader's position, an RNG's state), as JSON: each rank's is kept with the
     world's size, and ``load_rank_state`` gives it back."""
     # A failure here (one rank's leaf or state the others do not share) goes into the save, whose agreement makes
@@ -222,7 +224,7 @@ def save(path: str, tree: Any, step: int | None = None, *, blocking: bool = True
         except (TypeError, ValueError) as e:
             state_json = "\0" + str(e)
     return _core.checkpoint_save(str(path), entries, step, metadata_json, tree_json, keep_last, chunk_bytes,
-                                 sync, blocking, comm, state_json, failure)
+                                 sync, blocking, comm, state_json, failure, writer_nice)
 
 
 def _axes_of(spec: PartitionSpec) -> set[str]:

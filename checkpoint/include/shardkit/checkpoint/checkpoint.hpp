@@ -33,7 +33,8 @@ struct SaveOptions {
   std::string metadata_json = "null";
   /// The tree the keys came from, as JSON (the Python package keeps its pytree's structure here; "null": none).
   std::string tree_json = "null";
-  /// After the commit, keep only the newest `keep_last` committed steps (0: keep every step).
+  /// After the commit, keep only the newest `keep_last` committed steps and the one just saved (0: keep every step);
+  /// the others leave the steps at the commit and are removed in the background (wait_for_saves() waits for that).
   int keep_last = 0;
   /// The ranks that save together: by default the communicator of the first ShardedArray's mesh, else the world.
   std::shared_ptr<Communicator> comm;
@@ -53,6 +54,11 @@ struct SaveOptions {
   /// overwrite); a background thread, which makes no collective call, writes the files, and the commit runs at
   /// SaveHandle::wait(), at the next save() or at wait_for_saves(). At most one save is in flight.
   bool blocking = true;
+  /// A background save's writer thread runs this much below the caller's priority (added to the thread's nice value,
+  /// at most 19; 0: the caller's). By default the lowest: a caller busy on every core (a training loop on the CPU)
+  /// keeps them, and the writer writes in their idle time and when the caller waits (wait(), the next save); on a
+  /// GPU job, whose host cores are mostly idle, it writes at full speed either way.
+  int writer_nice = 19;
 };
 
 namespace detail {
@@ -91,8 +97,11 @@ class SaveHandle {
 ///         BackendError (backend "filesystem") when a file cannot be written.
 SaveHandle save(const std::string& root, const std::vector<Entry>& entries, const SaveOptions& options = {});
 
-/// Finishes the save in flight, if any (collective over its communicator, like SaveHandle::wait()). A program that
-/// saves with blocking = false calls it before it exits (the Python package does, at exit).
+/// Finishes the save in flight, if any (collective over its communicator, like SaveHandle::wait()), and waits for the
+/// removals saves queued (keep_last's older steps and what failed saves left: a save renames them out of the steps'
+/// names and removes them on a background thread, so that it returns once its step is committed). A program that
+/// saves with blocking = false calls it before it exits (the Python package does, at exit; the removals also finish
+/// at exit).
 void wait_for_saves();
 
 /// What a step holds about one array.
@@ -102,14 +111,14 @@ struct ArrayInfo {
   DType dtype = DType::kFloat32;
   /// True for a plain array (held by every rank at save time): no mesh or spec.
   bool plain = false;
-  std::vector<std::int64_t> mesh_shape;   ///< the saved mesh's shape
-  std::vector<std::string> mesh_axes;     ///< and its axis names
-  std::vector<int> mesh_devices;          ///< the rank at each row-major position of the saved mesh
-  PartitionSpec spec;                     ///< the saved spec
-  bool uneven = false;                    ///< the saved sharding's evenness
-  Shape chunk_shape;                      ///< the chunk grid (one file per chunk)
-  Shape inner_chunk_shape;                ///< the unit of reading inside a chunk file
-  std::uint64_t bytes = 0;                ///< bytes of its chunk files
+  std::vector<std::int64_t> mesh_shape;  ///< the saved mesh's shape
+  std::vector<std::string> mesh_axes;    ///< and its axis names
+  std::vector<int> mesh_devices;         ///< the rank at each row-major position of the saved mesh
+  PartitionSpec spec;                    ///< the saved spec
+  bool uneven = false;                   ///< the saved sharding's evenness
+  Shape chunk_shape;                     ///< the chunk grid (one file per chunk)
+  Shape inner_chunk_shape;               ///< the unit of reading inside a chunk file
+  std::uint64_t bytes = 0;               ///< bytes of its chunk files
 };
 
 /// What a step holds.
