@@ -61,7 +61,9 @@ def shared_path(comm, make):
 
 
 def timed(comm, f):
-    """The slowest rank's seconds for f() (every rank starts together)."""
+    """The slowest rank's seconds for f() (every rank starts together, with no removal of an older step in progress:
+    keep_last's run in the background, as they would between the saves of a training job)."""
+    sk.checkpoint.wait_for_saves()
     comm.Barrier()
     t0 = time.perf_counter()
     f()
@@ -285,6 +287,7 @@ def main():
                 # A training step's time while a background save writes, against alone, over as long as a blocking
                 # save took in this repeat (the time a background writer is busy).
                 span = cases["save"][-1] if cases["save"] else 0.05
+                sk.checkpoint.wait_for_saves()
                 comm.Barrier()
                 cases["step_alone"].append(step_time(span))
                 comm.Barrier()

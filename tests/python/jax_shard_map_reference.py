@@ -1,5 +1,6 @@
 """JAX's own answers for test_jax_vma.py: the loss and gradients of vma_cases' bodies under jax.shard_map (check_vma on,
-and off for vma_cases.CHECK_VMA_OFF) on n of 4 virtual CPU devices, in one process without MPI. Where JAX raises (its
+and off for vma_cases.CHECK_VMA_OFF) on n of 4 virtual CPU devices, in one process without MPI, and whether it accepts
+the out_specs of vma_cases.out_spec_cases. Where JAX raises (its
 transpose of pbroadcast, seen on jax 0.8.3 and 0.10.2: "full must be called with scalar fill_value"), the case's error
 is recorded instead. jax.grad inside a body (vma_cases.inside): the shard_map's value under each check_vma; where JAX
 raises (its pbroadcast), the same body with pbroadcast written as a psum that JAX transposes (PbroadcastByPsum).
@@ -60,6 +61,17 @@ def main():
             results[f"{name}/{check}/value"] = np.asarray(value)
             for j, g in enumerate(grads):
                 results[f"{name}/{check}/{j}"] = np.asarray(g)
+    # out_specs against the outputs' types (check_vma on): JAX's verdict at trace time, "" where it accepts.
+    for name, (two_d, shapes, out_spec, body, _) in vma_cases.out_spec_cases(n, jnp).items():
+        names, shape = vma_cases.mesh_of(n, two_d)
+        mesh = Mesh(np.array(jax.devices()[:n]).reshape(shape), names)
+        f = jax.shard_map(lambda *b: body(jax.lax, *b), mesh=mesh, out_specs=PartitionSpec(*out_spec),  # noqa: B023
+                          in_specs=tuple(PartitionSpec(*s) for _, s in shapes), check_vma=True)
+        try:
+            jax.jit(f).trace(*[jnp.asarray(x) for x in vma_cases.arguments(shapes, np)])
+            results[f"out_spec/{name}"] = np.array("")
+        except Exception as e:  # noqa: BLE001  (the verdict itself)
+            results[f"out_spec/{name}"] = np.array(f"{type(e).__name__}: {e}".splitlines()[0])
     # jax.grad inside the body: the forward value of the shard_map, under each check_vma.
     mesh = Mesh(np.array(jax.devices()[:n]), ("x",))
     x = jnp.cos(jnp.arange(2.0 * n * n))

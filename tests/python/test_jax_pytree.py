@@ -109,7 +109,7 @@ def test_jitted_shard_map_hands_blocks_over_and_keeps_outputs_sharded(sk, out_ax
             if out_axes == "same":
                 f = sk.shard_map(lambda b: b * 3, mesh=mesh, in_specs=sk.P(axes), out_specs=sk.P(axes))
             else:  # every rank returns the same value: a replicated ShardedArray whose block is the whole value
-                f = sk.shard_map(lambda b: b.sum(keepdims=True) * 0 + 7, mesh=mesh, in_specs=sk.P(axes),
+                f = sk.shard_map(lambda b: jnp.full((1,) * b.ndim, 7, b.dtype), mesh=mesh, in_specs=sk.P(axes),
                                  out_specs=sk.P())
             y = jax.jit(f)(x)
             eager = f(x)

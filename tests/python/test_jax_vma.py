@@ -194,3 +194,32 @@ def test_a_custom_call_shardkit_cannot_read_is_refused(sk, monkeypatch):
     x = sk.distribute(np.arange(2.0 * sk.size()), sk.NamedSharding(mesh, sk.P("x")))
     with pytest.raises(NotImplementedError, match=r"'relu' has custom derivative rules.*check_vma=False"):
         jax.jit(lambda a: f(a).local)(x)
+
+
+@pytest.mark.parametrize("name", list(vma_cases.out_spec_cases(1, np)))
+def test_out_specs_are_checked_against_the_outputs_types(sk, jax_answers, name):
+    """With check_vma on (the default), a jitted shard_map whose output varies over a mesh axis its out_spec does not
+    name is refused at trace time, naming the output and the axes, exactly where JAX's jax.shard_map refuses it; with
+    check_vma off it runs, each rank returning its own block unchecked."""
+    n = sk.size()
+    two_d, shapes, out_spec, body, broken = vma_cases.out_spec_cases(n, jnp)[name]
+    axis_names, shape = vma_cases.mesh_of(n, two_d)
+    mesh = sk.Mesh(np.arange(n).reshape(shape), axis_names)
+    specs = tuple(sk.P(*s) for _, s in shapes)
+    xs = [sk.distribute(a, sk.NamedSharding(mesh, s)) for a, s in zip(vma_cases.arguments(shapes, np), specs)]
+    jax_verdict = str(jax_answers[f"out_spec/{name}"])
+    assert bool(jax_verdict) == bool(broken), f"JAX's verdict on {name}: {jax_verdict!r}"
+
+    def shard_map(check):
+        return jax.jit(sk.shard_map(lambda *b: body(sk, *b), mesh=mesh, in_specs=specs, out_specs=sk.P(*out_spec),
+                                    check_vma=check))
+
+    if broken:
+        with pytest.raises(sk.InvalidArgument, match=r"out_specs\[0\] = P\(.*\) does not name mesh ax") as e:
+            shard_map(True)(*xs)
+        for a in broken:
+            assert f"'{a}'" in str(e.value), (a, str(e.value))
+    else:
+        shard_map(True)(*xs)
+    out = shard_map(False)(*xs)
+    assert isinstance(out, sk.ShardedArray) and out.sharding.spec == sk.P(*out_spec)

@@ -165,7 +165,8 @@ def test_checkpoint_benchmark_runs_and_checks_its_results(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(r.stdout[r.stdout.index("{"):])
     ops = {(row["op"], row["fs"]) for row in doc["results"]}
-    assert {("save", "disk"), ("load", "disk"), ("load_reshard", "disk"), ("save_async_blocking", "disk")} <= ops
+    assert {("save", "disk"), ("load", "disk"), ("load_other_count", "disk"), ("load_transposed", "disk"),
+            ("save", "shm"), ("load", "shm"), ("save_async_blocking", "disk")} <= ops
     steps = [row for row in doc["results"] if row["op"] == "train_step_during_save"]
     assert len(steps) == 1 and steps[0]["step_ms_alone_median"] > 0 and steps[0]["step_ms_during_median"] > 0
     for row in doc["results"]:

@@ -173,6 +173,30 @@ def inside(n, jax, jnp):
     }
 
 
+def out_spec_cases(n, jnp):
+    """name -> (two_d, [(global shape, spec entries)], out_spec entries, body(c, *blocks), the mesh axes the output
+    varies over that its out_spec does not name): with check_vma on, jax.shard_map refuses at trace time exactly the
+    bodies whose last entry is not empty (the reference records JAX's verdict), and shardkit names those axes."""
+    k = 2 * n
+    (_, (a, b)) = mesh_of(n, True)
+    sharded, replicated = [((n * k,), ("x",))], [((k,), ())]
+    two_d = [((2 * a, 3), ("a",)), ((3, 2 * b), (None, "b"))]
+    return {
+        "identity": (False, sharded, (), lambda c, x: x, ("x",)),
+        "identity_named": (False, sharded, ("x",), lambda c, x: x, ()),
+        "psum": (False, sharded, (), lambda c, x: c.psum(x, "x"), ()),
+        "pmean": (False, sharded, (), lambda c, x: c.pmean(jnp.sin(x), "x"), ()),
+        "all_gather": (False, sharded, (), lambda c, x: c.all_gather(x, "x", axis=0, tiled=True), ("x",)),
+        "replicated": (False, replicated, (), lambda c, x: jnp.sin(x), ()),
+        "axis_index": (False, replicated, (), lambda c, x: x * (c.axis_index("x") + 1), ("x",)),
+        "two_d_psum_b": (True, two_d, ("a",), lambda c, x, w: c.psum(x @ w, "b"), ()),
+        "two_d_no_psum": (True, two_d, ("a",), lambda c, x, w: x @ w, ("b",)),
+        "two_d_replicated_over_b": (True, two_d[:1], ("a",), lambda c, x: jnp.sin(x), ()),
+        "two_d_neither": (True, two_d, (), lambda c, x, w: x @ w, ("a", "b")),
+        "two_d_pmean_both": (True, two_d, (), lambda c, x, w: c.pmean(x @ w, ("a", "b")), ()),
+    }
+
+
 def arguments(shapes, np_):
     """Deterministic float64 arguments of these global shapes."""
     out = []

@@ -24,7 +24,14 @@ from ._jax_shard_map import TracedContext, _axes, vary
 
 class JaxContext(TracedContext):
     """The axis collectives of a body that JAX traces: shardkit's checks (plan_axis, with its messages), then JAX's
-    collective, for JAX's types and derivative rules; axis_index stays this rank's index, known when tracing."""
+    collective, for JAX's types and derivative rules. axis_index is JAX's too, a value that varies over the axes (run
+    as this rank's index, _collective): a value made of it varies, so an out_spec cannot promise it unvarying."""
+
+    def axis_index(self, axis_name):
+        import jax  # noqa: PLC0415
+
+        axes = tuple(_axes(axis_name))
+        return jax.lax.axis_index(axes if len(axes) > 1 else axes[0])
 
     def _run(self, what, x, axis_name, **args):
         import jax  # noqa: PLC0415
@@ -69,7 +76,8 @@ class BodyContext(TracedContext):
 
 def traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack):
     """f's result on this rank's blocks, f traced by jax.shard_map (check_vma=True) on an abstract mesh like `mesh`
-    and its equations run by shardkit (_interpret)."""
+    and its equations run by shardkit (_interpret), and the mesh axes each output varies over, by the output's id (its
+    type's vma, as JAX traced the body)."""
     import jax  # noqa: PLC0415
     from jax.sharding import PartitionSpec  # noqa: PLC0415
 
@@ -84,16 +92,18 @@ def traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack):
             for a in (_axes(e) if e is not None else ()):
                 shape[d] *= sizes[a]
         shapes.append(jax.ShapeDtypeStruct(tuple(shape), b.dtype, weak_type=getattr(b, "weak_type", False)))
-    tree = []
+    tree, types = [], []
 
     def body(*bs):
         leaves, treedef = jax.tree.flatten(f(*rebuild_args(list(bs))))
         tree.append(treedef)
+        types.append([jc.vma(jax.typeof(x)) for x in leaves])  # before JAX casts them to the shard_map's out_specs
         return leaves
 
     ctx = BodyContext(mesh, abstract, stack)
     closed = _traced_as_body(ctx, body, shapes, tuple(PartitionSpec(*s) for s in in_specs))
-    return tree[0].unflatten(_run_body(ctx, closed, blocks))
+    outs = _run_body(ctx, closed, blocks)
+    return tree[0].unflatten(outs), {id(o): t for o, t in zip(outs, types[0])}
 
 
 def _traced_as_body(ctx, fn, shapes, in_specs):
@@ -258,6 +268,8 @@ def _closed(j):
 def _equation(ctx, eqn, ins):
     prim, params = eqn.primitive, eqn.params
     kind = jc.AXIS_COLLECTIVES.get(prim)
+    if kind == "axis_index":  # no operand
+        return _collective(ctx, kind, None, params)
     if kind is not None:
         run = [_collective(ctx, kind, x, params) for x in ins]
         return run if prim.multiple_results else run[0]

@@ -33,8 +33,9 @@ types, the function's own collectives included) and run by shardkit; a custom_vj
 cotangents, where shardkit's transposes carry each rank's share, and runs its forward again. Nothing falls back to
 pmap's rules: a call whose equation shardkit cannot read (another JAX release's parameters) is refused
 (NotImplementedError). Bodies that jax.shard_map's check_vma=True refuses (a scan carry that starts unvarying and
-becomes varying, ...) are refused with JAX's message; the out_specs stay shardkit's (not checked against the values'
-types, as eagerly). """
+becomes varying, ...) are refused with JAX's message, and an output that varies over a mesh axis its out_spec does not
+name is refused at trace time (_check_out_spec), as jax.shard_map does; eagerly the blocks are compared instead (the
+core's check_replication). """
 
 from __future__ import annotations
 
@@ -269,6 +270,20 @@ def _global_shape(block, sharding, uneven):
     return tuple(shape)
 
 
+def _check_out_spec(mesh, j, spec, varies):
+    """With check_vma on, as jax.shard_map: output j may vary only over the mesh axes its out_spec names (an axis it
+    leaves out is a promise that the blocks are equal along it, which the output's type must keep)."""
+    named = {a for e in spec if e is not None for a in _axes(e)}
+    broken = [a for a in mesh.axis_names if a in varies and a not in named]
+    if broken:
+        axes = ", ".join(repr(a) for a in broken)
+        raise _core.InvalidArgument(
+            f"shard_map: out_specs[{j}] = {spec!r} does not name mesh axis {axes}, so it promises that output {j} is "
+            f"the same on every rank along it, but output {j} varies over {axes} (its type, as check_vma=True traces "
+            f"the body): name the axis in the out_spec, make the output unvarying along it (psum or pmean over it), "
+            f"or pass check_vma=False to trust the out_spec unchecked")
+
+
 def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack, check_vma=False):
     """The traced shard_map: blocks in (a ShardedArray's own block where its sharding is the in_spec), f traced with a
     TracedContext on `stack` (with check_vma: by JAX, _jax_check_vma), a ShardedArray holding this rank's block out
@@ -281,10 +296,11 @@ def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack, check_vma=Fal
         block, u = _argument_block(i, a, spec, mesh)
         blocks.append(block)
         uneven = uneven or u
+    varying = None
     if check_vma:
         from . import _jax_check_vma  # noqa: PLC0415  (it imports this module)
 
-        result = _jax_check_vma.traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack)
+        result, varying = _jax_check_vma.traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack)
     else:
         ctx = TracedContext(mesh)
         stack.append(ctx)
@@ -294,6 +310,9 @@ def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack, check_vma=Fal
         finally:
             stack.pop()
     outs, specs, rebuild = _spec_tree.flatten(out_specs, result, "out_specs")
+    if varying is not None:
+        for j, (r, spec) in enumerate(zip(outs, specs)):
+            _check_out_spec(mesh, j, spec, varying.get(id(r), frozenset()))
     wrapped = []
     for j, (r, spec) in enumerate(zip(outs, specs)):
         r = jnp.asarray(r)
