@@ -1,5 +1,6 @@
 #include "plan.hpp"
 
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -95,13 +96,19 @@ std::vector<Plan> plan(const std::vector<Entry>& entries, const Communicator& co
   return plans;
 }
 
-std::string meta_text(const std::vector<Plan>& plans, const SaveOptions& o) {
+std::string plan_digest(const std::vector<Plan>& plans, const SaveOptions& o) {
   std::string s = "step=" + (o.step ? std::to_string(*o.step) : std::string("auto")) +
                   " keep_last=" + std::to_string(o.keep_last) + " blocking=" + std::to_string(o.blocking) +
                   " rank_state=" + std::to_string(o.rank_state_json.has_value()) + " metadata=" + o.metadata_json +
                   " tree=" + o.tree_json + "\n";
   for (const auto& p : plans) s += array_json(p.meta);
-  return s;
+  // FNV-1a (64 bits) and the length: ranks compare this, not the text (every rank's text on every rank would take
+  // ranks x keys x hundreds of bytes on each).
+  std::uint64_t h = 14695981039346656037ull;
+  for (const unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  char out[40];
+  std::snprintf(out, sizeof(out), "%zu:%016llx", s.size(), static_cast<unsigned long long>(h));
+  return out;
 }
 
 }  // namespace shardkit::checkpoint::detail

@@ -29,7 +29,7 @@ struct Plan {
 /// @throws InvalidArgument for a bad or repeated key, or a ShardedArray whose mesh is not over `comm`.
 std::vector<Plan> plan(const std::vector<Entry>& entries, const Communicator& comm, std::int64_t chunk_bytes);
 
-/// What every rank of a save must agree on (keys, shapes, dtypes, shardings, options), as text to compare.
-std::string meta_text(const std::vector<Plan>& plans, const SaveOptions& o);
+/// A digest of what every rank of a save must agree on (keys, shapes, dtypes, shardings, options), to compare.
+std::string plan_digest(const std::vector<Plan>& plans, const SaveOptions& o);
 
 }  // namespace shardkit::checkpoint::detail

@@ -366,7 +366,7 @@ SaveHandle save(const std::string& root, const std::vector<Entry>& entries, cons
   } catch (const std::exception& e) {
     failure = failure_text(e);
   }
-  const std::vector<std::string> texts = agree(comm, failure, meta_text(state->plans, options));
+  const std::vector<std::string> texts = agree(comm, failure, plan_digest(state->plans, options));
   for (std::size_t r = 1; r < texts.size(); ++r)
     if (texts[r] != texts[0])
       throw MismatchError("save: rank " + std::to_string(r) +
