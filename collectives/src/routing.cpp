@@ -14,7 +14,7 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 
 // The default route's table: per operation, the message sizes (bytes of the first array on each rank; a scatter's
 // receive buffer) where shm was measured faster than MPI, each against MPI in the same run (bench_collectives, 2 ranks
-// on an idle machine, 3 and 4 on 2 cores for the crowded case; README, "Shared memory"). Operations and sizes not
+// on an idle machine, 3 and 4 on 2 cores for the crowded case; docs/shm.md). Operations and sizes not
 // listed stay on MPI: bcast above 256 KiB, allgathers past 256 KiB a rank, alltoall past 512 KiB, reduce above 16 KiB
 // and gather and scatter above 4 KiB a rank went either way or to MPI.
 // Reduce (to rank 0, float32 sum, 2 ranks; 3 and 4 crowded): with a CPU each, 0.13-0.74x MPI from 512 B to 16 KiB and
@@ -60,7 +60,7 @@ constexpr ShmWins kShmWins[] = {
 };
 
 // The same for the hierarchical backend (communicators spanning nodes), measured against flat MPI in the same run
-// (bench_collectives, 4 ranks on two simulated hosts of scripts/multihost.sh, idle; README, "Shared memory"):
+// (bench_collectives, 4 ranks on two simulated hosts of scripts/multihost.sh, idle; docs/shm.md):
 // allreduce, allgather and reduce_scatter at every size (0.04-0.23x flat MPI from 8 B to 8 KiB, 0.09-0.46x from 8 KiB
 // to 8 MiB, two runs each; bytes of this rank's input: the whole input, a block, the whole input), bcast from 512 B
 // (1.2-124x below it: MPI's root returns once its small message is sent; 0.11-0.15x from 512 B to 512 KiB), medians.

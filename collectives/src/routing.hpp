@@ -54,11 +54,11 @@ struct RouteRequest {
 bool needs_shm(const RouteRequest& r) noexcept;
 /// Before the communicator's shm backend is made (flat or hierarchical is not known yet): whether either would take `r`.
 bool may_need_shm(RouteRequest r) noexcept;
-/// The default route's table: where shm was measured faster than MPI (see README, "Shared memory"), for ranks that
+/// The default route's table: where shm was measured faster than MPI (see docs/shm.md), for ranks that
 /// outnumber their CPUs (`crowded`) or not.
 bool shm_by_default(OpKind op, std::int64_t bytes, bool crowded = false) noexcept;
 /// The default route's table for a communicator spanning nodes: where the hierarchical path was measured faster than
-/// flat MPI (see README, "Shared memory").
+/// flat MPI (see docs/shm.md).
 bool hier_by_default(OpKind op, std::int64_t bytes) noexcept;
 
 /// True when route() depends on whether NCCL is available (the caller then sets it up, collectively, first).

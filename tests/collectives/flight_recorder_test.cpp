@@ -114,7 +114,7 @@ TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
   EXPECT_NE(barrier.find("\"seq\": " + std::to_string(comm->sequence() - 1)), std::string::npos) << barrier;
 }
 
-// SHARDKIT_TRACE_BUFFER=0 turns the recorder off (README): a communicator made then keeps no ring, and a dump has no
+// SHARDKIT_TRACE_BUFFER=0 turns the recorder off (docs/environment.md): a communicator made then keeps no ring, and a dump has no
 // section for it, while one made with a ring (before and after) is there with its operations.
 TEST(FlightRecorder, ABufferOfZeroRecordsNothing) {
   const Config saved = Config::get();

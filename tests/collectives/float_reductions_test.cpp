@@ -4,7 +4,7 @@
 //    lies between two 16-bit values (or halfway), held by two ranks at every pair of positions (the others hold the
 //    identity, so that the order of reduction cannot matter), against a rounding written here from frexp/nearbyint;
 //  - a NaN held by any one rank (at every position), or by all, makes max, min, sum and prod NaN, in every float dtype
-//    (README, "NaN"), as NumPy's maximum/minimum and JAX's pmax/pmin do.
+//    (docs/cpp.md, "NaN and rounding"), as NumPy's maximum/minimum and JAX's pmax/pmin do.
 
 #include <cmath>
 #include <utility>

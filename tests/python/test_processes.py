@@ -125,7 +125,7 @@ def test_distributed_matmul_example_round_trips_a_checkpoint(np_, tmp_path):
 
 
 def test_stuck_rank_example_as_the_readme_shows_it(tmp_path):
-    """README's "When a job hangs": the example's verdict, and its traces merged into a timeline."""
+    """docs/hangs.md: the example's verdict, and its traces merged into a timeline."""
     example = os.path.join(REPO, "examples/python/stuck_rank.py")
     dumps, traces = tmp_path / "dumps", tmp_path / "traces"
     r = mpirun(4, [sys.executable, example], timeout=120, SHARDKIT_TIMEOUT_S="2", SHARDKIT_DUMP_DIR=str(dumps),

@@ -17,7 +17,7 @@ using OpColumn = std::array<NcclOp, kReduceOpCount>;
 constexpr NcclOp kNo = NcclOp::kNone;
 constexpr OpColumn kArithmetic = {NcclOp::kSum, NcclOp::kProd, NcclOp::kMin, NcclOp::kMax, kNo,
                                   kNo,          kNo,           kNo,          kNo,          kNo};
-// NCCL's float max/min (fmaxf/fminf, __hmax/__hmin) drop a NaN where shardkit propagates it (README, "NaN").
+// NCCL's float max/min (fmaxf/fminf, __hmax/__hmin) drop a NaN where shardkit propagates it (docs/cpp.md, "NaN and rounding").
 constexpr OpColumn kFloat = {NcclOp::kSum, NcclOp::kProd, kNo, kNo, kNo, kNo, kNo, kNo, kNo, kNo};
 // Complex as pairs of reals: only the sum is a sum of the parts.
 constexpr OpColumn kSumOnly = {NcclOp::kSum, kNo, kNo, kNo, kNo, kNo, kNo, kNo, kNo, kNo};

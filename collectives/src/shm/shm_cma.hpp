@@ -19,7 +19,7 @@
 namespace shardkit::detail {
 
 /// From these many bytes the shm backend reads (or writes) peers' buffers directly where it may; below, it copies
-/// through its segment. Measured at 2 ranks, and at 3-4 on 2 cores for the crowded case (README, "Shared memory"):
+/// through its segment. Measured at 2 ranks, and at 3-4 on 2 cores for the crowded case (docs/shm.md):
 /// a bcast's buffer (where every rank has a CPU, the root then writes 1/n of each other buffer while they read the
 /// rest);
 inline constexpr std::size_t kCmaBcastBytes = std::size_t{16} << 10;

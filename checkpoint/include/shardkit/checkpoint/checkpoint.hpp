@@ -3,7 +3,7 @@
 // save-time block grid, each chunk file (a `sharding_indexed` shard with crc32c on every inner chunk and on the index)
 // written whole by one rank. A step becomes visible only by the rename of its temporary directory, after every rank
 // has written and synced its files; loading reads onto any mesh and specs, each rank reading only the inner chunks
-// its block intersects. The format is described in README.md ("Checkpoints").
+// its block intersects. The format is described in docs/cpp.md ("Checkpoints").
 
 #include <cstdint>
 #include <memory>

@@ -15,7 +15,7 @@
 namespace shardkit {
 
 /// Reductions. Sum, prod, min and max apply to every numeric dtype (min/max not to complex); the logical and bitwise
-/// ones to integers and bool. Backends may implement a subset (NCCL: see README).
+/// ones to integers and bool. Backends may implement a subset (NCCL: see docs/cpp.md).
 enum class ReduceOp { kSum, kProd, kMin, kMax, kLogicalAnd, kLogicalOr, kLogicalXor, kBitAnd, kBitOr, kBitXor };
 /// How many reductions there are: ReduceOp's values are 0 .. kReduceOpCount - 1.
 inline constexpr int kReduceOpCount = static_cast<int>(ReduceOp::kBitXor) + 1;
@@ -70,7 +70,7 @@ struct RecvStatus {
 /// sendrecv: what the peers run at the same time. On a communicator made with shm (world, from_mpi, split, dup on one
 /// node) every point-to-point operation takes shm whatever this says; on one that wraps the caller's (shm made by its
 /// first collective), point-to-point operations take MPI, and this decides whether a sendrecv may take shm all the
-/// same (README, "Shared memory").
+/// same (docs/shm.md).
 enum class Peers : std::uint8_t {
   kUnknown,       ///< a program's own sendrecv, which may be answered with a send or recv: there, shm only where forced
   kAllSendrecv,   ///< every rank of the communicator runs a sendrecv now (a ppermute of every axis index): routed as
