@@ -1,7 +1,7 @@
 """Checkpoint bandwidth: shardkit's save and load against the same bytes written and read by plain file I/O, in one run.
 
 For each total size (MiB of float32, one array cut by rows over every rank, uneven where it does not divide), the
-cases, alternated over repeats:
+cases, repeated (the write baselines before the save in odd repeats, after it in even ones):
   - save            sk.save (blocking, fsync on, keep_last=1) of the array: Zarr v3, one chunk file per block, crc32c,
                     manifest, rename. Baseline: every rank writes its block to a file of its own with os.pwrite and
                     fsyncs it.
@@ -230,15 +230,22 @@ def main():
                         continue
                     ck = os.path.join(root_dir, f"ck{mib}")
                     raw = os.path.join(root_dir, f"raw{mib}-{rank}")
-                    t_save = timed(comm, lambda: sk.save(ck, {"w": x}, keep_last=1))
-                    if where == "disk":
-                        cases["save"].append(t_save)
-                        cases["raw_write"].append(timed(comm, lambda: raw_write(raw, block)))
-                    else:
-                        cases["save_shm"].append(t_save)
-                        cases["map_write"].append(timed(comm, lambda: map_write(raw, block)))
-                        cases["memcpy"].append(timed(comm, lambda: np.copyto(spare, block)))
-                        cases["raw_write_shm"].append(timed(comm, lambda: raw_write(raw, block)))
+                    def write_baselines(where=where, raw=raw):
+                        if where == "disk":
+                            cases["raw_write"].append(timed(comm, lambda: raw_write(raw, block)))
+                        else:
+                            cases["map_write"].append(timed(comm, lambda: map_write(raw, block)))
+                            cases["memcpy"].append(timed(comm, lambda: np.copyto(spare, block)))
+                            cases["raw_write_shm"].append(timed(comm, lambda: raw_write(raw, block)))
+
+                    # The baselines go first in odd repeats, second in even ones: neither side always follows the
+                    # other's writes.
+                    if rep % 2:
+                        write_baselines()
+                    cases["save" if where == "disk" else "save_shm"].append(
+                        timed(comm, lambda: sk.save(ck, {"w": x}, keep_last=1)))
+                    if not rep % 2:
+                        write_baselines()
                     comm.Barrier()
                     if args.cold and where == "disk":
                         evict(files_under(ck) + [raw])
