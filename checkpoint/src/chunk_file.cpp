@@ -38,7 +38,8 @@ WrittenChunk write_chunk_file(const std::string& path, const Layout& layout, con
   // one stretch of the block (padded at the array's edge, cut across its rows) are staged: small ones side by side
   // in the batch's staging, a large one alone.
   constexpr std::uint64_t kSlice = std::uint64_t{256} << 10;
-  std::vector<char> staging;
+  std::unique_ptr<char[]> staging;  // not zeroed: every byte staged is written first
+  std::uint64_t staging_size = 0;
   std::vector<iovec> batch;
   std::uint64_t batch_bytes = 0, staged = 0, offset = 0;
   auto flush = [&] {
@@ -64,8 +65,11 @@ WrittenChunk write_chunk_file(const std::string& path, const Layout& layout, con
       data = static_cast<const char*>(block) + first * static_cast<std::int64_t>(itemsize);
     } else {
       if (large || staged + bytes > kSlice) flush();  // nothing in the batch points into the staging any more
-      if (staging.size() < std::max(bytes, kSlice)) staging.resize(std::max(bytes, kSlice));
-      char* buf = staging.data() + staged;
+      if (staging_size < std::max(bytes, kSlice)) {  // once: bytes is the same for every inner chunk
+        staging_size = std::max(bytes, kSlice);
+        staging.reset(new char[staging_size]);
+      }
+      char* buf = staging.get() + staged;
       if (clipped != ibox) std::memset(buf, 0, bytes);  // Zarr pads edge chunks with the fill value
       copy_box(block, block_box, buf, ibox, clipped, itemsize);
       staged += bytes;

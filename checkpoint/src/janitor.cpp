@@ -1,7 +1,11 @@
 #include "janitor.hpp"
 
+#include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -18,53 +22,69 @@ namespace {
 class Janitor {
  public:
   void add(std::string path) {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(path));
-    if (thread_ == nullptr || owner_ != ::getpid()) {
-      // The first removal of this process (or of a child forked from one that had the thread: a fork copies no
-      // thread, so the child starts its own and never touches the parent's).
-      owner_ = ::getpid();
-      thread_ = new std::thread([this] { run(); });
+    std::unique_lock<std::mutex> lock(mu_);
+    if (path == current_ || std::find(queue_.begin(), queue_.end(), path) != queue_.end()) return;  // queued already
+    if (!thread_.joinable()) {
+      try {
+        thread_ = std::thread([this] { run(); });
+      } catch (const std::exception&) {
+        // No thread to be had (a thread or process limit): removed here, as saves did before.
+        lock.unlock();
+        remove_now(path);
+        return;
+      }
     }
+    queue_.push_back(std::move(path));
     work_.notify_one();
+  }
+
+  std::size_t pending() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queue_.size() + (current_.empty() ? 0 : 1);
   }
 
   void drain() {
     std::unique_lock<std::mutex> lock(mu_);
-    if (owner_ != ::getpid()) return;
-    idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+    idle_.wait(lock, [this] { return queue_.empty() && current_.empty(); });
   }
 
   // At exit the queued removals finish (nothing is left half removed that the next save would have to find), then
-  // the thread ends. A forked child's copy leaves the parent's thread alone.
+  // the thread ends.
   ~Janitor() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (thread_ == nullptr || owner_ != ::getpid()) return;
-    stop_ = true;
-    work_.notify_one();
-    lock.unlock();
-    thread_->join();
-    delete thread_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      work_.notify_one();
+    }
+    if (thread_.joinable()) thread_.join();
   }
 
  private:
+  static void remove_now(const std::string& path) {
+    try {
+      remove_tree(path);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "shardkit: checkpoint: cannot remove '%s' (the next save tries again): %s\n", path.c_str(),
+                   e.what());
+    }
+  }
+
   void run() {
+    // At the lowest priority, as a background save's writer: a rank's compute keeps its core.
+    const auto tid = static_cast<id_t>(::gettid());
+    errno = 0;
+    const int now = ::getpriority(PRIO_PROCESS, tid);
+    if (errno == 0) (void)::setpriority(PRIO_PROCESS, tid, 19 > now ? 19 : now);
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
       work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, nothing left
-      const std::string path = std::move(queue_.front());
+      current_ = std::move(queue_.front());
       queue_.pop_front();
-      busy_ = true;
       lock.unlock();
-      try {
-        remove_tree(path);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "shardkit: checkpoint: cannot remove '%s' (the next save tries again): %s\n", path.c_str(),
-                     e.what());
-      }
+      remove_now(current_);
       lock.lock();
-      busy_ = false;
+      current_.clear();
       if (queue_.empty()) idle_.notify_all();
     }
   }
@@ -73,21 +93,37 @@ class Janitor {
   std::condition_variable work_;
   std::condition_variable idle_;
   std::deque<std::string> queue_;
-  bool busy_ = false;
+  std::string current_;  // being removed
   bool stop_ = false;
-  std::thread* thread_ = nullptr;
-  pid_t owner_ = 0;
+  std::thread thread_;
+};
+
+// The process's janitor. A child forked while the parent's had a thread (or held its lock) gets a fresh one: a fork
+// copies no thread, and the parent's copy, its lock perhaps held, is left alone (and leaked).
+Janitor* g_janitor = nullptr;
+std::once_flag g_once;
+
+struct Owner {
+  ~Owner() { delete g_janitor; }
 };
 
 Janitor& janitor() {
-  static Janitor j;
-  return j;
+  static Owner owner;  // destroyed at exit: the queued removals finish
+  std::call_once(g_once, [] {
+    g_janitor = new Janitor();
+    ::pthread_atfork(nullptr, nullptr, [] { g_janitor = new Janitor(); });
+  });
+  return *g_janitor;
 }
 
 }  // namespace
 
 void remove_later(std::string path) {
   janitor().add(std::move(path));
+}
+
+std::size_t removals_pending() {
+  return janitor().pending();
 }
 
 void drain_removals() {

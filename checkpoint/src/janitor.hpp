@@ -4,6 +4,7 @@
 // so that a save returns once its step is committed (removing a large step can take as long as writing one: a file
 // system mounted with `discard` trims every extent as it frees it).
 
+#include <cstddef>
 #include <string>
 
 namespace shardkit::checkpoint::detail {
@@ -14,5 +15,8 @@ void remove_later(std::string path);
 
 /// Returns once every queued removal has finished (wait_for_saves() calls it; so does the process's exit).
 void drain_removals();
+
+/// How many removals are queued or under way.
+std::size_t removals_pending();
 
 }  // namespace shardkit::checkpoint::detail

@@ -362,6 +362,8 @@ SaveHandle save(const std::string& root, const std::vector<Entry>& entries, cons
     }
     SHARDKIT_CHECK(options.chunk_bytes > 0, "save: chunk_bytes must be positive, got ", options.chunk_bytes);
     SHARDKIT_CHECK(options.keep_last >= 0, "save: keep_last must be >= 0, got ", options.keep_last);
+    SHARDKIT_CHECK(options.writer_nice >= 0 && options.writer_nice <= 19, "save: writer_nice must be 0 to 19, got ",
+                   options.writer_nice);
     state->plans = plan(entries, comm, options.chunk_bytes);
   } catch (const std::exception& e) {
     failure = failure_text(e);
@@ -385,6 +387,9 @@ SaveHandle save(const std::string& root, const std::vector<Entry>& entries, cons
       if (step < 0) throw InvalidArgument("save: step must be >= 0, got " + std::to_string(step));
       if (exists(step_path(root, step)))
         throw InvalidArgument("save: step " + std::to_string(step) + " already exists in '" + root + "'");
+      // Removals run in the background; a backlog of more than one (removing slower than saving) is waited for, so
+      // that keep_last still bounds what the root holds.
+      if (removals_pending() > 1) drain_removals();
       for (const auto& name : list_dir(root))
         if (name.rfind(kTmpPrefix, 0) == 0) remove_later(root + "/" + name);
       std::random_device rd;

@@ -420,6 +420,9 @@ TEST(Checkpoint, TheBackgroundWriterRunsBelowTheCallersPriority) {
   }
   ::unsetenv("SHARDKIT_CHECKPOINT_TEST_FAIL");
   EXPECT_EQ(::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid())), caller);  // the caller's own is untouched
+  for (int nice : {-1, 20})
+    expect_error<InvalidArgument>([&] { ck::save(root, {{"w", x}}, {.sync = false, .writer_nice = nice}); },
+                                  "writer_nice must be 0 to 19, got " + std::to_string(nice));
   EXPECT_TRUE(ck::steps(root).empty());
 }
 

@@ -189,12 +189,13 @@ def save(path: str, tree: Any, step: int | None = None, *, blocking: bool = True
     Each ShardedArray is written by the ranks holding it, each chunk file by one of them (the copies of a
     replicated block share the writing); plain arrays are split among the ranks. With ``blocking=False`` it returns
     once this rank's blocks are copied (you may overwrite them), a background thread writes, and the step is
-    committed at ``handle.wait()``, the next save or exit. The background writer runs
-    ``writer_nice`` below the caller's priority (default: the lowest, 19; 0: the caller's), so that a loop busy on
-    every core keeps it and the writer uses the idle time and the waits. ``keep_last=N`` removes all but the newest N steps (and the one just saved) after the commit, in the
-    background (``wait_for_saves`` waits for it). ``metadata`` is any JSON value, returned by ``checkpoint_info``. ``rank_state`` is this rank's own
-    state that is not an array (a data loader's position, an RNG's state), as JSON: each rank's is kept with the
-    world's size, and ``load_rank_state`` gives it back."""
+    committed at ``handle.wait()``, the next save or exit. The background writer runs ``writer_nice`` (0 to 19;
+    default 19, the lowest) below the caller's priority, so that a loop busy on every core keeps its cores.
+    ``keep_last=N`` keeps the newest N steps and the one just saved: the others leave the steps at the commit and
+    their files are removed in the background (``wait_for_saves`` waits for that). ``metadata`` is any JSON value,
+    returned by ``checkpoint_info``. ``rank_state`` is this rank's own state that is not an array (a data loader's
+    position, an RNG's state), as JSON: each rank's is kept with the world's size, and ``load_rank_state`` gives it
+    back."""
     # A failure here (one rank's leaf or state the others do not share) goes into the save, whose agreement makes
     # every rank raise it: raising here alone would leave the other ranks waiting in the save.
     # A leaf that fails is left out (the others stay, so that the save runs on the same communicator as the other
@@ -396,7 +397,8 @@ def checkpoint_info(path: str, step: int | None = None, *, verify: bool = False)
 
 
 def wait_for_saves() -> None:
-    """Finishes the background save in flight, if any (collective, like ``SaveHandle.wait``)."""
+    """Finishes the background save in flight, if any (collective, like ``SaveHandle.wait``), and waits for the
+    removals saves queued (the steps ``keep_last`` dropped, what failed saves left)."""
     _core.checkpoint_wait_for_saves()
 
 
