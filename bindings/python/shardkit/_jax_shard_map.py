@@ -270,13 +270,12 @@ def _global_shape(block, sharding, uneven):
     return tuple(shape)
 
 
-def _check_out_spec(mesh, j, spec, varies):
+def _check_out_spec(j, sharding, varies):
     """With check_vma on, as jax.shard_map: output j may vary only over the mesh axes its out_spec names (an axis it
     leaves out is a promise that the blocks are equal along it, which the output's type must keep)."""
-    named = {a for e in spec if e is not None for a in _axes(e)}
-    broken = [a for a in mesh.axis_names if a in varies and a not in named]
+    broken = [a for a in sharding.replicated_axes if a in varies]
     if broken:
-        axes = ", ".join(repr(a) for a in broken)
+        axes, spec = ", ".join(repr(a) for a in broken), sharding.spec
         raise _core.InvalidArgument(
             f"shard_map: out_specs[{j}] = {spec!r} does not name mesh axis {axes}, so it promises that output {j} is "
             f"the same on every rank along it, but output {j} varies over {axes} (its type, as check_vma=True traces "
@@ -312,7 +311,7 @@ def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack, check_vma=Fal
     outs, specs, rebuild = _spec_tree.flatten(out_specs, result, "out_specs")
     if varying is not None:
         for j, (r, spec) in enumerate(zip(outs, specs)):
-            _check_out_spec(mesh, j, spec, varying.get(id(r), frozenset()))
+            _check_out_spec(j, NamedSharding(mesh, spec), varying.get(id(r), frozenset()))
     wrapped = []
     for j, (r, spec) in enumerate(zip(outs, specs)):
         r = jnp.asarray(r)
