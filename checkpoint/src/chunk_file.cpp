@@ -15,6 +15,9 @@ namespace {
 
 constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
 
+// Chunk files are written and read about this much at a time, each slice's crc32c computed while it is in the cache.
+constexpr std::uint64_t kSlice = std::uint64_t{256} << 10;
+
 std::string cell_text(const std::vector<std::int64_t>& c) {
   std::string s = "(";
   for (std::size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + std::to_string(c[i]);
@@ -37,7 +40,6 @@ WrittenChunk write_chunk_file(const std::string& path, const Layout& layout, con
   // batch is written, while the slice is in the cache (the block is read from memory once). Inner chunks that are no
   // one stretch of the block (padded at the array's edge, cut across its rows) are staged: small ones side by side
   // in the batch's staging, a large one alone.
-  constexpr std::uint64_t kSlice = std::uint64_t{256} << 10;
   std::unique_ptr<char[]> staging;  // not zeroed: every byte staged is written first
   std::uint64_t staging_size = 0;
   std::vector<iovec> batch;
@@ -65,7 +67,7 @@ WrittenChunk write_chunk_file(const std::string& path, const Layout& layout, con
       data = static_cast<const char*>(block) + first * static_cast<std::int64_t>(itemsize);
     } else {
       if (large || staged + bytes > kSlice) flush();  // nothing in the batch points into the staging any more
-      if (staging_size < std::max(bytes, kSlice)) {  // once: bytes is the same for every inner chunk
+      if (staging_size < std::max(bytes, kSlice)) {   // once: bytes is the same for every inner chunk
         staging_size = std::max(bytes, kSlice);
         staging.reset(new char[staging_size]);
       }
@@ -147,7 +149,6 @@ void ChunkReader::read(const Box& want, void* dst, const Box& dst_box) {
   // Every inner chunk lands straight in the destination where it is one stretch of it, in staging otherwise (then
   // copied). Its crc32c is checked kSlice bytes at a time, each read just before, while it is in the cache: small
   // inner chunks stored one after another are read as one run of at most kSlice bytes, large ones kSlice at a time.
-  constexpr std::uint64_t kSlice = std::uint64_t{256} << 10;
   constexpr std::size_t kRunChunks = 256;  // two iovecs each: within IOV_MAX
   struct Piece {
     std::vector<std::int64_t> ic;

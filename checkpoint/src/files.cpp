@@ -44,6 +44,28 @@ void make_dirs(const std::string& path) {
   }
 }
 
+namespace {
+
+// The non-empty pieces, and after a call that moved `done` bytes, the first piece not yet whole and what is left of
+// it: the loop of pwritev and preadv alike.
+std::vector<iovec> nonempty(const std::vector<iovec>& pieces) {
+  std::vector<iovec> out;
+  out.reserve(pieces.size());
+  for (const auto& v : pieces)
+    if (v.iov_len > 0) out.push_back(v);
+  return out;
+}
+
+void advance(std::vector<iovec>& rest, std::size_t& first, std::size_t done) {
+  while (first < rest.size() && done >= rest[first].iov_len) done -= rest[first++].iov_len;
+  if (done > 0) {
+    rest[first].iov_base = static_cast<char*>(rest[first].iov_base) + done;
+    rest[first].iov_len -= done;
+  }
+}
+
+}  // namespace
+
 NewFile::NewFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) raise_errno("cannot create", path, errno);
@@ -51,10 +73,7 @@ NewFile::NewFile(const std::string& path) {
 }
 
 void NewFile::append(const std::vector<iovec>& pieces) {
-  std::vector<iovec> rest;
-  rest.reserve(pieces.size());
-  for (const auto& v : pieces)
-    if (v.iov_len > 0) rest.push_back(v);
+  std::vector<iovec> rest = nonempty(pieces);
   std::size_t first = 0;
   while (first < rest.size()) {
     const int n = static_cast<int>(std::min<std::size_t>(rest.size() - first, IOV_MAX));
@@ -64,12 +83,7 @@ void NewFile::append(const std::vector<iovec>& pieces) {
       raise_errno("cannot write", fd_.path(), errno);
     }
     size_ += static_cast<std::uint64_t>(w);
-    auto left = static_cast<std::size_t>(w);
-    while (first < rest.size() && left >= rest[first].iov_len) left -= rest[first++].iov_len;
-    if (left > 0) {
-      rest[first].iov_base = static_cast<char*>(rest[first].iov_base) + left;
-      rest[first].iov_len -= left;
-    }
+    advance(rest, first, static_cast<std::size_t>(w));
   }
 }
 
@@ -107,8 +121,7 @@ void read_at(const Fd& fd, void* dst, std::uint64_t size, std::uint64_t offset) 
 }
 
 void read_at(const Fd& fd, const std::vector<iovec>& pieces, std::uint64_t offset) {
-  std::vector<iovec> rest(pieces.begin(), pieces.end());
-  rest.erase(std::remove_if(rest.begin(), rest.end(), [](const iovec& v) { return v.iov_len == 0; }), rest.end());
+  std::vector<iovec> rest = nonempty(pieces);
   std::size_t first = 0;
   while (first < rest.size()) {
     const int n = static_cast<int>(std::min<std::size_t>(rest.size() - first, IOV_MAX));
@@ -122,12 +135,7 @@ void read_at(const Fd& fd, const std::vector<iovec>& pieces, std::uint64_t offse
                          "file '" + fd.path() + "' ends before byte " + std::to_string(offset) +
                              ": it is shorter than its index says (truncated?)");
     offset += static_cast<std::uint64_t>(r);
-    auto left = static_cast<std::size_t>(r);
-    while (first < rest.size() && left >= rest[first].iov_len) left -= rest[first++].iov_len;
-    if (left > 0) {
-      rest[first].iov_base = static_cast<char*>(rest[first].iov_base) + left;
-      rest[first].iov_len -= left;
-    }
+    advance(rest, first, static_cast<std::size_t>(r));
   }
 }
 

@@ -70,11 +70,7 @@ class Janitor {
   }
 
   void run() {
-    // At the lowest priority, as a background save's writer: a rank's compute keeps its core.
-    const auto tid = static_cast<id_t>(::gettid());
-    errno = 0;
-    const int now = ::getpriority(PRIO_PROCESS, tid);
-    if (errno == 0) (void)::setpriority(PRIO_PROCESS, tid, 19 > now ? 19 : now);
+    lower_this_thread_priority(39);  // the lowest (nice 19) from any nice value (-20 to 19)
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
       work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
@@ -117,6 +113,14 @@ Janitor& janitor() {
 }
 
 }  // namespace
+
+void lower_this_thread_priority(int by) {
+  if (by <= 0) return;
+  const auto tid = static_cast<id_t>(::gettid());
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, tid);
+  if (errno == 0) (void)::setpriority(PRIO_PROCESS, tid, std::min(19, now + by));
+}
 
 void remove_later(std::string path) {
   janitor().add(std::move(path));

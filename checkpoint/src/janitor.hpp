@@ -19,4 +19,8 @@ void drain_removals();
 /// How many removals are queued or under way.
 std::size_t removals_pending();
 
+/// Lowers the calling thread's priority by `by` (added to its nice value, at most 19): the background threads of
+/// saves (the writer, the janitor), so that a rank's compute keeps its core. Where the system refuses, it stays.
+void lower_this_thread_priority(int by);
+
 }  // namespace shardkit::checkpoint::detail

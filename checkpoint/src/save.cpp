@@ -425,14 +425,7 @@ SaveHandle save(const std::string& root, const std::vector<Entry>& entries, cons
   if (state->write_failure.empty()) {
     detail::PendingSave* raw = state.get();
     state->writer = std::thread([raw, nice = options.writer_nice] {
-      if (nice > 0) {
-        // Below the caller's priority, so that a busy caller (a training loop) keeps its cores; set on this thread
-        // alone. Where the system refuses, the writer runs at the caller's priority.
-        const auto tid = static_cast<id_t>(::gettid());
-        errno = 0;
-        const int now = ::getpriority(PRIO_PROCESS, tid);
-        if (errno == 0) (void)::setpriority(PRIO_PROCESS, tid, std::min(19, now + nice));
-      }
+      lower_this_thread_priority(nice);  // below the caller's (SaveOptions::writer_nice)
       write_files(*raw);
     });
   }
