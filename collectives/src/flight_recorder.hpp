@@ -180,6 +180,13 @@ int flight_world_rank() noexcept;
 void wait_for_dumps(int size);
 /// When this process last wrote a dump (microseconds since the epoch; 0: never).
 std::int64_t flight_last_dump_us() noexcept;
+/// The job's identity as the recorders know it (Runtime::job_id, set by the first recorder; 0: unknown).
+std::uint64_t flight_job_id() noexcept;
+/// Every live recorder of this process, taken under the registry's lock (and used after it).
+std::vector<std::shared_ptr<FlightRecorder>> live_flight_recorders();
+/// Before the job ends (MPI_Abort): this rank's dump, then up to SHARDKIT_DUMP_WAIT_S (default 2 s) for the other
+/// ranks' to appear, since ending the job kills ranks that are about to write theirs (flight_dump.cpp).
+void dump_before_abort(const std::string& reason);
 /// Every live recorder's activity (FlightRecorder::activity).
 std::vector<FlightRecorder::Activity> flight_activities(bool waiting);
 
