@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "flight_recorder.hpp"
-#include "mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
 
 namespace shardkit::detail {

@@ -12,9 +12,9 @@
 
 #include "communicator_impl.hpp"
 #include "creation.hpp"
-#include "shm/hierarchy.hpp"
+#include "backends/shm/hierarchy.hpp"
 #include "watchdog.hpp"
-#include "mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_request.hpp"
 #include "op_table.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/runtime.hpp"

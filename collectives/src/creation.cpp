@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "checked.hpp"
-#include "mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
 
 namespace shardkit::detail {

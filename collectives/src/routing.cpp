@@ -4,7 +4,7 @@
 #include <span>
 
 #include "backend.hpp"
-#include "shm/hierarchy.hpp"
+#include "backends/shm/hierarchy.hpp"
 #include "shardkit/core/error.hpp"
 
 namespace shardkit::detail {

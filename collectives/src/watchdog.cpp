@@ -25,7 +25,7 @@
 
 #include "backend.hpp"
 #include "flight_recorder.hpp"
-#include "mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/core/interrupt.hpp"
 #include "shardkit/launch/clock_sync.hpp"

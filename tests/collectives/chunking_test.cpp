@@ -2,7 +2,7 @@
 // limit so they run on small buffers at every world size. The `large` test moves real > 2^31-element buffers.
 
 #include "collective_test_util.hpp"
-#include "mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_request.hpp"
 
 namespace shardkit::testing {
 namespace {

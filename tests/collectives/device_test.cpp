@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "collective_test_util.hpp"
-#include "mpi/staging.hpp"
+#include "backends/mpi/staging.hpp"
 #include "shardkit/core/cuda.hpp"
 
 namespace shardkit::testing {

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "collective_test_util.hpp"
-#include "mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_request.hpp"
 #include "shardkit/core/interrupt.hpp"
 
 namespace shardkit::testing {

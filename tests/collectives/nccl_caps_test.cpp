@@ -1,4 +1,4 @@
-// The NCCL backend's reduction table (collectives/src/nccl/nccl_caps.cpp), in every build: for every operation ×
+// The NCCL backend's reduction table (collectives/src/backends/nccl/nccl_caps.cpp), in every build: for every operation ×
 // dtype × reduction, nccl_supports (what the router reads) answers as the rules written out here (NCCL's
 // documentation and docs/cpp.md, not read from the code under test), and agrees with the mapping the backend calls
 // NCCL with: a supported reduction has an NCCL type and op whose width covers the dtype; a refused one has a message.
@@ -7,7 +7,7 @@
 
 #include "backend.hpp"
 #include "collective_test_util.hpp"
-#include "nccl/nccl_caps.hpp"
+#include "backends/nccl/nccl_caps.hpp"
 
 namespace shardkit::testing {
 namespace {

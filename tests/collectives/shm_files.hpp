@@ -1,7 +1,7 @@
 #pragma once
 
 // What the shm tests look for in /dev/shm: the segments a communicator's rank 0 makes are named
-// "shardkit-<its pid>-<n>-<stamp>" (collectives/src/shm/shm_segment.cpp).
+// "shardkit-<its pid>-<n>-<stamp>" (collectives/src/backends/shm/shm_segment.cpp).
 
 #include <dirent.h>
 #include <unistd.h>

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "collective_test_util.hpp"
-#include "shm/shm_p2p.hpp"
-#include "shm/shm_segment.hpp"
+#include "backends/shm/shm_p2p.hpp"
+#include "backends/shm/shm_segment.hpp"
 
 namespace shardkit::testing {
 namespace {

@@ -18,7 +18,7 @@
 #include "flight_recorder.hpp"
 #include "routing.hpp"
 #include "shardkit/launch/runtime.hpp"
-#include "shm/shm_segment.hpp"
+#include "backends/shm/shm_segment.hpp"
 #include "shm_files.hpp"
 
 namespace shardkit::testing {

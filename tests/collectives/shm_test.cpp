@@ -20,10 +20,10 @@
 
 #include "backend.hpp"
 #include "collective_test_util.hpp"
-#include "shm/shm_cma.hpp"
-#include "shm/shm_p2p.hpp"
-#include "shm/shm_segment.hpp"
-#include "shm/shm_steps.hpp"
+#include "backends/shm/shm_cma.hpp"
+#include "backends/shm/shm_p2p.hpp"
+#include "backends/shm/shm_segment.hpp"
+#include "backends/shm/shm_steps.hpp"
 #include "shm_files.hpp"
 
 namespace shardkit::testing {

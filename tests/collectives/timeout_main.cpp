@@ -45,7 +45,7 @@
 
 #include "shardkit/collectives/communicator.hpp"
 #include "shardkit/launch/runtime.hpp"
-#include "shm/shm_segment.hpp"
+#include "backends/shm/shm_segment.hpp"
 #include "shm_files.hpp"
 #include "watchdog.hpp"
 

@@ -1,5 +1,5 @@
 // bench_peer_copy: how fast one process can copy another's buffer on this host, the bound under every single-copy
-// collective of the shm backend (collectives/src/shm/shm_cma.hpp). A parent process fills a buffer; a child copies it
+// collective of the shm backend (collectives/src/backends/shm/shm_cma.hpp). A parent process fills a buffer; a child copies it
 // into its own memory three ways, and the two also copy their own buffers at the same time:
 //   mapped    memcpy from a shared mapping of the parent's buffer (a memfd both map), what a mapped arena would do;
 //   cma       process_vm_readv of the parent's buffer (cross-memory attach), what the shm backend and Open MPI do;

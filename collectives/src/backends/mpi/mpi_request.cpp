@@ -1,4 +1,4 @@
-#include "mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_request.hpp"
 
 #include <sched.h>
 

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "shm/shm_cma.hpp"
-#include "shm/shm_segment.hpp"
-#include "shm/shm_steps.hpp"
+#include "backends/shm/shm_cma.hpp"
+#include "backends/shm/shm_segment.hpp"
+#include "backends/shm/shm_steps.hpp"
 
 namespace shardkit::detail {
 

@@ -7,9 +7,9 @@
 #include <cstring>
 #include <string>
 
-#include "mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
-#include "shm/shm_p2p.hpp"
+#include "backends/shm/shm_p2p.hpp"
 
 namespace shardkit::detail {
 namespace shm_p2p_wire {

@@ -26,12 +26,12 @@
 
 #include "backend.hpp"
 #include "shardkit/core/error.hpp"
-#include "shm/shm_cma.hpp"
-#include "shm/shm_fold.hpp"
-#include "shm/shm_p2p.hpp"
-#include "shm/shm_segment.hpp"
-#include "shm/shm_single_copy.hpp"
-#include "shm/shm_steps.hpp"
+#include "backends/shm/shm_cma.hpp"
+#include "backends/shm/shm_fold.hpp"
+#include "backends/shm/shm_p2p.hpp"
+#include "backends/shm/shm_segment.hpp"
+#include "backends/shm/shm_single_copy.hpp"
+#include "backends/shm/shm_steps.hpp"
 
 namespace shardkit::detail {
 namespace {

@@ -16,8 +16,8 @@
 #include <span>
 
 #include "backend.hpp"
-#include "mpi/mpi_p2p.hpp"
-#include "mpi/mpi_types.hpp"
+#include "backends/mpi/mpi_p2p.hpp"
+#include "backends/mpi/mpi_types.hpp"
 
 namespace shardkit::detail {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/mpi.hpp"
 

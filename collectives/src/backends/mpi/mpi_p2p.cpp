@@ -1,8 +1,8 @@
-#include "mpi/mpi_p2p.hpp"
+#include "backends/mpi/mpi_p2p.hpp"
 
 #include <utility>
 
-#include "mpi/mpi_types.hpp"
+#include "backends/mpi/mpi_types.hpp"
 
 namespace shardkit::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "mpi/mpi_types.hpp"
+#include "backends/mpi/mpi_types.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "mpi/staging.hpp"
+#include "backends/mpi/staging.hpp"
 
 #include <bit>
 #include <cstdlib>

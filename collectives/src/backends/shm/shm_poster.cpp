@@ -1,4 +1,4 @@
-#include "shm/shm_poster.hpp"
+#include "backends/shm/shm_poster.hpp"
 
 #include <pthread.h>
 #include <signal.h>
@@ -15,7 +15,7 @@
 
 #include "shardkit/core/interrupt.hpp"
 #include "shardkit/launch/runtime.hpp"
-#include "shm/shm_p2p.hpp"
+#include "backends/shm/shm_p2p.hpp"
 
 namespace shardkit::detail {
 namespace {

@@ -10,12 +10,12 @@
 #include <string>
 #include <utility>
 
-#include "mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/config.hpp"
-#include "shm/shm_p2p.hpp"
-#include "shm/shm_p2p_wire.hpp"
-#include "shm/shm_poster.hpp"
+#include "backends/shm/shm_p2p.hpp"
+#include "backends/shm/shm_p2p_wire.hpp"
+#include "backends/shm/shm_poster.hpp"
 
 namespace shardkit::detail {
 

@@ -50,7 +50,7 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "shm/shm_segment.hpp"
+#include "backends/shm/shm_segment.hpp"
 
 namespace shardkit::detail {
 

@@ -1,12 +1,12 @@
-#include "shm/shm_single_copy.hpp"
+#include "backends/shm/shm_single_copy.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
-#include "mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
-#include "shm/shm_fold.hpp"
+#include "backends/shm/shm_fold.hpp"
 
 namespace shardkit::detail {
 namespace {

@@ -1,11 +1,11 @@
-#include "shm/shm_steps.hpp"
+#include "backends/shm/shm_steps.hpp"
 
 #include <atomic>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/runtime.hpp"
 

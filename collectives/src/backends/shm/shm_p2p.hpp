@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "shm/shm_cma.hpp"
-#include "shm/shm_segment.hpp"
+#include "backends/shm/shm_cma.hpp"
+#include "backends/shm/shm_segment.hpp"
 
 namespace shardkit::detail {
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "mpi/mpi_types.hpp"
+#include "backends/mpi/mpi_types.hpp"
 #include "shardkit/collectives/communicator.hpp"
 #include "shardkit/core/dtype.hpp"
 #include "shardkit/launch/mpi.hpp"

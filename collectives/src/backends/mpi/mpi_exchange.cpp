@@ -1,7 +1,7 @@
 #include <cstring>
 
-#include "mpi/mpi_call.hpp"
-#include "mpi/mpi_types.hpp"
+#include "backends/mpi/mpi_call.hpp"
+#include "backends/mpi/mpi_types.hpp"
 
 namespace shardkit::detail {
 namespace {

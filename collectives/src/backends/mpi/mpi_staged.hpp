@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "mpi/mpi_call.hpp"
-#include "mpi/mpi_request.hpp"
-#include "mpi/staging.hpp"
+#include "backends/mpi/mpi_call.hpp"
+#include "backends/mpi/mpi_request.hpp"
+#include "backends/mpi/staging.hpp"
 #include "shardkit/core/error.hpp"
 
 namespace shardkit::detail {

@@ -1,4 +1,4 @@
-#include "shm/hierarchy.hpp"
+#include "backends/shm/hierarchy.hpp"
 
 #include <mpi.h>
 
@@ -8,9 +8,9 @@
 #include <functional>
 #include <vector>
 
-#include "mpi/mpi_call.hpp"
-#include "mpi/mpi_request.hpp"
-#include "mpi/mpi_types.hpp"
+#include "backends/mpi/mpi_call.hpp"
+#include "backends/mpi/mpi_request.hpp"
+#include "backends/mpi/mpi_types.hpp"
 #include "shardkit/core/error.hpp"
 
 namespace shardkit::detail {

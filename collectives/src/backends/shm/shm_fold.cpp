@@ -1,10 +1,10 @@
-#include "shm/shm_fold.hpp"
+#include "backends/shm/shm_fold.hpp"
 
 #include <array>
 #include <cstring>
 #include <type_traits>
 
-#include "mpi/mpi_types.hpp"
+#include "backends/mpi/mpi_types.hpp"
 
 namespace shardkit::detail {
 namespace {

@@ -3,7 +3,7 @@
 // The MPI backend's point-to-point operations: send, recv (any source and tag too) and sendrecv, chunked above the
 // per-call count limit; with any source or tag, the first piece fixes the source and tag of the others.
 
-#include "mpi/mpi_staged.hpp"
+#include "backends/mpi/mpi_staged.hpp"
 
 namespace shardkit::detail {
 

@@ -1,4 +1,4 @@
-#include "shm/shm_cma.hpp"
+#include "backends/shm/shm_cma.hpp"
 
 #include <mpi.h>
 #include <sys/uio.h>

@@ -1,4 +1,4 @@
-#include "shm/shm_segment.hpp"
+#include "backends/shm/shm_segment.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

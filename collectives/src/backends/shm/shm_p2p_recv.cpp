@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "shardkit/core/error.hpp"
-#include "shm/shm_p2p.hpp"
-#include "shm/shm_p2p_wire.hpp"
+#include "backends/shm/shm_p2p.hpp"
+#include "backends/shm/shm_p2p_wire.hpp"
 
 namespace shardkit::detail {
 
