@@ -13,6 +13,7 @@
 #include "flight_recorder.hpp"
 #include "backends/mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
+#include "transport.hpp"
 
 namespace shardkit::detail {
 
@@ -51,7 +52,7 @@ std::string field_text(const char* field, std::int64_t v) {
   if (f == "operation") return v == kCreationOp ? "communicator creation" : op_name(static_cast<OpKind>(v));
   if (f == "dtype") return std::string(dtype_name(static_cast<DType>(v)));
   if (f == "reduction") return reduce_op_name(static_cast<ReduceOp>(v));
-  if (f == "backend") return backend_name(static_cast<BackendKind>(v));
+  if (f == "backend") return transport_name(static_cast<BackendKind>(v));
   return std::to_string(v);
 }
 

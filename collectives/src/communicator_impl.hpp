@@ -6,10 +6,11 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend.hpp"
 #include "flight_recorder.hpp"
-#include "routing.hpp"
+#include "transport.hpp"
 #include "shardkit/collectives/communicator.hpp"
 #include "shardkit/launch/mpi.hpp"
 
@@ -23,32 +24,17 @@ struct CommunicatorImpl {
   // A private duplicate for checked-mode signatures, the MPI backend's own traffic and NCCL bootstrap: created on
   // first need (collective over the ranks), so that wrapping a caller's communicator costs nothing up front.
   MpiComm control_comm;
-  std::unique_ptr<Backend> mpi;
-  std::unique_ptr<Backend> nccl;
-  std::unique_ptr<Backend> shm;  // made by the first collective routed to it (decide_shm)
-  bool shm_decided = false;
-  bool gpu_somewhere = false;  // some rank has a GPU: known on every rank once the NCCL decision is made
-  bool shm_hierarchical = false;  // shm spans nodes (shm/hierarchy.hpp): it serves fewer operations, on its own table
-  // Whether point-to-point operations take shm (RouteRequest::p2p_shm): only where shm was made with the communicator
-  // (make_shm_now), flat, and no rank has a GPU (whose buffers take MPI or NCCL: a send from one and its receive into
-  // host memory would take different backends).
-  bool p2p_shm = false;
-  std::string shm_refusal;  // why the ranks have no shm backend
+  /// One slot per registered transport, in the registry's order (transport.hpp): its backend and decision record.
+  std::vector<TransportSlot> slots;
+  // Whether some rank has a GPU, once known (some_rank_has_gpu): the ranks' fact, which transports' rules read.
+  bool gpu_known = false;
+  bool gpu_somewhere = false;
   std::shared_ptr<AbortState> abort = std::make_shared<AbortState>();
   int rank = 0;
   int size = 1;
-  int device = -1;            // the GPU this rank would run NCCL on (-1: none)
-  bool nccl_decided = false;  // whether the ranks have agreed on using NCCL yet
-  // Whether that agreement was made when the communicator was made (collectively, by every rank): only then may
-  // point-to-point operations use NCCL. A decision made later, by the first collective on GPU buffers, could not be
-  // made by a send between two ranks (the others never come), and a send before it and its receive after it would
-  // take different backends; so on such communicators send/recv/sendrecv always take MPI.
-  bool nccl_for_p2p = false;
-  std::string nccl_refusal;  // why the ranks agreed not to use NCCL, for SHARDKIT_BACKEND=nccl's error
+  int device = -1;  // the GPU this rank runs device transports on (-1: none)
   std::uint64_t seq = 0;
   int tag_ub = 32767;
-  // The last operation of each backend: switching backend waits for the other one (rule 3 across backends).
-  Token last_mpi, last_nccl;
   std::shared_ptr<FlightRecorder> recorder;  // this communicator's recent operations (flight_recorder.hpp)
   // The identity every member agrees on (agreed with the control communicator; -1 until then): the flight recorder's
   // dumps carry it, so that two communicators over the same ranks (two dup()s, two meshes) are never taken for one.
@@ -60,21 +46,19 @@ struct CommunicatorImpl {
 
   /// The control communicator, created (collectively, under the timeout) on first use.
   MpiCommHandle control();
-  /// Agrees with the other ranks on NCCL (collective): used only when every rank has a GPU, NCCL is built and the
-  /// backend is not forced to MPI (else nccl_refusal says why).
-  void decide_nccl();
-  /// Makes the shm backend: flat when every rank is on one node, hierarchical when they span nodes (collective, a step
-  /// of the operation `op` that asked for it, under its deadline; where none can be made, shm_refusal says why).
-  void decide_shm(const OpContext& op);
-  /// Makes the shm backend now, with the communicator (collective, under the timeout), where the setting may use it:
-  /// then point-to-point operations may use it too (p2p_shm).
-  void make_shm_now();
-  /// @throws BackendError when the backend is forced to NCCL and `op` cannot use it here.
-  void require_nccl(OpKind op) const;
-  /// Whether `op` may run on NCCL here (NCCL agreed on; for point-to-point, agreed on at creation).
-  bool nccl_usable_for(OpKind op) const;
-  /// What the router reads of the shm backend as it stands (hierarchical, crowded; both false before it is made).
-  void describe_shm(RouteRequest& r) const;
+  /// Makes the transports made with every communicator and, where `collectively` (every rank is here: a communicator
+  /// shardkit owns), those made with it (Transport::make_with_communicator).
+  void make_transports(bool collectively);
+  /// Whether some rank has a GPU: known from a transport's decision (learn_gpu), else asked of every rank (a blocking
+  /// collective over the control communicator: call it only where every rank is known to be here).
+  bool some_rank_has_gpu();
+  /// What an exchange of a transport's decision learned of the ranks' GPUs.
+  void learn_gpu(bool somewhere) noexcept {
+    gpu_known = true;
+    gpu_somewhere = somewhere;
+  }
+  /// The slot of the transport recorded as `kind` (nullptr: none registered).
+  const TransportSlot* slot_of(BackendKind kind) const noexcept;
   /// @throws BackendError once the communicator was aborted.
   void ensure_usable() const;
   /// Runs one operation through the pipeline (validate, route, check, stage, run, token).
@@ -82,6 +66,8 @@ struct CommunicatorImpl {
 
  private:
   void create_control();
+  /// Routes one operation: the transports' decisions it starts, then the first that takes it (its slot's index).
+  std::size_t choose(const RouteRequest& req, const OpContext& ctx);
 };
 
 }  // namespace shardkit::detail

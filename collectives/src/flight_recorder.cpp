@@ -11,6 +11,7 @@
 #include "shardkit/launch/clock_sync.hpp"
 #include "shardkit/launch/runtime.hpp"
 #include "trace_writer.hpp"
+#include "transport.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -264,12 +265,12 @@ std::vector<FlightEntry> FlightRecorder::snapshot(std::int64_t* collectives) {
   for (std::uint64_t k = 0; k < n; ++k) ops.push_back(ring_[(next_ - n + k) % ring_.size()]);
   if (collectives) *collectives = collectives_;
   unlock();
-  // NCCL operations complete in the order they were issued (one stream): an earlier one whose completion nobody saw (a
-  // token waited for on the device, or dropped) is complete once a later one's is seen.
+  // A stream-ordered transport's operations complete in the order they were issued (NCCL: one stream): an earlier one
+  // whose completion nobody saw (a token waited for on the device, or dropped) is complete once a later one's is seen.
   for (std::size_t k = ops.size(); k-- > 0;) {
-    if (ops[k].what.backend != BackendKind::kNccl || effective_state(ops[k]) != OpState::kCompleted) continue;
+    if (!ops[k].what.stream_ordered || effective_state(ops[k]) != OpState::kCompleted) continue;
     for (std::size_t i = 0; i < k; ++i)
-      if (ops[i].what.backend == BackendKind::kNccl && effective_state(ops[i]) == OpState::kPending) {
+      if (ops[i].what.backend == ops[k].what.backend && effective_state(ops[i]) == OpState::kPending) {
         ops[i].state = OpState::kCompleted;
         ops[i].done.reset();
       }
@@ -283,8 +284,9 @@ FlightRecorder::Activity FlightRecorder::activity(bool waiting) {
   const std::vector<FlightEntry> ops = snapshot(nullptr);
   for (const FlightEntry& e : ops) {
     const OpState s = effective_state(e);
-    // A pending NCCL operation is the device's: no host thread waits for it (a hang there shows as a started wait).
-    if (s == OpState::kStarted || (s == OpState::kPending && waiting && e.what.backend != BackendKind::kNccl)) {
+    // A pending stream-ordered operation is the device's: no host thread waits for it (a hang there shows as a started
+    // wait).
+    if (s == OpState::kStarted || (s == OpState::kPending && waiting && !e.what.stream_ordered)) {
       a.busy_since_us = e.start_us;
       a.busy = describe(e, name_);
       break;
@@ -323,7 +325,7 @@ std::string FlightRecorder::json() {
                   ", \"count\": ", w.count, ", \"peer\": ", w.peer, ", \"source\": ", w.source, ", \"reduce\": ",
                   w.reduce < 0 ? "null" : concat("\"", reduce_op_name(static_cast<ReduceOp>(w.reduce)), "\""),
                   ", \"agreed_count\": ", w.agreed_count, ", \"agreed_extra\": \"", extra, "\", \"backend\": \"",
-                  backend_name(w.backend), "\", \"state\": \"", state_name(state), "\", \"start_us\": ", e.start_us,
+                  transport_name(w.backend), "\", \"state\": \"", state_name(state), "\", \"start_us\": ", e.start_us,
                   ", \"end_us\": ", end_us, ", \"what\": ");
     append_json_string(out, what_text(w));
     out += ", \"site\": ";

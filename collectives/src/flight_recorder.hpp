@@ -53,6 +53,9 @@ struct OpRecord {
   std::int64_t agreed_count = -1;
   std::uint64_t agreed_extra = 0;
   BackendKind backend{};
+  /// Its transport completes operations in issue order on the device (Transport::stream_ordered): a pending one is the
+  /// device's, and one seen complete completes those before it.
+  bool stream_ordered = false;
 };
 
 struct FlightEntry {

@@ -1,6 +1,6 @@
 // The operation table: for every operation its name, buffer roles, validation, checked-mode signature and value rule.
 // Which backends implement an operation is declared by the backends themselves (mpi_supports, nccl_supports) and
-// read by the router (routing.cpp).
+// read by the router (transport.hpp) and the transports' rules (src/backends/*/).
 
 #include "op_table.hpp"
 

@@ -13,7 +13,7 @@
 #include "checked.hpp"
 #include "communicator_impl.hpp"
 #include "op_table.hpp"
-#include "routing.hpp"
+#include "transport.hpp"
 #include "shardkit/collectives/launch_fence.hpp"
 #include "shardkit/core/error.hpp"
 
@@ -95,6 +95,16 @@ Result make_result(Array value, Token token) {
 
 }  // namespace
 
+std::size_t CommunicatorImpl::choose(const RouteRequest& req, const OpContext& ctx) {
+  const bool all_come = req.all_ranks_come();  // only such an operation may start a decision (collective)
+  return route(req, slots, options.name, [&](std::size_t i) {
+    const Transport& t = *transports()[i];
+    if (t.before_routing) t.before_routing(req);
+    TransportSlot& slot = slots[i];
+    if (!slot.decided && all_come && t.may_take && t.may_take(req)) t.decide(*this, slot, ctx);
+  });
+}
+
 Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   const OpSpec& spec = op_spec(op);
   // One thread at a time: two threads' operations would start in a different order on each rank (a mismatch, a hang or
@@ -124,12 +134,9 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   ctx.deadline = deadline_after(options.timeout);
   ctx.async = options.async;
 
-  // Route: from the backends' declarations, the setting and where this rank's buffers live. Collectives on host buffers
-  // go to shm when route() would take it and the communicator has it (decided by the first such collective); other
-  // host buffers on a setting that is not forced to NCCL go to MPI (route()'s answer, taken without asking).
-  const Placement where = placement_of(send, recv);
-  Backend* chosen = mpi.get();
-  RouteRequest req{op, options.backend, where};
+  // Route: the first transport that takes it, from their rules, the setting and where this rank's buffers live;
+  // transports not decided yet are decided by the first operation every rank runs that they may take (collective).
+  RouteRequest req{op, options.backend, placement_of(send, recv)};
   // Sized by an array of the same size on every rank, so that all route alike: the first, but a scatter's receive
   // buffer (its root's send buffer holds every rank's block).
   const bool by_recv = spec.send == Role::kRootIn && spec.recv == Role::kOut;
@@ -140,46 +147,24 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   req.reduce = a.reduce;
   req.named_peers = a.source != kAnySource && (a.dest == rank) == (a.source == rank);
   req.peers = a.peers;
-  // Asynchronous communicators stay on MPI: shm operations complete before returning, and async asks for overlap.
-  describe_shm(req);
-  // Point-to-point operations never start the decision (the other ranks would not come): they use shm once it is made;
-  // a sendrecv that every rank runs (Peers::kAllSendrecv) is a collective here.
-  const bool all_come = spec.collective || (op == OpKind::kSendrecv && a.peers == Peers::kAllSendrecv);
-  if (!options.async &&
-      (all_come ? (shm_decided ? needs_shm(req) : may_need_shm(req)) : shm_decided && needs_shm(req))) {
-    if (!shm_decided) decide_shm(ctx);  // collective: every rank routes this operation alike
-    describe_shm(req);
-    // A hierarchical backend implements fewer operations, and a crowded one fewer by default: ask again once known.
-    req.shm_available = shm != nullptr && needs_shm(req);
-  }
-  if (req.shm_available) {
-    chosen = shm.get();
-  } else if (where != Placement::kHost || options.backend == BackendKind::kNccl) {
-    run_nccl_launch_fence();  // launches of this thread and of compiled programs' in program order (launch_fence.hpp)
-    if (needs_nccl(req)) {
-      // The decision is collective: point-to-point operations never start it (see nccl_for_p2p).
-      if (!nccl_decided && spec.collective) decide_nccl();
-      if (options.backend == BackendKind::kNccl) require_nccl(op);
-    }
-    req.nccl_available = nccl_usable_for(op);
-    if (route(req) == BackendKind::kNccl) chosen = nccl.get();
-  }
-  if (chosen != mpi.get())
+  req.async = options.async;
+  const std::size_t chosen = choose(req, ctx);
+  const Transport& transport = *transports()[chosen];
+  if (transport.on_device)
     for (const Array* x : {send, static_cast<const Array*>(recv)})
       if (x && x->device().kind == DeviceKind::kCUDA && x->device().index != device)
         throw InvalidArgument(concat(op_name(op), ": a buffer on ", x->device(), ", but communicator '", options.name,
-                                     "' runs NCCL on cuda:", device, " (copy it there with .to(), or run this rank "
-                                     "on that device)"));
-  Backend& b = *chosen;
-  const BackendKind kind = b.kind();
-  // Operations on one communicator run in call order, also across backends (shm operations complete before returning).
-  const Token* own = kind == BackendKind::kMpi ? &last_mpi : kind == BackendKind::kNccl ? &last_nccl : nullptr;
-  for (Token* other : {&last_mpi, &last_nccl}) {
-    if (other == own) continue;
-    if (other->waitable()) {
-      other->wait();
-      *other = Token();
-    }
+                                     "' runs ", transport.name, " on cuda:", device,
+                                     " (copy it there with .to(), or run this rank on that device)"));
+  TransportSlot& slot = slots[chosen];
+  Backend& b = *slot.backend;
+  const BackendKind kind = transport.kind;
+  // Operations on one communicator run in call order, also across transports: another transport's pending operation
+  // completes first.
+  for (TransportSlot& other : slots) {
+    if (&other == &slot || !other.last.waitable()) continue;
+    other.last.wait();
+    other.last = Token();
   }
 
   if (spec.collective) ++seq;
@@ -210,6 +195,7 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   what.agreed_count = s.count;
   what.agreed_extra = s.extra;
   what.backend = kind;
+  what.stream_ordered = transport.stream_ordered;
   struct Recorded {
     FlightRecorder* r;
     Recording op;
@@ -222,10 +208,10 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   }
   // Contiguous buffers; in place when the caller passed one array as both.
   const bool in_place = send && recv && same_buffer(*send, *recv);
-  // The caller's token: a host wait for MPI; NCCL orders its stream on it itself, but packing a strided input (or an
-  // in-place buffer's contents) reads it now, so that must wait for the token too.
+  // The caller's token: a host wait, but for a stream-ordered transport, which orders its stream on it itself; packing
+  // a strided input (or an in-place buffer's contents) reads it now, so that must wait for the token too.
   const bool packs = in_place ? !recv->is_contiguous() : send && !send->is_contiguous();
-  if (kind != BackendKind::kNccl || packs) after.wait();
+  if (!transport.stream_ordered || packs) after.wait();
   Out out(recv);
   if (in_place) out.with_contents();
   const In in(in_place ? nullptr : send);
@@ -241,10 +227,9 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   Token t = b.run(call, ctx);
   // A pending token records its completion in the ring (and the trace) where it happens; dropped, a pending MPI
   // operation completes (pending_token).
-  t = FlightRecorder::observe(rec.op, std::move(t), kind == BackendKind::kMpi);
+  t = FlightRecorder::observe(rec.op, std::move(t), !transport.stream_ordered);
   t = out.finish(std::move(t));
-  Token& last = kind == BackendKind::kNccl ? last_nccl : last_mpi;
-  if (t.waitable() || last.waitable()) last = t;  // a complete token replacing a complete one: nothing to do
+  if (t.waitable() || slot.last.waitable()) slot.last = t;  // a complete token replacing a complete one: nothing to do
   recorder->finish(rec.op);
   return t;
 }
@@ -307,12 +292,17 @@ BackendKind Communicator::backend_for(OpKind op, Device device) const {
   detail::Placement where = device.is_device_memory() ? detail::Placement::kDevice : detail::Placement::kHost;
   if (spec.send == detail::Role::kNone && spec.recv == detail::Role::kNone) where = detail::Placement::kNone;
   detail::RouteRequest req{op, m.options.backend, where};
-  req.nccl_available = m.nccl_usable_for(op);
-  // Before the first collective routed to shm has decided, shm is assumed available to collectives (point-to-point
-  // operations wait for that decision).
-  req.shm_available = !m.options.async && (spec.collective ? m.shm != nullptr || !m.shm_decided : m.shm != nullptr);
-  m.describe_shm(req);
-  return detail::route(req);
+  req.async = m.options.async;
+  // The slots as they stand; before its decision, a transport that may be assumed made is, for collectives (the first
+  // that may take it decides; point-to-point operations wait for that decision).
+  const auto all = detail::transports();
+  std::vector<detail::TransportSlot> slots(m.slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    slots[i].view = m.slots[i].view;
+    slots[i].refusal = m.slots[i].refusal;
+    if (!m.slots[i].decided && all[i]->assumed_before_decision && spec.collective) slots[i].view = {true, false, 0};
+  }
+  return all[detail::route(req, slots, m.options.name)]->kind;
 }
 
 }  // namespace shardkit

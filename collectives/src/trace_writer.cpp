@@ -19,6 +19,7 @@
 #include "shardkit/launch/clock_sync.hpp"
 #include "shardkit/launch/config.hpp"
 #include "shardkit/launch/runtime.hpp"
+#include "transport.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -122,13 +123,13 @@ class TraceFile {
     char ts[64];
     std::snprintf(ts, sizeof ts, "%.3f, \"dur\": %.3f", static_cast<double>(s.start_ns - origin_us_ * 1000) / 1e3,
                   static_cast<double>(end > s.start_ns ? end - s.start_ns : 0) / 1e3);
-    out += concat(",\n{\"name\": \"", op_name(w.op), "\", \"cat\": \"", backend_name(w.backend),
+    out += concat(",\n{\"name\": \"", op_name(w.op), "\", \"cat\": \"", transport_name(w.backend),
                   "\", \"ph\": \"X\", \"pid\": ", rank_, ", \"tid\": ", s.track, ", \"ts\": ", ts,
                   ", \"args\": {\"bytes\": ", bytes,
                   ", \"dtype\": ", w.count < 0 ? "null" : concat("\"", dtype_name(w.dtype), "\""),
                   ", \"count\": ", w.count);
     if (w.peer >= 0) out += concat(op_spec(w.op).rooted ? ", \"root\": " : ", \"peer\": ", w.peer);
-    out += concat(", \"backend\": \"", backend_name(w.backend), "\", \"communicator\": ");
+    out += concat(", \"backend\": \"", transport_name(w.backend), "\", \"communicator\": ");
     append_json_string(out,
                        s.track > 0 && static_cast<std::size_t>(s.track) <= tracks_.size() ? tracks_[s.track - 1] : "");
     out += concat(", \"seq\": ", w.seq, ", \"id\": ", e.id, ", \"state\": \"", failed ? "failed" : "completed", "\"");

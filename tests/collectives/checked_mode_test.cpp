@@ -149,7 +149,7 @@ TEST_F(CheckedMode, BackendMismatch) {
   c->allreduce(Array::zeros({2}, DType::kFloat32, buffer_device()), ReduceOp::kSum).token.wait();  // sets NCCL up
   if (c->backend_for(OpKind::kAllreduce, buffer_device()) != BackendKind::kNccl)
     GTEST_SKIP() << "GPU buffers go to MPI here (ranks share a GPU)";
-  // Rank 0's host buffers take the host route (shm or MPI, by routing.cpp's table; a host collective on every rank first
+  // Rank 0's host buffers take the host route (shm or MPI, by shm_transport.cpp's table; a host collective on every rank first
   // makes the communicator's collective shm decision); the message lists by name.
   c->allreduce(Array::zeros({4}, DType::kFloat32), ReduceOp::kSum).token.wait();
   const std::string host = backend_name(c->backend_for(OpKind::kAllreduce, Device::cpu()));

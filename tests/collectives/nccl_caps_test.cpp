@@ -8,6 +8,7 @@
 #include "backend.hpp"
 #include "collective_test_util.hpp"
 #include "backends/nccl/nccl_caps.hpp"
+#include "backends/nccl/nccl_backend.hpp"
 
 namespace shardkit::testing {
 namespace {

@@ -1,16 +1,54 @@
-// Backend choice: every operation × backend setting × buffer placement, against rules written out here (not read from
-// the code under test), and every operation run on a communicator forced to each setting.
+// Transport choice: every operation × backend setting × buffer placement, against rules written out here (not read from
+// the code under test), through the registry's router (transport.hpp) as the pipeline calls it, and every operation
+// run on a communicator forced to each setting.
 
 #include <set>
+#include <vector>
 
+#include "backends/nccl/nccl_transport.hpp"
+#include "backends/shm/shm_transport.hpp"
 #include "collective_test_util.hpp"
-#include "routing.hpp"
+#include "transport.hpp"
 
 namespace shardkit::testing {
 namespace {
 
 using detail::Placement;
-using detail::RouteRequest;
+
+// A request with the transports' state beside it: whether the communicator has shm (and of which shape, and whether it
+// carries point-to-point operations) and NCCL (agreed on with the communicator: point-to-point may use it).
+struct Req : detail::RouteRequest {
+  bool shm_available = false;
+  bool shm_hierarchical = false;
+  bool shm_crowded = false;
+  bool p2p_shm = false;
+  bool nccl_available = false;
+
+  Req(OpKind kind, BackendKind forced, Placement where, DType type = DType::kFloat32, ReduceOp red = ReduceOp::kSum,
+      bool nccl = false)
+      : RouteRequest{kind, forced, where, type, red}, nccl_available(nccl) {}
+
+  detail::TransportView shm_view(bool made) const {
+    return {made, p2p_shm,
+            (shm_hierarchical ? detail::kShmHierarchical : 0u) | (shm_crowded ? detail::kShmCrowded : 0u)};
+  }
+};
+
+// The router's answer where the communicator's transports stand as `r` says.
+BackendKind route(const Req& r) {
+  const auto all = detail::transports();
+  std::vector<detail::TransportSlot> slots(all.size());
+  slots[detail::transport_index(BackendKind::kShm)].view = r.shm_view(r.shm_available);
+  slots[detail::transport_index(BackendKind::kNccl)].view = {r.nccl_available, true, 0};
+  slots[detail::transport_index(BackendKind::kMpi)].view = {true, true, 0};
+  return all[detail::route(r, slots, "routing test")]->kind;
+}
+// Whether shm would take `r` where the communicator has it.
+bool needs_shm(const Req& r) { return detail::shm_transport().takes(r, r.shm_view(true)); }
+// Before the shm backend is made: whether either shape would take `r` (the first such collective makes it).
+bool may_need_shm(const Req& r) { return detail::shm_transport().may_take(r); }
+// Whether `r` starts the ranks' NCCL decision (collective).
+bool needs_nccl(const Req& r) { return detail::nccl_transport().may_take(r); }
 
 constexpr OpKind kAllOps[] = {OpKind::kAllreduce, OpKind::kReduce,   OpKind::kBcast,         OpKind::kAllgather,
                               OpKind::kGather,    OpKind::kScatter,  OpKind::kReduceScatter, OpKind::kAlltoall,
@@ -31,12 +69,12 @@ TEST(Routing, EveryOperationSettingAndPlacement) {
         for (bool nccl : {false, true}) {
           SCOPED_TRACE(::testing::Message() << op_name(op) << " setting=" << backend_name(setting)
                                             << " placement=" << static_cast<int>(where) << " nccl=" << nccl);
-          RouteRequest r{op, setting, has_buffers(op) ? where : Placement::kNone};
+          Req r{op, setting, has_buffers(op) ? where : Placement::kNone};
           r.nccl_available = nccl;
           const bool host_involved = where != Placement::kDevice;
           if (setting == BackendKind::kNccl && has_buffers(op) && host_involved) {
             try {
-              detail::route(r);
+              route(r);
               ADD_FAILURE() << "no InvalidArgument";
             } catch (const InvalidArgument& e) {
               const std::string msg = e.what();
@@ -45,12 +83,25 @@ TEST(Routing, EveryOperationSettingAndPlacement) {
             }
             continue;
           }
-          const bool want_nccl = setting != BackendKind::kMpi && has_buffers(op) && !host_involved &&
-                                 !kNotInNccl.count(op) && nccl;
-          EXPECT_EQ(detail::route(r), want_nccl ? BackendKind::kNccl : BackendKind::kMpi);
-          // NCCL is set up (collectively) exactly when the answer could be NCCL.
-          EXPECT_EQ(detail::needs_nccl(r),
-                    setting != BackendKind::kMpi && has_buffers(op) && !host_involved && !kNotInNccl.count(op));
+          const bool could_nccl =
+              setting != BackendKind::kMpi && has_buffers(op) && !host_involved && !kNotInNccl.count(op);
+          if (setting == BackendKind::kNccl && could_nccl && !nccl) {
+            // Forced, on GPU buffers of an operation NCCL implements, where the ranks have no NCCL.
+            try {
+              route(r);
+              ADD_FAILURE() << "no BackendError";
+            } catch (const BackendError& e) {
+              const std::string msg = e.what();
+              EXPECT_NE(msg.find(op_name(op)), std::string::npos) << msg;
+              EXPECT_NE(msg.find("cannot use NCCL"), std::string::npos) << msg;
+            }
+            continue;
+          }
+          EXPECT_EQ(route(r), could_nccl && nccl ? BackendKind::kNccl : BackendKind::kMpi);
+          // The ranks' NCCL decision (collective) is started exactly where the answer could be NCCL, by an operation
+          // every rank runs (never by a point-to-point one).
+          const bool p2p = op == OpKind::kSend || op == OpKind::kRecv || op == OpKind::kSendrecv;
+          EXPECT_EQ(needs_nccl(r), could_nccl && !p2p);
         }
       }
     }
@@ -75,11 +126,11 @@ TEST(Routing, ReductionsNcclLacksFallBackToMpi) {
   for (OpKind op : kReducing) {
     for (const Case& c : cases) {
       SCOPED_TRACE(::testing::Message() << op_name(op) << " " << c.dtype << " " << reduce_op_name(c.op));
-      RouteRequest r{op, BackendKind::kAuto, Placement::kDevice, c.dtype, c.op, true};
+      Req r{op, BackendKind::kAuto, Placement::kDevice, c.dtype, c.op, true};
       const bool nccl = c.nccl && op != OpKind::kScan;
-      EXPECT_EQ(detail::route(r), nccl ? BackendKind::kNccl : BackendKind::kMpi);
+      EXPECT_EQ(route(r), nccl ? BackendKind::kNccl : BackendKind::kMpi);
       r.setting = BackendKind::kNccl;  // forced: still falls back rather than failing
-      EXPECT_EQ(detail::route(r), nccl ? BackendKind::kNccl : BackendKind::kMpi);
+      EXPECT_EQ(route(r), nccl ? BackendKind::kNccl : BackendKind::kMpi);
     }
   }
   // NCCL's float max/min drop NaN, which shardkit propagates: float32/float64 allreduce runs on NCCL over order keys
@@ -88,14 +139,14 @@ TEST(Routing, ReductionsNcclLacksFallBackToMpi) {
     for (ReduceOp red : {ReduceOp::kMax, ReduceOp::kMin}) {
       for (OpKind op : kReducing) {
         SCOPED_TRACE(::testing::Message() << op_name(op) << " " << dt << " " << reduce_op_name(red));
-        RouteRequest r{op, BackendKind::kAuto, Placement::kDevice, dt, red, true};
-        EXPECT_EQ(detail::route(r), op == OpKind::kAllreduce ? BackendKind::kNccl : BackendKind::kMpi);
+        Req r{op, BackendKind::kAuto, Placement::kDevice, dt, red, true};
+        EXPECT_EQ(route(r), op == OpKind::kAllreduce ? BackendKind::kNccl : BackendKind::kMpi);
       }
     }
   }
   // Data movement works on every dtype.
-  RouteRequest r{OpKind::kAllgather, BackendKind::kAuto, Placement::kDevice, DType::kComplex128, ReduceOp::kProd, true};
-  EXPECT_EQ(detail::route(r), BackendKind::kNccl);
+  Req r{OpKind::kAllgather, BackendKind::kAuto, Placement::kDevice, DType::kComplex128, ReduceOp::kProd, true};
+  EXPECT_EQ(route(r), BackendKind::kNccl);
 }
 
 // What the shm backend implements: issue 21's operations, and gather and scatter.
@@ -112,20 +163,20 @@ TEST(Routing, ShmSetting) {
       for (bool available : {false, true}) {
         SCOPED_TRACE(::testing::Message() << op_name(op) << " placement=" << static_cast<int>(where)
                                           << " shm available=" << available);
-        RouteRequest r{op, BackendKind::kShm, where};
+        Req r{op, BackendKind::kShm, where};
         r.shm_available = available;
         const bool host = where == Placement::kHost || where == Placement::kNone;
-        EXPECT_EQ(detail::needs_shm(r), host && kInShm.count(op) > 0);
+        EXPECT_EQ(needs_shm(r), host && kInShm.count(op) > 0);
         if (host) {
-          EXPECT_EQ(detail::route(r), available && kInShm.count(op) ? BackendKind::kShm : BackendKind::kMpi);
+          EXPECT_EQ(route(r), available && kInShm.count(op) ? BackendKind::kShm : BackendKind::kMpi);
         }
         r.setting = BackendKind::kMpi;
-        EXPECT_FALSE(detail::needs_shm(r));
-        EXPECT_EQ(detail::route(r), BackendKind::kMpi);
+        EXPECT_FALSE(needs_shm(r));
+        EXPECT_EQ(route(r), BackendKind::kMpi);
         r.setting = BackendKind::kAuto;
         r.bytes = 8;
         // (a sendrecv takes the table only where its peers run one too: RoutesSendrecvByWhatThePeersRun)
-        EXPECT_EQ(detail::needs_shm(r),
+        EXPECT_EQ(needs_shm(r),
                   host && kInShm.count(op) && detail::shm_by_default(op, 8) && op != OpKind::kSendrecv);
       }
     }
@@ -139,21 +190,21 @@ TEST(Routing, HierarchicalShm) {
                                          OpKind::kBarrier,   OpKind::kAllgather, OpKind::kReduceScatter};
   for (OpKind op : kAllOps) {
     SCOPED_TRACE(op_name(op));
-    RouteRequest r{op, BackendKind::kShm, Placement::kHost};
+    Req r{op, BackendKind::kShm, Placement::kHost};
     r.shm_available = true;
     r.shm_hierarchical = true;
-    EXPECT_EQ(detail::needs_shm(r), hierarchical.count(op) > 0);
-    EXPECT_EQ(detail::route(r), hierarchical.count(op) ? BackendKind::kShm : BackendKind::kMpi);
+    EXPECT_EQ(needs_shm(r), hierarchical.count(op) > 0);
+    EXPECT_EQ(route(r), hierarchical.count(op) ? BackendKind::kShm : BackendKind::kMpi);
     r.setting = BackendKind::kMpi;
-    EXPECT_EQ(detail::route(r), BackendKind::kMpi);
+    EXPECT_EQ(route(r), BackendKind::kMpi);
     r.setting = BackendKind::kAuto;
     for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{1} << 20}) {
       r.bytes = bytes;
-      EXPECT_EQ(detail::needs_shm(r), hierarchical.count(op) && detail::hier_by_default(op, bytes));
+      EXPECT_EQ(needs_shm(r), hierarchical.count(op) && detail::hier_by_default(op, bytes));
       // Before the backend is made, either table may ask for it.
-      RouteRequest flat = r;
+      Req flat = r;
       flat.shm_hierarchical = false;
-      EXPECT_EQ(detail::may_need_shm(r), detail::needs_shm(r) || detail::needs_shm(flat));
+      EXPECT_EQ(may_need_shm(r), needs_shm(r) || needs_shm(flat));
     }
   }
   // The measured crossovers: allreduce, allgather, reduce_scatter and barrier at every size, bcast from 512 B, reduce
@@ -174,19 +225,19 @@ TEST(Routing, HierarchicalShm) {
 // 16-18x MPI's, its reduce 0.34-17x, gather and scatter 3-44x below 2 KiB), and before the backend is made the first
 // small bcast may ask for it. Nothing else in the table depends on it.
 TEST(Routing, SmallRootedOperationsTakeShmOnlyWithACpuPerRank) {
-  RouteRequest r{OpKind::kBcast, BackendKind::kAuto, Placement::kHost};
+  Req r{OpKind::kBcast, BackendKind::kAuto, Placement::kHost};
   r.shm_available = true;
   for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{511}}) {
     SCOPED_TRACE(bytes);
     r.bytes = bytes;
     r.shm_crowded = false;
-    EXPECT_EQ(detail::route(r), BackendKind::kShm);
-    EXPECT_TRUE(detail::may_need_shm(r));
+    EXPECT_EQ(route(r), BackendKind::kShm);
+    EXPECT_TRUE(may_need_shm(r));
     r.shm_crowded = true;
-    EXPECT_EQ(detail::route(r), BackendKind::kMpi);
+    EXPECT_EQ(route(r), BackendKind::kMpi);
   }
   r.bytes = 512;
-  EXPECT_EQ(detail::route(r), BackendKind::kShm);  // still crowded: from 512 B shm wins either way
+  EXPECT_EQ(route(r), BackendKind::kShm);  // still crowded: from 512 B shm wins either way
   for (OpKind op : kAllOps) {
     if (op == OpKind::kBcast || op == OpKind::kReduce || op == OpKind::kGather || op == OpKind::kScatter) continue;
     for (std::int64_t bytes : {std::int64_t{8}, std::int64_t{4} << 10, std::int64_t{64} << 20})
@@ -225,7 +276,7 @@ TEST(Routing, PointToPointTakesShmWhereTheCommunicatorMadeItWithItself) {
   for (OpKind op : {OpKind::kSend, OpKind::kRecv, OpKind::kSendrecv}) {
     for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{64} << 20}) {
       SCOPED_TRACE(::testing::Message() << op_name(op) << " bytes=" << bytes);
-      RouteRequest r{op, BackendKind::kAuto, Placement::kHost};
+      Req r{op, BackendKind::kAuto, Placement::kHost};
       r.shm_available = true;
       r.p2p_shm = true;
       r.bytes = bytes;
@@ -234,20 +285,20 @@ TEST(Routing, PointToPointTakesShmWhereTheCommunicatorMadeItWithItself) {
         r.peers = peers;
         for (BackendKind setting : {BackendKind::kAuto, BackendKind::kShm}) {
           r.setting = setting;
-          EXPECT_EQ(detail::route(r), BackendKind::kShm);
+          EXPECT_EQ(route(r), BackendKind::kShm);
         }
         r.setting = BackendKind::kMpi;
-        EXPECT_EQ(detail::route(r), BackendKind::kMpi);
+        EXPECT_EQ(route(r), BackendKind::kMpi);
       }
       r.setting = BackendKind::kAuto;
       r.placement = Placement::kDevice;
-      EXPECT_FALSE(detail::needs_shm(r));
+      EXPECT_FALSE(needs_shm(r));
       r.placement = Placement::kHost;
       r.p2p_shm = false;
       r.named_peers = true;
       r.peers = Peers::kUnknown;
       r.setting = BackendKind::kShm;
-      EXPECT_EQ(detail::route(r), op == OpKind::kSendrecv ? BackendKind::kShm : BackendKind::kMpi);
+      EXPECT_EQ(route(r), op == OpKind::kSendrecv ? BackendKind::kShm : BackendKind::kMpi);
     }
   }
 }
@@ -256,13 +307,13 @@ TEST(Routing, PointToPointTakesShmWhereTheCommunicatorMadeItWithItself) {
 // message, and shm's channels pair each send with the peer's receive in the same call.
 TEST(Routing, ShmSendrecvNeedsNamedPeers) {
   for (Peers peers : {Peers::kUnknown, Peers::kAllSendrecv}) {
-    RouteRequest r{OpKind::kSendrecv, BackendKind::kShm, Placement::kHost};
+    Req r{OpKind::kSendrecv, BackendKind::kShm, Placement::kHost};
     r.shm_available = true;
     r.peers = peers;
-    EXPECT_EQ(detail::route(r), BackendKind::kShm);
+    EXPECT_EQ(route(r), BackendKind::kShm);
     r.named_peers = false;
-    EXPECT_FALSE(detail::needs_shm(r));
-    EXPECT_EQ(detail::route(r), BackendKind::kMpi);
+    EXPECT_FALSE(needs_shm(r));
+    EXPECT_EQ(route(r), BackendKind::kMpi);
   }
 }
 
@@ -272,13 +323,13 @@ TEST(Routing, ShmSendrecvNeedsNamedPeers) {
 TEST(Routing, RoutesSendrecvByWhatThePeersRun) {
   for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{1} << 20, std::int64_t{64} << 20}) {
     SCOPED_TRACE(::testing::Message() << "bytes=" << bytes);
-    RouteRequest r{OpKind::kSendrecv, BackendKind::kAuto, Placement::kHost};
+    Req r{OpKind::kSendrecv, BackendKind::kAuto, Placement::kHost};
     r.shm_available = true;
     r.bytes = bytes;
     const auto on = [&](BackendKind setting, Peers peers) {
       r.setting = setting;
       r.peers = peers;
-      return detail::route(r);
+      return route(r);
     };
     EXPECT_EQ(on(BackendKind::kAuto, Peers::kAllSendrecv), BackendKind::kShm);
     EXPECT_EQ(on(BackendKind::kShm, Peers::kAllSendrecv), BackendKind::kShm);

@@ -16,7 +16,7 @@
 #include "backend.hpp"
 #include "collective_test_util.hpp"
 #include "flight_recorder.hpp"
-#include "routing.hpp"
+#include "backends/shm/shm_transport.hpp"
 #include "shardkit/launch/runtime.hpp"
 #include "backends/shm/shm_segment.hpp"
 #include "shm_files.hpp"
@@ -61,7 +61,7 @@ std::vector<std::string> recorded_routes(const std::string& name, OpKind op) {
 // with exact results either way; the flight recorder says which route each call took. A job where some rank has a
 // GPU stays on MPI (and NCCL) on the default route, host buffers included: its ranks could pass device buffers in one
 // operation and host buffers in another, or some ranks one and some the other, and each operation must take one
-// backend on every rank (decide_shm, from the NCCL decision every rank shares; SHARDKIT_BACKEND=shm still forces shm):
+// backend on every rank (shm_transport.cpp's decision, from the NCCL decision every rank shares; SHARDKIT_BACKEND=shm still forces shm):
 // there every route is MPI, across hosts as on one node (the simulated-GPU build runs this across hosts with a GPU per
 // rank; before 2026-12 it expected the hierarchy's table there and failed). On one node the flat table routes them:
 // the results are checked, not the route.
@@ -158,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(SomeDTypes, ShmAuto,
                                            DType::kComplex64),
                          dtype_param_name);
 
-// Which point-to-point operations take shm. On a communicator made with shm on one node (RouteRequest::p2p_shm): every
+// Which point-to-point operations take shm. On a communicator made with shm on one node (TransportView::p2p): every
 // send, recv and sendrecv, whatever the peers run, on auto and forced alike. On one that wraps the caller's (shm made
 // later, by its first collective) only sendrecvs that every rank runs (a ppermute of every axis index, a matmul ring)
 // by default, a program's own only where forced, those whose peers send or receive alone (a ppermute chain) never,
@@ -245,7 +245,7 @@ TEST(ShmWaitPolicy, RanksBoundToACoreEachStillSpin) {
       << world->size() << " ranks, " << online << " CPUs";
 }
 
-// The default route sends a bcast below 512 B to shm only where the ranks have a CPU each (routing.cpp): the
+// The default route sends a bcast below 512 B to shm only where the ranks have a CPU each (shm_transport.cpp): the
 // communicator reads that from its shm backend's wait policy, once the first collective has made the backend.
 TEST(ShmRoute, SmallBcastsTakeShmOnlyWhereEveryRankHasACpu) {
   auto c = Communicator::world({.backend = BackendKind::kAuto, .name = "auto bcast"});

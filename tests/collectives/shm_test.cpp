@@ -25,6 +25,7 @@
 #include "backends/shm/shm_segment.hpp"
 #include "backends/shm/shm_steps.hpp"
 #include "shm_files.hpp"
+#include "backends/shm/shm_backend.hpp"
 
 namespace shardkit::testing {
 namespace {

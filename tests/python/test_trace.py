@@ -76,7 +76,7 @@ def merge(*args):
     return trace.main(["merge", *map(str, args)])
 
 
-# The backend each span names, with the backend forced (on the default route it follows routing.cpp's measured table):
+# The backend each span names, with the backend forced (on the default route it follows shm_transport.cpp's measured table):
 # on shm every operation but the async communicator's allgather (async communicators stay on MPI).
 SPAN_BACKENDS = {"mpi": ["mpi"] * 5, "shm": ["shm", "shm", "shm", "mpi", "shm"]}
 

@@ -18,6 +18,7 @@
 #include "backend.hpp"
 #include "backends/mpi/mpi_p2p.hpp"
 #include "backends/mpi/mpi_types.hpp"
+#include "backends/mpi/mpi_backend.hpp"
 
 namespace shardkit::detail {
 namespace {

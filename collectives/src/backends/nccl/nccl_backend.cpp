@@ -33,6 +33,7 @@
 #include "shardkit/core/kernels.hpp"
 #include "shardkit/launch/mpi.hpp"
 #include "shardkit/launch/runtime.hpp"
+#include "backends/nccl/nccl_backend.hpp"
 
 namespace shardkit::detail {
 namespace {

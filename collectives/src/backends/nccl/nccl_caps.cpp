@@ -7,6 +7,7 @@
 
 #include "backend.hpp"
 #include "shardkit/core/kernels.hpp"
+#include "backends/nccl/nccl_backend.hpp"
 
 namespace shardkit::detail {
 namespace {

@@ -1,6 +1,7 @@
 // Stands in for nccl_backend.cpp in builds without NCCL.
 #include "backend.hpp"
 #include "shardkit/core/error.hpp"
+#include "backends/nccl/nccl_backend.hpp"
 
 namespace shardkit::detail {
 

@@ -12,6 +12,9 @@
 #include "backends/mpi/mpi_request.hpp"
 #include "backends/mpi/mpi_types.hpp"
 #include "shardkit/core/error.hpp"
+#include "backends/shm/shm_backend.hpp"
+#include "backends/mpi/mpi_backend.hpp"
+#include "backends/shm/shm_transport.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -59,6 +62,7 @@ class HierBackend final : public Backend {
         max_count_(max_count) {}
 
   BackendKind kind() const noexcept override { return BackendKind::kShm; }
+  std::uint32_t route_traits() const noexcept override { return kShmHierarchical; }
 
   void abort() noexcept override {
     abort_->aborted = true;

@@ -32,6 +32,8 @@
 #include "backends/shm/shm_segment.hpp"
 #include "backends/shm/shm_single_copy.hpp"
 #include "backends/shm/shm_steps.hpp"
+#include "backends/shm/shm_backend.hpp"
+#include "backends/shm/shm_transport.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -51,7 +53,7 @@ class ShmBackend final : public Backend {
         single_copy_(seg_, cma_, steps_, me_, *abort_) {}
 
   BackendKind kind() const noexcept override { return BackendKind::kShm; }
-  bool crowded() const noexcept override { return policy_.crowded; }
+  std::uint32_t route_traits() const noexcept override { return policy_.crowded ? kShmCrowded : 0; }
   void abort() noexcept override { abort_->aborted = true; }
 
   Token run(const BackendCall& c, const OpContext& ctx) override {

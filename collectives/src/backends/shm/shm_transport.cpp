@@ -1,16 +1,20 @@
-#include "routing.hpp"
+// The shm transport (shm_transport.hpp): its descriptor, the default route's tables, and how a communicator makes it.
 
+#include "backends/shm/shm_transport.hpp"
+
+#include <cstdio>
 #include <limits>
 #include <span>
 
-#include "backend.hpp"
 #include "backends/shm/hierarchy.hpp"
+#include "communicator_impl.hpp"
+#include "creation.hpp"
 #include "shardkit/core/error.hpp"
+#include "shardkit/launch/config.hpp"
+#include "backends/shm/shm_backend.hpp"
 
 namespace shardkit::detail {
 namespace {
-
-bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, r.dtype, r.reduce); }
 
 // The default route's table: per operation, the message sizes (bytes of the first array on each rank; a scatter's
 // receive buffer) where shm was measured faster than MPI, each against MPI in the same run (bench_collectives, 2 ranks
@@ -35,14 +39,14 @@ bool nccl_declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, 
 // message is in the receiver's fast box while shm's waits for the previous bcast's readers (16-18x MPI at 3-4 ranks
 // on 2 cores), but with a CPU each shm took 0.10 us where the MPI route took 0.16 (raw MPI 0.09).
 // Point-to-point operations take shm at every size where the communicator decided so when it was made
-// (RouteRequest::p2p_shm; sends, receives and sendrecvs alike, matched as MPI matches them). Elsewhere (a communicator
+// (TransportView::p2p; sends, receives and sendrecvs alike, matched as MPI matches them). Elsewhere (a communicator
 // wrapping the caller's, or made before shm could be) the sendrecv row serves only sendrecvs whose peers are known to
 // run one too (Peers::kAllSendrecv, a ppermute of every axis index, as a collective); a program's own sendrecv takes
 // shm there only where SHARDKIT_BACKEND=shm forces it, and a ppermute whose members send or receive alone never.
 struct ShmWins {
   OpKind op;
   std::int64_t from, upto;  // bytes, inclusive
-  bool roomy_only = false;  // only where the ranks do not outnumber their CPUs (RouteRequest::shm_crowded)
+  bool roomy_only = false;  // only where the ranks do not outnumber their CPUs (kShmCrowded)
 };
 constexpr std::int64_t kAnySize = std::numeric_limits<std::int64_t>::max();
 constexpr ShmWins kShmWins[] = {
@@ -83,48 +87,86 @@ bool wins(std::span<const ShmWins> table, OpKind op, std::int64_t bytes, bool cr
   return false;
 }
 
+// Whether a backend of this shape would take `r`: host buffers (or none), an operation it implements, and either the
+// shm setting or its default table on auto. Point-to-point operations take it at every size
+// where the communicator made it with itself (`p2p`, with MPI's matching: shm_p2p.hpp); elsewhere a sendrecv takes it
+// only between named peers, by the table where every rank runs one (Peers::kAllSendrecv, a collective then), where
+// forced for a program's own, and never where some peers send or receive alone (on MPI).
+bool would_take(const RouteRequest& r, bool hierarchical, bool crowded, bool p2p) noexcept {
+  if (r.async) return false;  // its operations complete before returning; an asynchronous communicator asks for overlap
+  if (r.placement != Placement::kHost && r.placement != Placement::kNone) return false;
+  if (r.point_to_point() && p2p) return r.setting == BackendKind::kAuto || r.setting == BackendKind::kShm;
+  if (r.op == OpKind::kSend || r.op == OpKind::kRecv) return false;
+  if (r.op == OpKind::kSendrecv && (!r.named_peers || r.peers == Peers::kMixed)) return false;
+  const bool by_default = (r.op != OpKind::kSendrecv || r.peers == Peers::kAllSendrecv) &&
+                          (hierarchical ? hier_by_default(r.op, r.bytes) : shm_by_default(r.op, r.bytes, crowded));
+  if (r.setting != BackendKind::kShm && (r.setting != BackendKind::kAuto || !by_default)) return false;
+  return hierarchical ? hier_supports(r.op, r.dtype, r.reduce) : shm_supports(r.op, r.dtype, r.reduce);
+}
+
+bool takes(const RouteRequest& r, const TransportView& v) noexcept {
+  return v.made && would_take(r, (v.traits & kShmHierarchical) != 0, (v.traits & kShmCrowded) != 0, v.p2p);
+}
+
+// Before the backend is made (flat or hierarchical is not known yet): whether either would take `r`.
+bool may_take(const RouteRequest& r) noexcept {
+  return would_take(r, false, false, false) || would_take(r, true, false, false);
+}
+
+// Makes the backend: flat when every rank is on one node, hierarchical when they span nodes (collective, a step of
+// the operation `op` that asked for it, under its deadline; where none can be made, the slot's refusal says why).
+void decide(CommunicatorImpl& c, TransportSlot& slot, const OpContext& op) {
+  if (slot.decided) return;
+  slot.decided = true;
+  // The set-up makes blocking MPI calls: agree first, under the operation's deadline, that every rank has come. It is
+  // part of the operation that asked for it (a timeout names that operation) and takes no sequence number of its own.
+  agree_within_operation(c.control(), op, "the shared-memory set-up", c.options.check, *c.abort);
+  if (c.options.backend == BackendKind::kAuto && c.some_rank_has_gpu()) {
+    // The default route keeps jobs with GPUs on MPI and NCCL. Where only some ranks have one, their staged device
+    // buffers and the others' host buffers would take different transports in one operation.
+    slot.refusal =
+        "a rank has a GPU (the default route keeps such jobs on MPI and NCCL; SHARDKIT_BACKEND=shm forces it)";
+    return;
+  }
+  bool hierarchical = false;
+  slot.backend = make_hier_backend(c.control(), c.abort, c.options.max_message_elements, &hierarchical, &slot.refusal);
+  if (!hierarchical) slot.backend = make_shm_backend(c.control(), c.abort, &slot.refusal);
+  if (slot.backend) slot.view = {true, false, slot.backend->route_traits()};
+  if (Config::get().verbose && c.rank == 0)
+    std::fprintf(stderr, "shardkit: communicator '%s': shm %s%s\n", c.options.name.c_str(),
+                 !slot.backend ? "refused: " : hierarchical ? "in use, hierarchical (its ranks span nodes)" : "in use",
+                 slot.backend ? "" : slot.refusal.c_str());
+}
+
+// With the communicator (every rank is here), where the setting may use it: then point-to-point operations take it too
+// where it is flat and no rank has a GPU (whose buffers take MPI or NCCL: a send from one and its receive into host
+// memory would take different transports).
+void make_with_communicator(CommunicatorImpl& c, TransportSlot& slot) {
+  if (c.options.async || (c.options.backend != BackendKind::kAuto && c.options.backend != BackendKind::kShm)) return;
+  decide(c, slot, OpContext::for_step(OpKind::kBarrier, "the shared-memory set-up", c.options.name, c.options.timeout));
+  slot.view.p2p = slot.view.made && !(slot.view.traits & kShmHierarchical) && !c.some_rank_has_gpu();
+}
+
 }  // namespace
+
+const Transport& shm_transport() noexcept {
+  static const Transport t = [] {
+    Transport d{BackendKind::kShm, "shm"};
+    d.priority = 20;
+    d.takes = takes;
+    d.may_take = may_take;
+    d.assumed_before_decision = true;  // made wherever the ranks' segment can be (one node, or each node's)
+    d.decide = decide;
+    d.make_with_communicator = make_with_communicator;
+    return d;
+  }();
+  return t;
+}
 
 bool shm_by_default(OpKind op, std::int64_t bytes, bool crowded) noexcept {
   return wins(kShmWins, op, bytes, crowded);
 }
 
 bool hier_by_default(OpKind op, std::int64_t bytes) noexcept { return wins(kHierWins, op, bytes, false); }
-
-bool needs_shm(const RouteRequest& r) noexcept {
-  if (r.placement != Placement::kHost && r.placement != Placement::kNone) return false;
-  const bool p2p = r.op == OpKind::kSend || r.op == OpKind::kRecv || r.op == OpKind::kSendrecv;
-  if (p2p && r.p2p_shm) return r.setting == BackendKind::kAuto || r.setting == BackendKind::kShm;
-  if (r.op == OpKind::kSend || r.op == OpKind::kRecv) return false;
-  if (r.op == OpKind::kSendrecv && (!r.named_peers || r.peers == Peers::kMixed)) return false;
-  const bool by_default =
-      (r.op != OpKind::kSendrecv || r.peers == Peers::kAllSendrecv) &&
-      (r.shm_hierarchical ? hier_by_default(r.op, r.bytes) : shm_by_default(r.op, r.bytes, r.shm_crowded));
-  if (r.setting != BackendKind::kShm && (r.setting != BackendKind::kAuto || !by_default)) return false;
-  return r.shm_hierarchical ? hier_supports(r.op, r.dtype, r.reduce) : shm_supports(r.op, r.dtype, r.reduce);
-}
-
-bool may_need_shm(RouteRequest r) noexcept {
-  r.shm_hierarchical = false;
-  if (needs_shm(r)) return true;
-  r.shm_hierarchical = true;
-  return needs_shm(r);
-}
-
-bool needs_nccl(const RouteRequest& r) noexcept {
-  if (r.setting == BackendKind::kMpi || r.placement != Placement::kDevice) return false;
-  return nccl_declares(r);
-}
-
-BackendKind route(const RouteRequest& r) {
-  if (needs_shm(r) && r.shm_available) return BackendKind::kShm;
-  if (r.setting == BackendKind::kMpi || r.placement == Placement::kNone) return BackendKind::kMpi;
-  if (r.setting == BackendKind::kNccl && (r.placement == Placement::kHost || r.placement == Placement::kMixed))
-    throw InvalidArgument(concat(op_name(r.op), ": SHARDKIT_BACKEND=nccl needs GPU buffers, but this rank's are ",
-                                 r.placement == Placement::kHost ? "in host memory" : "partly in host memory",
-                                 " (the nccl backend cannot run ", op_name(r.op), " on them)"));
-  if (r.placement != Placement::kDevice || !nccl_declares(r)) return BackendKind::kMpi;
-  return r.nccl_available ? BackendKind::kNccl : BackendKind::kMpi;
-}
 
 }  // namespace shardkit::detail
