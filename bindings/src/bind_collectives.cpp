@@ -16,6 +16,7 @@
 
 #include "py_array.hpp"
 #include "py_comm.hpp"
+#include "py_sharding.hpp"
 #include "shardkit/collectives/communicator.hpp"
 #include "shardkit/launch/runtime.hpp"
 
@@ -171,6 +172,16 @@ void register_collectives(nb::module_& m) {
       .def_prop_ro("size", &Communicator::size)
       .def_prop_ro("name", &Communicator::name)
       .def_prop_ro("has_nccl", &Communicator::has_nccl)
+      .def_prop_ro("backend", [](const Communicator& c) { return backend_name(c.options().backend); },
+                   "The backend setting it was made with: 'auto', 'mpi', 'nccl' or 'shm' (make_comm's backend=).")
+      .def_prop_ro("timeout", [](const Communicator& c) { return c.options().timeout.count() / 1000.0; },
+                   "Its timeout in seconds (0: none).")
+      .def_prop_ro("check", [](const Communicator& c) { return c.options().check; }, "Whether it runs checked mode.")
+      .def("transport_for", [](const Communicator& c, const std::string& op, const std::string& device) {
+        return backend_name(c.backend_for(op_from_name(op), *device_from(device)));
+      }, nb::arg("op"), nb::arg("device") = "cpu",
+         "The transport ('mpi', 'nccl' or 'shm') that would run operation `op` ('allreduce', ...) on buffers on "
+         "`device` ('cpu', 'cuda', 'cuda:N') now.")
       .def_prop_ro("aborted", &Communicator::aborted)
       .def_prop_ro("sequence", &Communicator::sequence)
       .def_prop_ro("handle", [](const Communicator& c) { return static_cast<std::uintptr_t>(c.mpi_handle()); },
@@ -198,19 +209,31 @@ void register_collectives(nb::module_& m) {
   }, nb::arg("handle"), nb::arg("name") = "mpi4py duplicate",
      "A new communicator over a duplicate of an mpi4py communicator (collective).");
   m.def("make_comm", [](nb::handle base, std::optional<bool> check, std::optional<double> timeout_s, bool async,
-                        const std::string& name) {
+                        const std::string& name, std::optional<std::string> backend) {
     CommPtr b = comm_from(base);
     CommOptions o = b->options();
     if (check) o.check = *check;
-    if (timeout_s) o.timeout = std::chrono::milliseconds(static_cast<long long>(*timeout_s * 1000.0));
+    if (timeout_s) {
+      if (!(*timeout_s >= 0 && *timeout_s <= 1e9))
+        throw InvalidArgument(detail::concat("make_comm: timeout=", *timeout_s,
+                                             ": expected a non-negative number of seconds (0: none)"));
+      o.timeout = std::chrono::milliseconds(static_cast<long long>(*timeout_s * 1000.0));
+    }
+    if (backend) {
+      const std::optional<BackendKind> kind = backend_from_name(*backend);
+      if (!kind)
+        throw InvalidArgument(detail::concat("make_comm: backend='", *backend, "': expected auto, mpi, nccl or shm"));
+      o.backend = *kind;
+    }
     o.async = async;
     o.name = name;
     nb::gil_scoped_release release;
     return Communicator::from_mpi(b->mpi_handle(), o);
   }, nb::arg("base") = nb::none(), nb::kw_only(), nb::arg("check") = nb::none(), nb::arg("timeout") = nb::none(),
-     nb::arg("async_") = false, nb::arg("name") = "communicator",
+     nb::arg("async_") = false, nb::arg("name") = "communicator", nb::arg("backend") = nb::none(),
      "A new communicator over the ranks of `base` (a duplicate: its own message space) with its own settings: "
-     "checked mode, timeout in seconds, asynchronous MPI. Collective.");
+     "checked mode, timeout in seconds (0: none), asynchronous MPI, backend ('auto', 'mpi', 'nccl' or 'shm'; as "
+     "SHARDKIT_BACKEND). What is not given is `base`'s. Collective.");
   m.attr("ANY_SOURCE") = kAnySource;
   m.attr("ANY_TAG") = kAnyTag;
 }

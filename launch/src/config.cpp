@@ -23,6 +23,12 @@ const char* backend_name(BackendKind kind) noexcept {
   return "nccl";
 }
 
+std::optional<BackendKind> backend_from_name(std::string_view name) noexcept {
+  for (BackendKind k : {BackendKind::kAuto, BackendKind::kMpi, BackendKind::kNccl, BackendKind::kShm})
+    if (name == backend_name(k)) return k;
+  return std::nullopt;
+}
+
 namespace {
 
 std::optional<std::string_view> env(const char* name) {
@@ -66,16 +72,9 @@ std::vector<std::unique_ptr<const Config>>* g_replaced = new std::vector<std::un
 Config Config::from_env() {
   Config c;
   if (auto v = env("SHARDKIT_BACKEND")) {
-    if (*v == "auto")
-      c.backend = BackendKind::kAuto;
-    else if (*v == "mpi")
-      c.backend = BackendKind::kMpi;
-    else if (*v == "nccl")
-      c.backend = BackendKind::kNccl;
-    else if (*v == "shm")
-      c.backend = BackendKind::kShm;
-    else
-      throw InvalidArgument(detail::concat("SHARDKIT_BACKEND='", *v, "': expected auto, mpi, nccl or shm"));
+    const std::optional<BackendKind> kind = backend_from_name(*v);
+    if (!kind) throw InvalidArgument(detail::concat("SHARDKIT_BACKEND='", *v, "': expected auto, mpi, nccl or shm"));
+    c.backend = *kind;
   }
   if (auto v = env("SHARDKIT_CHECK")) c.check = parse_bool("SHARDKIT_CHECK", *v);
   if (auto v = env("SHARDKIT_VERBOSE")) c.verbose = parse_bool("SHARDKIT_VERBOSE", *v);

@@ -1,13 +1,21 @@
 #pragma once
 // Helpers of the checkpoint tests: a directory every rank shares, the deterministic contents of a saved array (the
-// same formula as test_readers.py's), and sub-communicators standing for jobs of fewer ranks.
+// same formula as test_readers.py's), sub-communicators standing for jobs of fewer ranks, and the checks both test
+// files make (bytes each rank wrote, a flipped byte, the error a call raises).
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "mpi_test.hpp"
 #include "shardkit/checkpoint/checkpoint.hpp"
@@ -92,6 +100,48 @@ inline std::shared_ptr<Communicator> first_ranks(int n) {
   const bool in = world->rank() < n;
   auto c = world->split(in ? 0 : 1, world->rank(), "first " + std::to_string(n));
   return in ? c : nullptr;
+}
+
+/// Every rank's bytes_written of a save.
+inline std::vector<std::int64_t> written_by(const checkpoint::SaveHandle& h, Communicator& comm) {
+  Result r = comm.allgather(Array::from_values<std::int64_t>({static_cast<std::int64_t>(h.bytes_written())}));
+  r.token.wait();
+  return r.value.to_vector<std::int64_t>();
+}
+
+/// Flips one bit of the byte at `offset_from_end` from the file's end (`from_end`) or start.
+inline void flip_byte(const std::string& path, std::int64_t offset_from_end, bool from_end) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << path;
+  struct stat st {};
+  ::fstat(fd, &st);
+  const off_t at = from_end ? st.st_size - offset_from_end : offset_from_end;
+  unsigned char c = 0;
+  ASSERT_EQ(::pread(fd, &c, 1, at), 1);
+  c ^= 0x10;
+  ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
+  ::close(fd);
+}
+
+/// The message of the shardkit error `f` raises ("" when none).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+/// `f` raises an E whose message holds `needle`.
+template <typename E>
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one saying: " << needle;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace shardkit::testing

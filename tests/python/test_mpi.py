@@ -434,3 +434,26 @@ def test_every_operation_has_its_facts(sk):
         wanted |= {"dest"} if f["has_dest"] else set()
         wanted |= {"source"} if f["has_source"] else set()
         assert wanted <= set(f["params"]), name
+
+
+def test_make_comm_gives_each_communicator_its_own_settings(sk, mpi, rank, size):
+    """make_comm(backend=, timeout=, check=): the collectives layer's settings per communicator (SHARDKIT_BACKEND and
+    friends only fill the defaults); what is not given is the base communicator's; a setting it cannot take raises."""
+    forced = sk._core.make_comm(backend="mpi", timeout=7.5, check=True, name="forced mpi")
+    assert (forced.backend, forced.timeout, forced.check) == ("mpi", 7.5, True)
+    assert forced.transport_for("allreduce") == "mpi"
+    on_shm = sk._core.make_comm(backend="shm", name="forced shm")
+    assert on_shm.backend == "shm"
+    assert on_shm.transport_for("allreduce") == "shm"  # one node, host buffers: made with the communicator
+    assert on_shm.transport_for("scan") == "mpi"  # shm has no scan: the fallback takes it
+    inherited = sk._core.make_comm(forced, name="from forced")
+    assert (inherited.backend, inherited.timeout, inherited.check) == ("mpi", 7.5, True)
+    x = np.arange(5, dtype=np.float64) + rank
+    want = size * np.arange(5) + size * (size - 1) / 2
+    for c in (forced, on_shm, inherited):
+        r, _ = mpi.allreduce(x, op="sum", comm=c)
+        np.testing.assert_array_equal(r, want)
+    with pytest.raises(sk.InvalidArgument, match="backend='tcp': expected auto, mpi, nccl or shm"):
+        sk._core.make_comm(backend="tcp")
+    with pytest.raises(sk.InvalidArgument, match="timeout=-1"):
+        sk._core.make_comm(timeout=-1)

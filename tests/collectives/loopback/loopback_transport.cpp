@@ -55,14 +55,12 @@ void make_with_communicator(detail::CommunicatorImpl& c, detail::TransportSlot& 
 }  // namespace
 
 const detail::Transport& loopback_transport() noexcept {
-  static const detail::Transport t = [] {
-    detail::Transport d{kLoopbackKind, "loopback"};
-    d.priority = 40;  // asked first: for its communicators nothing is cheaper
-    d.takes = takes;
-    d.make_with_communicator = make_with_communicator;
-    d.always = true;  // not collective: it asks nothing of other ranks
-    return d;
-  }();
+  static const detail::Transport t{.kind = kLoopbackKind,
+                                   .name = "loopback",
+                                   .priority = 40,  // asked first: for its communicators nothing is cheaper
+                                   .takes = takes,
+                                   .make_with_communicator = make_with_communicator,
+                                   .always = true};  // not collective: it asks nothing of other ranks
   return t;
 }
 

@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace shardkit {
 
@@ -14,6 +16,8 @@ enum class BackendKind {
   kShm,   ///< shared memory for the collectives it implements on host buffers of one node's ranks, else as kAuto
 };
 const char* backend_name(BackendKind kind) noexcept;
+/// The kind a name of backend_name's stands for ("auto", "mpi", "nccl", "shm"; nullopt: none).
+std::optional<BackendKind> backend_from_name(std::string_view name) noexcept;
 
 /// Run-time configuration, read once from the environment (Config::get()) and overridable in code.
 struct Config {
