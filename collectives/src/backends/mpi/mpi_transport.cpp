@@ -23,13 +23,12 @@ void make_with_communicator(CommunicatorImpl& c, TransportSlot& slot) {
 }  // namespace
 
 const Transport& mpi_transport() noexcept {
-  static const Transport t = [] {
-    Transport d{BackendKind::kMpi, "mpi"};
-    d.takes = takes;
-    d.make_with_communicator = make_with_communicator;
-    d.always = true;
-    return d;
-  }();
+  static const Transport t{.kind = BackendKind::kMpi,
+                           .name = "mpi",
+                           .priority = 0,  // the fallback: asked last
+                           .takes = takes,
+                           .make_with_communicator = make_with_communicator,
+                           .always = true};
   return t;
 }
 

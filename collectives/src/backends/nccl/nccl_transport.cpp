@@ -141,20 +141,18 @@ void split(const CommunicatorImpl& parent, const TransportSlot& from, int color,
 }  // namespace
 
 const Transport& nccl_transport() noexcept {
-  static const Transport t = [] {
-    Transport d{BackendKind::kNccl, "nccl"};
-    d.priority = 30;
-    d.stream_ordered = true;
-    d.on_device = true;
-    d.takes = takes;
-    d.may_take = may_take;
-    d.refuse = refuse;
-    d.before_routing = before_routing;
-    d.decide = decide;
-    d.make_with_communicator = make_with_communicator;
-    d.split = split;
-    return d;
-  }();
+  static const Transport t{.kind = BackendKind::kNccl,
+                           .name = "nccl",
+                           .priority = 30,
+                           .stream_ordered = true,
+                           .on_device = true,
+                           .takes = takes,
+                           .may_take = may_take,
+                           .before_routing = before_routing,
+                           .refuse = refuse,
+                           .decide = decide,
+                           .make_with_communicator = make_with_communicator,
+                           .split = split};
   return t;
 }
 

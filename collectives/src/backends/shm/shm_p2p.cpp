@@ -19,11 +19,7 @@
 
 namespace shardkit::detail {
 
-using shm_p2p_wire::copy_bytes;
-using shm_p2p_wire::head_of;
-using shm_p2p_wire::Kind;
-using shm_p2p_wire::matches;
-using shm_p2p_wire::tag_text;
+using namespace shm_p2p_wire;  // NOLINT(google-build-using-namespace): the entries' format both halves share
 
 
 ShmP2p::ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitPolicy& policy, AbortState& abort)

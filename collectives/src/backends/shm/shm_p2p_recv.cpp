@@ -10,11 +10,7 @@
 
 namespace shardkit::detail {
 
-using shm_p2p_wire::copy_bytes;
-using shm_p2p_wire::head_of;
-using shm_p2p_wire::Kind;
-using shm_p2p_wire::matches;
-using shm_p2p_wire::tag_text;
+using namespace shm_p2p_wire;  // NOLINT(google-build-using-namespace): the entries' format both halves share
 
 // ---- receiving -----------------------------------------------------------------------------------------------
 

@@ -150,16 +150,14 @@ void make_with_communicator(CommunicatorImpl& c, TransportSlot& slot) {
 }  // namespace
 
 const Transport& shm_transport() noexcept {
-  static const Transport t = [] {
-    Transport d{BackendKind::kShm, "shm"};
-    d.priority = 20;
-    d.takes = takes;
-    d.may_take = may_take;
-    d.assumed_before_decision = true;  // made wherever the ranks' segment can be (one node, or each node's)
-    d.decide = decide;
-    d.make_with_communicator = make_with_communicator;
-    return d;
-  }();
+  static const Transport t{.kind = BackendKind::kShm,
+                           .name = "shm",
+                           .priority = 20,
+                           .takes = takes,
+                           .may_take = may_take,
+                           .assumed_before_decision = true,  // made wherever its segments can be (one node, or each)
+                           .decide = decide,
+                           .make_with_communicator = make_with_communicator};
   return t;
 }
 
