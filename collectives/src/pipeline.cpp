@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <cctype>
 #include <memory>
 #include <numeric>
 #include <utility>
@@ -152,10 +153,13 @@ Token CommunicatorImpl::run(OpKind op, const OpArgs& a, const Token& after) {
   const Transport& transport = *transports()[chosen];
   if (transport.on_device)
     for (const Array* x : {send, static_cast<const Array*>(recv)})
-      if (x && x->device().kind == DeviceKind::kCUDA && x->device().index != device)
+      if (x && x->device().kind == DeviceKind::kCUDA && x->device().index != device) {
+        std::string name = transport.name;  // as a proper name: "NCCL"
+        for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
         throw InvalidArgument(concat(op_name(op), ": a buffer on ", x->device(), ", but communicator '", options.name,
-                                     "' runs ", transport.name, " on cuda:", device,
+                                     "' runs ", name, " on cuda:", device,
                                      " (copy it there with .to(), or run this rank on that device)"));
+      }
   TransportSlot& slot = slots[chosen];
   Backend& b = *slot.backend;
   const BackendKind kind = transport.kind;
