@@ -6,9 +6,10 @@
 # test_jax_vma.py and test_jax_errors.py at 2 ranks (SHARDKIT_JAX_VERSIONS_RANKS="1 2" adds 1, where the paths of a
 # size-1 mesh axis run: tiled psum_scatter and all_to_all over one rank), with one dtype of each kind
 # (SHARDKIT_TEST_WIDE_SWEEP=0: the dtypes are handled by shardkit, JAX's internals by kind; scripts/test.sh sweeps every
-# dtype at 2 ranks on the main environment's jax, and SHARDKIT_TEST_WIDE_SWEEP=1 here does too). Non-zero if any run
-# fails. Idempotent: an environment that holds the asked-for jax is kept, and shardkit is rebuilt (incrementally, in the
-# environment's own build folder) only when its sources changed.
+# dtype at 2 ranks on the main environment's jax, and SHARDKIT_TEST_WIDE_SWEEP=1 here does too); and, outside mpirun,
+# test_package_layout.py (the JAX layer, loaded at `import jax`, starts none of that release's backends; the package's
+# imports point one way). Non-zero if any run fails. Idempotent: an environment that holds the asked-for jax is kept,
+# and shardkit is rebuilt (incrementally, in the environment's own build folder) only when its sources changed.
 #
 # shardkit is built in each environment rather than copied from the main build: a handler built with a newer jaxlib's
 # headers is refused by an older jaxlib ("the handler's API version (0.3) is incompatible with the framework's API
@@ -116,6 +117,10 @@ for version in "${versions[@]}"; do
   installed=$("$py" -c "import jax, jaxlib; print(f'jax {jax.__version__}, jaxlib {jaxlib.__version__}')")
   # The layer must find its handlers (built with this jaxlib's headers), or the suites would skip as "no JAX layer".
   (cd / && "$py" -c "import shardkit; assert shardkit._core._jax_ffi_targets(), 'built without jaxlib headers'")
+  echo "jax_versions: $installed, the package's layout (outside mpirun)"
+  if ! (cd "$SHARDKIT_ROOT/tests/python" && "$py" -m pytest -q -p no:cacheprovider test_package_layout.py); then
+    failed+=("$installed: test_package_layout.py")
+  fi
   for np_ in ${SHARDKIT_JAX_VERSIONS_RANKS:-2}; do
     echo "jax_versions: $installed, $np_ rank(s)"
     if ! (cd "$SHARDKIT_ROOT/tests/python" &&

@@ -96,7 +96,7 @@ std::vector<Param> with_comm(const std::vector<Param>& params) {
 
 template <int I>
 nb::object module_function(const FastArgs& a) {
-  if (nb::object r; jax_dispatch(py_ops()[I].op, a, a.get(F::kComm), &r)) return r;  // JAX values: shardkit._jax
+  if (nb::object r; jax_dispatch(py_ops()[I].op, a, a.get(F::kComm), &r)) return r;  // JAX values: shardkit.jax._ops
   CommPtr c = comm_from(a.get(F::kComm), op_name(py_ops()[I].op));
   return call_op(py_ops()[I].op, a, *c);
 }
@@ -135,8 +135,8 @@ nb::tuple batch_axes(OpKind op, bool at_root) {
   return nb::make_tuple(in, value_stacks(op, rank, root) ? 1 : drops ? 0 : in);
 }
 
-// Every operation's facts for the Python and JAX layers, read once by shardkit._jax: the table's (value rule, what it
-// takes, batch axes) and the Python entry's (parameters, JAX transposes). Operations without a Python entry
+// Every operation's facts for the Python and JAX layers, read once by shardkit.jax._ops: the table's (value rule, what
+// it takes, batch axes) and the Python entry's (parameters, JAX transposes). Operations without a Python entry
 // (alltoallv) have python=False.
 nb::dict op_facts() {
   nb::dict out;

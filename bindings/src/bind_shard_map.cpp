@@ -1,5 +1,5 @@
 // What a shard_map body calls: ShardContext and the axis collectives (psum, all_gather, ...) on Python values, the
-// axis plans the traced body executes (shardkit._jax_shard_map), and shard_map itself.
+// axis plans the traced body executes (shardkit.jax._collectives), and shard_map itself.
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
@@ -206,8 +206,8 @@ void register_shard_map(nb::module_& m) {
   def_fast<axis_reduce<AxisOp::kPmin, ReduceOp::kMin>>(m, "pmin", "pmin", axis_params,
                                                        "Minimum over the ranks along the named axes.");
   m.def("refuse_axis_index_groups", &refuse_axis_index_groups, nb::arg("groups").none(), nb::arg("op"));
-  // The plans of the axis collectives, for the traced shard_map body (shardkit._jax_shard_map), which executes them on
-  // JAX tracers as ShardContext executes them on arrays.
+  // The plans of the axis collectives, for the traced shard_map body (shardkit.jax._collectives), which executes them
+  // on JAX tracers as ShardContext executes them on arrays.
   nb::class_<AxisPlan>(m, "_AxisPlan", "What this rank runs for one axis collective (shardkit::plan_axis).")
       .def_prop_ro("name", [](const AxisPlan& p) { return axis_op_name(p.what); })
       .def_prop_ro("op",

@@ -333,7 +333,7 @@ void bind_sharded_arrays(nb::module_& m) {
   }, nb::arg("x"), nb::arg("framework") = "numpy");
   m.def("reshard", &reshard, nb::arg("x"), nb::arg("sharding"), nb::call_guard<nb::gil_scoped_release>());
   m.def("_plan_reshard", [](const Shape& shape, const NamedSharding& from, const NamedSharding& to, int rank) {
-    // What the traced shard_map needs of reshard's plan (shardkit._jax_shard_map compiles it): the kind, the
+    // What the traced shard_map needs of reshard's plan (shardkit.jax._shard_map compiles it): the kind, the
     // all_gather's axes and members, and this rank's blocks before and after.
     const ReshardPlan p = plan_reshard(shape, from, to, rank);
     auto box = [](const Box& b) {

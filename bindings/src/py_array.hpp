@@ -68,7 +68,7 @@ std::optional<Array> jax_host_input(nb::handle obj);
 /// The dtype is kept as is: for results of operations on jax.Arrays, whose dtype JAX made.
 nb::object jax_host_result(const Array& a);
 
-/// Installs the JAX side (shardkit._jax): ArrayImpl's type and jaxlib's DLPack importer, called as
+/// Installs the JAX side (shardkit.jax._ops): ArrayImpl's type and jaxlib's DLPack importer, called as
 /// importer(capsule, *importer_args); importer None keeps the DLPack converter. The references stay borrowed.
 void set_jax_host(nb::handle array_type, nb::handle importer, nb::handle importer_args);
 

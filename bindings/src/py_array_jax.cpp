@@ -6,7 +6,8 @@
 //    deleted arrays fail here, and the caller takes the DLPack path, which handles them or raises the producer's error.
 //  - out: a result shardkit allocated (64-byte aligned, as XLA:CPU needs to alias it) goes to jaxlib's DLPack importer
 //    as a legacy capsule: the new jax.Array owns the memory through the capsule's deleter, and shardkit never writes
-//    it again. The importer is found by shardkit._jax; without it the framework's converter (jax.dlpack) is used.
+//    it again. The importer is found by shardkit.jax._compat; without it the framework's converter (jax.dlpack) is
+//    used.
 
 #include <string_view>
 

@@ -55,7 +55,7 @@ ReduceOp reduce_op_of(nb::handle op);
 Token token_of(nb::handle t);
 
 /// One call of an operation from Python, its operands and arguments bound once for every path: the native call
-/// (py_ops.cpp's call_op) and the JAX layer's (jax/bind_jax.cpp's jax_dispatch, which hands it to shardkit._jax).
+/// (py_ops.cpp's call_op) and the JAX layer's (jax/bind_jax.cpp's jax_dispatch, which hands it to shardkit.jax._ops).
 struct BoundCall {
   OpArgs args;          ///< reduction, root, peers and tags (mpi4py's wildcards as shardkit's); no buffers
   nb::handle x;         ///< the value form's input: x, or sendrecv's recvbuf (which gives shape and dtype); None
@@ -67,7 +67,7 @@ struct BoundCall {
 BoundCall bind_call(OpKind op, const FastArgs& a);
 
 /// Runs one call of `op` from Python (either view, the communicator given) and returns its result as the view
-/// promises: (result, token), or a token for send and barrier. JAX values were handed to shardkit._jax before.
+/// promises: (result, token), or a token for send and barrier. JAX values were handed to shardkit.jax._ops before.
 nb::object call_op(OpKind op, const FastArgs& a, Communicator& c);
 /// Sets the calling thread's call site (flight recorder) to the innermost Python frame outside the shardkit package.
 void note_call_site();

@@ -152,7 +152,7 @@ BoundCall bind_call(OpKind op, const FastArgs& a) {
   return b;
 }
 
-// The body of every operation, for either view (JAX values were handed to shardkit._jax before it).
+// The body of every operation, for either view (JAX values were handed to shardkit.jax._ops before it).
 nb::object call_op(OpKind op, const FastArgs& a, Communicator& c) {
   note_call_site();
   BoundCall b = bind_call(op, a);

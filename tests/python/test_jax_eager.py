@@ -151,7 +151,7 @@ def test_concrete_arrays_met_while_tracing_are_staged(mpi, sk, size):
     const = jnp.ones(3)
     f = jax.jit(lambda: mpi.allreduce(const, op=MPI.SUM)[0])
     np.testing.assert_array_equal(f(), np.full(3, size))  # traced: the default communicator is registered
-    h = sk._jax.comm_handle(None)
+    h = sk.jax._ops.comm_handle(None)
     seq = sk._core._jax_comm_sequence(h)
     np.testing.assert_array_equal(f(), np.full(3, size))
     assert sk._core._jax_comm_sequence(h) == seq + 1  # the compiled program ran the allreduce
@@ -164,11 +164,11 @@ def test_the_direct_route_is_available(mpi, sk):
 
 
 def test_eager_nccl_launches_wait_for_the_compiled_programs_dispatched_before(mpi, sk, monkeypatch):
-    # The NCCL launch fence (collectives/launch_fence.hpp) is shardkit._jax's, and it waits for the dispatched programs
-    # with JAX's own barrier. The C++ side (the fence runs before an eager NCCL launch, never inside a compiled
+    # The NCCL launch fence (collectives/launch_fence.hpp) is shardkit.jax._ops's, and it waits for the dispatched
+    # programs with JAX's own barrier. The C++ side (the fence runs before an eager NCCL launch, never inside a compiled
     # program, and fixes the launch order the simulated NCCL refuses) is tests/sim/jax_cuda_handler_test.cpp's.
-    mpi.allreduce(jnp.ones(1), op=MPI.SUM)  # shardkit._jax loaded
-    assert sk._core._nccl_launch_fence is sk._jax._wait_for_compiled
+    mpi.allreduce(jnp.ones(1), op=MPI.SUM)  # shardkit's JAX layer activated
+    assert sk._core._nccl_launch_fence is sk.jax._ops._wait_for_compiled
     waited = []
     monkeypatch.setattr(jax, "effects_barrier", lambda: waited.append(True))
     sk._core._nccl_launch_fence()

@@ -247,7 +247,9 @@ def test_transpose_of_sendrecv_from_any_source(mpi, rank):
 def test_handler_refuses_a_malformed_call_attribute(mpi, fields):
     """The XLA handler reads its arguments from one int64 array; a program built by hand with another length is
     refused by name (not read past its end). Local to each rank: nothing is sent."""
-    import shardkit._jax  # noqa: F401  (registers the handlers with XLA)
+    from shardkit.jax import _ops
+
+    _ops.activate()  # registers the handlers with XLA
 
     x = jax.device_put(jnp.arange(3.0), jax.devices("cpu")[0])  # the CPU handler also where JAX defaults to a GPU
     call = jax.ffi.ffi_call("shardkit_collective_cpu", jax.ShapeDtypeStruct(x.shape, x.dtype), has_side_effect=True)

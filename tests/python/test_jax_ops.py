@@ -413,7 +413,7 @@ def test_barrier(mpi, sk, rank, size, mode):
     g = {"jit": jax.jit(f), "vmap": jax.vmap(f), "jit_vmap": jax.jit(jax.vmap(f))}[mode]
     xb = x if mode == "jit" else jnp.stack([x, x])
     jax.block_until_ready(g(xb))  # traced (the default communicator is registered)
-    h = sk._jax.comm_handle(None)
+    h = sk.jax._ops.comm_handle(None)
     seq = sk._core._jax_comm_sequence(h)
     np.testing.assert_array_equal(g(xb), np.asarray(xb) + 1)
     assert sk._core._jax_comm_sequence(h) == seq + 1

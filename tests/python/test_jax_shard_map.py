@@ -237,13 +237,13 @@ def test_eager_and_traced_bodies_refuse_alike(sk, case):
 
 
 def test_every_axis_collective_is_in_both_bodies_and_the_module(sk):
-    from shardkit import _jax_shard_map
+    from shardkit.jax._collectives import TracedContext
 
     names = sk._core._axis_ops()
     assert "psum" in names and "ppermute" in names
     for name in names:
         assert callable(getattr(sk, name)), name
-        assert callable(getattr(_jax_shard_map.TracedContext, name)), name
+        assert callable(getattr(TracedContext, name)), name
         assert callable(getattr(sk._core.ShardContext, name)), name
 
 

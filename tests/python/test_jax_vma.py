@@ -186,7 +186,7 @@ def test_custom_derivative_rules_in_a_body(sk):
 def test_a_custom_call_shardkit_cannot_read_is_refused(sk, monkeypatch):
     """Where shardkit cannot read the equation of a call with custom derivative rules (a JAX release whose parameters
     differ), the traced body is refused with the function's name and what to do, not run with other rules."""
-    from shardkit import _jax_compat as jc  # noqa: PLC0415
+    from shardkit.jax import _compat as jc  # noqa: PLC0415
 
     monkeypatch.setattr(jc, "custom_call_jaxpr", lambda params: None)
     mesh = sk.Mesh(np.arange(sk.size()), ("x",))

@@ -179,7 +179,8 @@ def test_checkpoint_benchmark_runs_and_checks_its_results(tmp_path):
 
 
 def test_jax_layer_loaded_while_tracing_keeps_the_direct_eager_route():
-    # shardkit._jax loads at the first JAX value shardkit meets: here inside a trace, where jnp makes tracers.
+    # shardkit's JAX layer activates (shardkit.jax._ops.activate: the C++ hook, jaxlib's importer, the trace probe) at
+    # the first JAX value shardkit meets: here inside a trace, where jnp makes tracers.
     pytest.importorskip("jax")
     code = textwrap.dedent("""
         import jax, jax.numpy as jnp, numpy as np, shardkit as sk

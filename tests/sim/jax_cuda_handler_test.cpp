@@ -73,8 +73,8 @@ struct Operand {
 Operand token() { return {XLA_FFI_DataType_TOKEN, nullptr, {}}; }
 Operand f32(void* data, std::int64_t n) { return {XLA_FFI_DataType_F32, data, {n}}; }
 
-// The handler's eleven arguments, in the order shardkit/_jax.py writes them (no status, no call site, the peers of a
-// program's own sendrecv).
+// The handler's eleven arguments, in the order shardkit/jax/_ops.py writes them (no status, no call site, the peers of
+// a program's own sendrecv).
 using Call = std::array<std::int64_t, 11>;
 Call call_of(OpKind op, int root = 0) {
   return {static_cast<std::int64_t>(op), 1, static_cast<std::int64_t>(ReduceOp::kSum), root, 0, -1, 0, -1,
@@ -199,7 +199,7 @@ TEST_F(XlaGpuHandler, BcastFillsTheRootsResultOnXlasStream) {
   EXPECT_EQ(read_after(out, len), rank_values(root, len));
 }
 
-// An error reaches XLA as an error whose message names shardkit's class (shardkit._jax raises that class again).
+// An error reaches XLA as an error whose message names shardkit's class (shardkit.jax._ops raises that class again).
 TEST_F(XlaGpuHandler, ErrorsReachXlaWithTheirClass) {
   void* x = device_from(rank_values(0, 3));
   void* out = device_empty(3);

@@ -42,7 +42,7 @@ from . import checkpoint  # noqa: E402
 from .checkpoint import checkpoint_info, load, save  # noqa: E402
 from . import _after_jax  # noqa: E402
 
-_after_jax.install()  # ShardedArray becomes a JAX pytree once JAX is imported
+_after_jax.install()  # the JAX layer (shardkit.jax) loads once JAX is imported
 
 
 def rank() -> int:

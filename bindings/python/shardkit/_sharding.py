@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Union, cast, overload
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union, cast, overload
 
-from . import _core, _spec_tree
+from . import _core, _hooks, _spec_tree
 from ._core import Mesh, NamedSharding, PartitionSpec
-
-if TYPE_CHECKING:
-    from ._jax_shard_map import TracedContext
+from ._sharded_array import ShardedArray, _framework, _unwrap
 
 P = PartitionSpec
 
@@ -33,105 +30,6 @@ __all__ = [
     "process_allgather", "reshard", "visualize_sharding", "shard_map", "Infer", "matmul", "choose_matmul_algorithm", "psum", "pmean", "pmax", "pmin",
     "all_gather", "psum_scatter", "ppermute", "all_to_all", "pbroadcast", "axis_index", "axis_size",
 ]
-
-
-class ShardedArray:
-    """A global array cut across a mesh. ``local`` is this rank's block, in the framework the data came from.
-
-    With JAX imported it is a JAX pytree (shardkit._jax_pytree): its one leaf is the block, the global shape and the
-    sharding are static, so jax.jit, grad, the lax loops and jax.tree.map take and return ShardedArrays. What JAX
-    rebuilds holds the leaf it was given (a jax.Array, a tracer, ...) and reaches the C++ array (without a copy) only
-    when an eager operation needs it."""
-
-    __slots__ = ("_x", "_framework", "_leaf", "_shape", "_sharding")
-
-    def __init__(self, x: _core.ShardedArray | None, framework: str = "numpy", *, leaf: Any = None,
-                 shape: Sequence[int] = (), sharding: NamedSharding | None = None) -> None:
-        self._x = x
-        self._framework = framework
-        self._leaf = leaf
-        self._shape = tuple(x.shape) if x is not None else tuple(shape)
-        self._sharding = x.sharding if x is not None else sharding
-
-    @classmethod
-    def _of_leaf(cls, leaf: Any, shape: Sequence[int], sharding: NamedSharding) -> ShardedArray:
-        """This rank's block `leaf` (any object: JAX rebuilds pytrees from tracers and placeholders too) with the
-        static metadata; nothing is checked or copied."""
-        return cls(None, "", leaf=leaf, shape=shape, sharding=sharding)
-
-    def _core(self) -> _core.ShardedArray:
-        """The C++ array (made from the leaf, without communication or a copy, the first time it is needed)."""
-        if self._x is None:
-            if _jax_tracer(self._leaf):
-                raise _core.InvalidArgument(
-                    f"this ShardedArray{self._shape} holds a JAX tracer (it is being traced by jax.jit, grad, ...): "
-                    "inside a traced function use sk.shard_map and sk.process_allgather on it, or call this outside")
-            self._x = _core.from_local(self._leaf, list(self._shape), self._sharding)
-        return self._x
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def ndim(self) -> int:
-        return len(self._shape)
-
-    @property
-    def dtype(self) -> str:
-        if self._leaf is not None:
-            return str(self._leaf.dtype)
-        return self._x.dtype if self._x is not None else "None"
-
-    @property
-    def sharding(self) -> NamedSharding:
-        return cast(NamedSharding, self._sharding)
-
-    @property
-    def mesh(self) -> Mesh:
-        return self.sharding.mesh
-
-    @property
-    def spec(self) -> PartitionSpec:
-        return self.sharding.spec
-
-    @property
-    def device(self) -> str:
-        return self._core().device
-
-    @property
-    def framework(self) -> str:
-        if not self._framework:
-            self._framework = "jax" if _jax_tracer(self._leaf) else _framework(self._leaf)
-        return self._framework
-
-    @property
-    def local(self) -> Any:
-        """This rank's block (read-only), in the array's framework. Traced (inside jax.jit, grad, ...), its cotangent is
-        this rank's block of the global value's cotangent (see shardkit._jax_shard_map)."""
-        if self._x is None or self._leaf is not None:
-            return self._leaf
-        return self._x.local(self._framework)
-
-    def __repr__(self) -> str:
-        return f"ShardedArray(shape={self.shape}, dtype={self.dtype}, {self.sharding!r}, framework={self.framework})"
-
-
-def _unwrap(x: object) -> _core.ShardedArray:
-    if isinstance(x, ShardedArray):
-        return x._core()
-    if isinstance(x, _core.ShardedArray):
-        return x
-    raise _core.InvalidArgument(f"expected a ShardedArray, got {type(x).__name__}")
-
-
-def _framework(x: object, default: str = "numpy") -> str:
-    if isinstance(x, ShardedArray):
-        return x.framework
-    if x is None:
-        return default
-    f = _core.framework_of(x)
-    return default if f in ("other", "shardkit") else f
 
 
 def distribute(x: ArrayLike, sharding: NamedSharding, root: int = 0, *, device: str | None = None) -> ShardedArray:
@@ -156,10 +54,8 @@ def process_allgather(x: Any) -> Any:
     Non-sharded arrays are returned as they are. Inside jax.jit (a traced block) it is part of the compiled program."""
     if not isinstance(x, (ShardedArray, _core.ShardedArray)):
         return x
-    if isinstance(x, ShardedArray) and x._x is None and _jax_tracer(x._leaf):
-        from . import _jax_shard_map  # noqa: PLC0415  (JAX is loaded: the leaf is its tracer)
-
-        return _jax_shard_map.process_allgather(x)
+    if isinstance(x, ShardedArray) and x._x is None and _hooks.is_jax_tracer(x._leaf):
+        return _jax().process_allgather(x)
     return _core.process_allgather(_unwrap(x), _framework(x))
 
 
@@ -167,7 +63,7 @@ def reshard(x: ShardedArray, sharding: NamedSharding) -> ShardedArray:
     """The same global array with another sharding of the same mesh (fewest collectives). Collective. Under jax.jit
     (a ShardedArray holding a tracer): compiled, as a traced shard_map of the identity from its sharding to this one
     (reshard's plan where it is compiled, else all_gathers and a slice)."""
-    if isinstance(x, ShardedArray) and _jax_tracer(x._leaf):
+    if isinstance(x, ShardedArray) and _hooks.is_jax_tracer(x._leaf):
         if sharding.mesh != x.sharding.mesh:
             raise _core.InvalidArgument(f"reshard: {sharding!r} is not on the array's mesh {x.sharding.mesh!r}")
         spec = sharding.spec
@@ -208,22 +104,22 @@ def choose_matmul_algorithm(a: ShardedArray, b: ShardedArray) -> str:
 
 # ---- shard_map ------------------------------------------------------------------------------------------------------
 
-# The contexts of traced shard_map bodies (shardkit._jax_shard_map), innermost last.
-_traced: list[TracedContext] = []
+# The contexts of traced shard_map bodies (shardkit.jax's TracedContexts), innermost last.
+_traced: list[Any] = []
 
 
-def _jax_tracer(x: object) -> bool:
-    jax = sys.modules.get("jax")
-    return jax is not None and isinstance(x, jax.core.Tracer)
+def _jax() -> _hooks.JaxLayer:
+    """The JAX layer, where a value is known to be JAX's (a JAX value exists only once JAX, and so the layer, is
+    loaded)."""
+    layer = _hooks.jax_layer()
+    assert layer is not None, "a JAX value without shardkit.jax loaded"
+    return layer
 
 
 def _jit_key(mesh: Mesh) -> contextlib.AbstractContextManager[object]:
-    """While a body runs: jax.jit's caches keyed by its mesh (shardkit._jax.mesh_key), once JAX is loaded."""
-    if "jax" not in sys.modules:
-        return contextlib.nullcontext()
-    from . import _jax  # noqa: PLC0415  (JAX is loaded)
-
-    return _jax.mesh_key(mesh)
+    """While a body runs: jax.jit's caches keyed by its mesh (shardkit.jax's body_scope), once JAX is loaded."""
+    layer = _hooks.jax_layer()
+    return contextlib.nullcontext() if layer is None else layer.body_scope(mesh)
 
 
 def _context(x: object = None) -> Any:
@@ -231,10 +127,8 @@ def _context(x: object = None) -> Any:
     body being traced; JAX tracers inside an eager body (a jit-compiled body) get the traced collectives."""
     if _traced:
         return _traced[-1]
-    if x is not None and _jax_tracer(x):
-        from ._jax_shard_map import TracedContext  # noqa: PLC0415  (JAX is loaded: x is its tracer)
-
-        return TracedContext(_core.current_context().mesh)
+    if x is not None and _hooks.is_jax_tracer(x):
+        return _jax().traced_context(_core.current_context().mesh)
     return _core.current_context()
 
 
@@ -348,10 +242,8 @@ def shard_map(f: Callable[..., Any] | None = None, /, *, out_specs: Specs, in_sp
             ins = [a.sharding.spec if isinstance(a, (ShardedArray, _core.ShardedArray)) else P() for a in leaves]
         m = _mesh_of(mesh, leaves)
         _check_axis_names(m, axis_names)
-        if any(_jax_tracer(a._leaf if isinstance(a, ShardedArray) else a) for a in leaves):  # the traced shard_map
-            from . import _jax_shard_map  # noqa: PLC0415
-
-            return _jax_shard_map.run(f, m, leaves, ins, rebuild_args, out_specs, _traced, check)
+        if any(_hooks.is_jax_tracer(a._leaf if isinstance(a, ShardedArray) else a) for a in leaves):
+            return _jax().shard_map(f, m, leaves, ins, rebuild_args, out_specs, _traced, check)  # the traced one
         # Blocks and results go back in the framework of the first argument.
         framework = _framework(leaves[0]) if leaves else "numpy"
         sharded = []

@@ -3,19 +3,19 @@ where the specs are a prefix of the arguments' (or the outputs') structure. One 
 shard_map.
 
 Containers are tuples, lists, dicts (keys in sorted order, as JAX's), namedtuples and None (no arrays). With JAX
-loaded, the subtree under one P is flattened by jax.tree_util, so any registered pytree works there; a ShardedArray
-is always one value (never opened into its block).
+loaded, the subtree under one P is flattened by jax.tree_util (the JAX layer's tree_flatten, shardkit._hooks), so any
+registered pytree works there; a ShardedArray is always one value (never opened into its block).
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable
 
-from . import _core
+from . import _core, _hooks
 from ._core import PartitionSpec
+from ._sharded_array import is_sharded
 
-Rebuild = Callable[[list[Any]], Any]
+Rebuild = _hooks.Rebuild
 
 
 def _node(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any], Any] | None:
@@ -32,19 +32,11 @@ def _node(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any], Any] | None
     return None
 
 
-def _is_sharded(x: object) -> bool:
-    from ._sharding import ShardedArray  # noqa: PLC0415  (a cycle at import time)
-
-    return isinstance(x, (ShardedArray, _core.ShardedArray))
-
-
 def _leaves(tree: Any) -> tuple[list[Any], Rebuild]:
     """Every value of `tree` and the function rebuilding it from new ones."""
-    if "jax" in sys.modules and not _is_sharded(tree):
-        import jax  # noqa: PLC0415  (loaded)
-
-        leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_sharded)
-        return leaves, treedef.unflatten
+    layer = _hooks.jax_layer()
+    if layer is not None and not is_sharded(tree):
+        return layer.tree_flatten(tree, is_sharded)
     node = _node(tree)
     if node is None:
         return [tree], lambda c: c[0]

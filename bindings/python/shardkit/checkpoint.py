@@ -25,9 +25,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import _core, _spec_tree
+from . import _core, _hooks, _spec_tree
 from ._core import Mesh, PartitionSpec, SaveHandle
-from ._sharding import ShardedArray, _framework, _unwrap
+from ._sharded_array import ShardedArray, _framework, _unwrap, is_sharded
 
 __all__ = ["save", "load", "load_rank_state", "checkpoint_info", "latest_step", "steps", "wait_for_saves",
            "SaveHandle"]
@@ -69,29 +69,13 @@ class _Slot:
         self.key = key
 
 
-def _is_sharded(x: object) -> bool:
-    return isinstance(x, (ShardedArray, _core.ShardedArray))
-
-
-def _jax_node(tree: Any) -> list[tuple[str, Any]] | None:
-    """A pytree node JAX knows (a registered class: optax and flax states, ...) as (key, child) pairs, else None."""
-    if "jax" not in sys.modules or _is_sharded(tree) or isinstance(tree, _Slot):
+def _jax_node(tree: Any) -> tuple[list[tuple[str, Any]], Callable[[list[Any]], Any]] | None:
+    """A pytree node JAX knows (a registered class: optax and flax states, ...): its (key, child) pairs and the function
+    rebuilding it (the JAX layer's tree_children, shardkit._hooks); None for anything else."""
+    layer = _hooks.jax_layer()
+    if layer is None or is_sharded(tree) or isinstance(tree, _Slot):
         return None
-    import jax  # noqa: PLC0415  (loaded already: checked above)
-
-    children, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is not tree)
-    if len(children) == 1 and children[0][1] is tree:
-        return None
-    if not children and jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(tree)):
-        return None
-    return [(_jax_key(path[0]), child) for path, child in children]
-
-
-def _jax_key(k: Any) -> str:
-    for attr in ("key", "idx", "name"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
+    return layer.tree_children(tree)
 
 
 def _flatten(tree: Any, prefix: str = "") -> tuple[list[tuple[str, Any]], Any, Callable[[list[Any]], Any]]:
@@ -103,7 +87,7 @@ def _flatten(tree: Any, prefix: str = "") -> tuple[list[tuple[str, Any]], Any, C
 
     if isinstance(tree, _Slot):  # a saved key, as it was saved (a C++ program's 'params/w' included)
         return [(tree.key, tree)], {"leaf": tree.key}, lambda v: v[0]
-    if _is_sharded(tree):
+    if is_sharded(tree):
         return [(prefix or _ROOT, tree)], {"leaf": prefix or _ROOT}, lambda v: v[0]
     node = _spec_tree._node(tree)
     if node is not None and tree is not None:
@@ -120,12 +104,10 @@ def _flatten(tree: Any, prefix: str = "") -> tuple[list[tuple[str, Any]], Any, C
         return _joined([_flatten(c, child_key(n)) for n, c in zip(names, children)], rebuild, kind)
     if tree is None:
         return [], None, lambda v: None
-    pairs = _jax_node(tree)
-    if pairs is not None:
-        import jax  # noqa: PLC0415  (loaded: _jax_node found a JAX node)
-
-        treedef = jax.tree_util.tree_structure(tree, is_leaf=lambda x: x is not tree)
-        return _joined([_flatten(c, child_key(k)) for k, c in pairs], treedef.unflatten,
+    node = _jax_node(tree)
+    if node is not None:
+        pairs, unflatten = node
+        return _joined([_flatten(c, child_key(k)) for k, c in pairs], unflatten,
                        {"pytree": type(tree).__name__, "keys": [k for k, _ in pairs]})
     return [(prefix or _ROOT, tree)], {"leaf": prefix or _ROOT}, lambda v: v[0]
 
@@ -163,7 +145,7 @@ def _skeleton(node: Any) -> Any:
 
 def _leaf_value(key: str, leaf: Any) -> tuple[Any, dict[str, str]]:
     """What the C++ save takes for a leaf (a core ShardedArray or an array), and what the tree records of it."""
-    if _is_sharded(leaf):
+    if is_sharded(leaf):
         return _unwrap(leaf), {"kind": "sharded", "framework": _framework(leaf)}
     if type(leaf) in _SCALARS:
         return np.asarray(leaf, dtype=_SCALARS[type(leaf)]), {"kind": "scalar", "type": type(leaf).__name__}
@@ -276,7 +258,7 @@ def _shape_and_dtype(leaf: Any) -> tuple[list[int], str | None] | None:
 def _template_leaf_framework(leaf: Any, default: str) -> str:
     if leaf is None or isinstance(leaf, _Slot):
         return default
-    if _is_sharded(leaf):
+    if is_sharded(leaf):
         return _framework(leaf, default)
     f = _framework(leaf, default)
     return "jax" if type(leaf).__name__ == "ShapeDtypeStruct" else f

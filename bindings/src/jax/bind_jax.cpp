@@ -1,6 +1,7 @@
 // The JAX layer's C++ side: a registry of communicators named by integer handles in compiled programs, the facts of
 // the operation table Python needs to trace an operation (its code, value shape, reduction), the XLA FFI targets as
-// capsules for jax.ffi.register_ffi_target, and the hook through which shardkit.mpi hands JAX values to shardkit._jax.
+// capsules for jax.ffi.register_ffi_target, and the hook through which shardkit.mpi hands JAX values to the Python JAX
+// layer (shardkit.jax._ops).
 
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -93,7 +94,7 @@ struct Hook {
   PyTypeObject* tracer_type = nullptr;  // jax.core.Tracer (every tracer derives from it)
   PyTypeObject* token_type = nullptr;   // jax.core.Token
   // Whether JAX is tracing: where jax.core keeps the current trace and axis environment (an object and the name of
-  // its attribute, as shardkit._jax_compat.trace_probe finds them for the installed JAX) and their values at the top
+  // its attribute, as shardkit.jax._compat.trace_probe finds them for the installed JAX) and their values at the top
   // level (no trace), compared by identity as jax.core.trace_state_clean does; or, where JAX's internals differ, that
   // function itself (`clean`).
   PyObject* trace_state = nullptr;
@@ -103,7 +104,7 @@ struct Hook {
   PyObject* axis_attr = nullptr;
   PyObject* top_axis = nullptr;
   PyObject* clean = nullptr;
-  bool tried = false;  // shardkit._jax was imported (or failed to be)
+  bool tried = false;  // shardkit.jax._ops.activate was called (or failed)
 };
 Hook g_hook;
 
@@ -126,8 +127,9 @@ bool at_top_level() {
   return nb::cast<bool>(nb::borrow(g_hook.clean)());
 }
 
-// Loads shardkit._jax (which installs the hook) once JAX itself is loaded: JAX stays optional and is never imported by
-// shardkit on its own.
+// Activates shardkit's JAX layer (shardkit.jax._ops.activate installs the hook) once JAX itself is loaded: JAX stays
+// optional and is never imported by shardkit on its own. The layer is asked for by name, as shardkit._after_jax loads
+// it: the plug-in's loading, not an import of the core's (no core module imports shardkit.jax; it imports them).
 bool hook_ready() {
   if (g_hook.fn) return true;
   if (g_hook.tried) return false;
@@ -137,7 +139,7 @@ bool hook_ready() {
     return false;
   }
   g_hook.tried = true;
-  nb::module_::import_("shardkit._jax");
+  nb::module_::import_("shardkit.jax._ops").attr("activate")();
   return g_hook.fn != nullptr;
 }
 
@@ -194,7 +196,7 @@ bool jax_token(nb::handle t) { return g_hook.token_type && Py_TYPE(t.ptr()) == g
 
 namespace {
 
-// The primitive's integer parameters (shardkit._jax.bind) and the OpArgs fields they carry, one list both ways.
+// The primitive's integer parameters (shardkit.jax._ops.bind) and the OpArgs fields they carry, one list both ways.
 constexpr std::pair<const char*, int OpArgs::*> kIntParams[] = {{"root", &OpArgs::root},
                                                                 {"dest", &OpArgs::dest},
                                                                 {"source", &OpArgs::source},
@@ -258,7 +260,7 @@ bool jax_tracer(nb::handle x) {
 }
 
 namespace {
-// shardkit._jax's wait for the compiled programs dispatched so far (the module holds the reference), run by the
+// shardkit.jax._ops's wait for the compiled programs dispatched so far (the module holds the reference), run by the
 // eager calls that launch on NCCL (launch_fence.hpp), from a thread that may not hold the GIL.
 PyObject* g_fence = nullptr;
 
@@ -277,8 +279,8 @@ void register_jax(nb::module_& m) {
     g_fence = fn.is_none() ? nullptr : fn.ptr();
     set_nccl_launch_fence(fn.is_none() ? std::function<void()>() : run_python_fence);
   }, nb::arg("fn").none(),
-     "Sets what an eager call on device buffers runs before its NCCL launch (None: nothing): shardkit._jax waits for "
-     "the compiled programs dispatched before, so that every rank launches on NCCL in program order.");
+     "Sets what an eager call on device buffers runs before its NCCL launch (None: nothing): shardkit.jax._ops waits "
+     "for the compiled programs dispatched before, so that every rank launches on NCCL in program order.");
   m.attr("_nccl_launch_fence") = nb::none();
   m.def("_call_site_id", [] {
     note_call_site();
@@ -341,7 +343,7 @@ void register_jax(nb::module_& m) {
     }
     set_jax_host(array_type, importer, importer_args);
     g_hook.tried = true;
-  }, "Installs shardkit._jax: its dispatch function, JAX's value types, how to tell that JAX is tracing "
+  }, "Installs shardkit.jax._ops: its dispatch function, JAX's value types, how to tell that JAX is tracing "
      "(trace_state_clean, or a (state, attribute, value, state, attribute, value) probe of it; None: call the "
      "function) and jaxlib's DLPack importer for eager results (None: jax.dlpack).",
      nb::arg("fn"), nb::arg("array_type"), nb::arg("tracer_type"), nb::arg("token_type"), nb::arg("trace_clean"),

@@ -81,7 +81,7 @@ Array& wrap(ffi::AnyBuffer b, Device device, bool read_only, std::size_t slot) {
       Array::borrow(b.untyped_data(), Shape(dims.begin(), dims.end()), dtype, device, nullptr, {}, read_only));
 }
 
-// The arguments of one call: one int64 array attribute "call" in this order (shardkit/_jax.py writes it). One
+// The arguments of one call: one int64 array attribute "call" in this order (shardkit/jax/_ops.py writes it). One
 // attribute, not one per argument: XLA decodes attributes by name at every call, a string comparison each.
 // `status`: the address of the caller's MPI_Status (an mpi4py Status, as mpi4jax passes it), filled when a receive
 // completes inside the compiled program; 0 for none. `peers`: OpArgs::peers.
@@ -162,8 +162,8 @@ Token run_value_on(const Attrs& at, ffi::RemainingArgs args, ffi::RemainingRets 
 }
 
 ffi::Error to_ffi_error(const std::exception& e) {
-  // The message keeps the shardkit exception's class (core's error table names it), which shardkit._jax raises again
-  // as that class.
+  // The message keeps the shardkit exception's class (core's error table names it), which shardkit.jax._ops raises
+  // again as that class.
   const auto* error = dynamic_cast<const shardkit::Error*>(&e);
   const char* kind = error ? error_code_name(error->code()) : "Error";
   return ffi::Error(ffi::ErrorCode::kInternal, shardkit::detail::concat("shardkit.", kind, ": ", e.what()));
@@ -213,7 +213,7 @@ ffi::Error collective_cuda(StreamHandle stream, ffi::RemainingArgs args, ffi::Re
 }
 #endif
 
-// Both handlers' operands and attribute (what shardkit/_jax.py passes), after each one's context arguments.
+// Both handlers' operands and attribute (what shardkit/jax/_ops.py passes), after each one's context arguments.
 template <typename Binding>
 auto collective_signature(Binding b) {
   return std::move(b).RemainingArgs().RemainingRets().template Attr<ffi::Span<const std::int64_t>>("call");

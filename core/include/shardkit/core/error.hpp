@@ -21,7 +21,7 @@ enum class ErrorCode {
 inline constexpr int kErrorCodeCount = static_cast<int>(ErrorCode::kInterrupted) + 1;
 
 /// One row of the error table, which every view of the errors reads (the Python exception classes, the messages JAX's
-/// handlers pass back, shardkit._jax's translation of them).
+/// handlers pass back, shardkit.jax._ops's translation of them).
 struct ErrorKind {
   ErrorCode code;
   const char* name;          ///< the class's name ("InvalidArgument"): the C++ class and the Python exception

@@ -2,7 +2,7 @@
 
 // The axis collectives of a shard_map body (psum, all_gather, ppermute, ...), planned once: which operation of the
 // table runs, on what shape, with which reduction, root or partner, and how the block's shape moves around it. The
-// eager body (ShardContext, C++) and the traced body (shardkit._jax_shard_map, Python on JAX tracers) both execute
+// eager body (ShardContext, C++) and the traced body (shardkit.jax._collectives, Python on JAX tracers) both execute
 // these plans, so their shape rules, checks and messages are one.
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 """Every JAX internal the JAX layer uses (``jax._src``, jaxlib's extension), in one module, as mpi4jax's
-``_src/jax_compat.py``: shardkit._jax and shardkit._jax_shard_map import JAX's private names from here only.
+``_src/jax_compat.py``: the other modules of shardkit.jax import JAX's private names from here only.
 
 Tested on jax/jaxlib 0.8.3, 0.9.2, 0.10.2 and 0.11.2 (``scripts/jax_versions.sh`` runs the JAX suites on the oldest
 and the newest; pyproject.toml declares the range). Where the internals differ between them, a small function here
@@ -23,7 +23,7 @@ hides the difference, found by what the installed JAX offers rather than by its 
   ``manual_axis_type``).
 - ``AXIS_COLLECTIVES``, ``INLINED_CALLS``, ``CUSTOM_DERIVATIVE_CALLS``: JAX's axis collectives (what shardkit runs
   each as), call primitives and calls with custom derivative rules, in the body of a shard_map that JAX traced with
-  check_vma=True (shardkit._jax_shard_map); the ones a release lacks are left out (0.8's psum_invariant and pvary live
+  check_vma=True (shardkit.jax._check_vma); the ones a release lacks are left out (0.8's psum_invariant and pvary live
   in lax.parallel, 0.10's pvary in core). ``custom_call_jaxpr``, ``custom_call_name`` and ``vma`` read such a call's
   equation and a value's type there (the same on 0.8 to 0.10).
 
@@ -151,7 +151,7 @@ def _custom_derivative_calls():
 
 # Calls of functions with custom derivative rules -> "jvp" (jax.custom_jvp) or "vjp" (jax.custom_vjp). Their
 # equations hold the function's jaxpr (custom_call_jaxpr) and its rules as thunks that JAX traces in the context of
-# the body (its types) when it differentiates the call: shardkit._jax_shard_map binds such an equation again inside a
+# the body (its types) when it differentiates the call: shardkit.jax._check_vma binds such an equation again inside a
 # body JAX traces (bind_equation) to get the rules' jaxprs.
 CUSTOM_DERIVATIVE_CALLS = _custom_derivative_calls()
 

@@ -6,20 +6,20 @@ rank holds (cut by the in_spec: static slices, the rank is known when tracing), 
 for every output a ShardedArray that holds this rank's block, as the eager shard_map does. Nothing is gathered unless
 the program asks: ``sk.process_allgather`` of a traced ShardedArray assembles the global value by tiled all-gathers.
 Inside the body the axis collectives (psum, all_gather, psum_scatter, ppermute, all_to_all, pbroadcast, ...) act on
-tracers through shardkit's primitive (shardkit._jax) over the mesh-axis communicators: the same XLA FFI handler, the
-same operation table as every other path.
+tracers through shardkit's primitive (shardkit.jax._collectives) over the mesh-axis communicators: the same XLA FFI
+handler, the same operation table as every other path.
 
 Derivatives are those of the global function, as jax.shard_map's: the gradient with respect to a ShardedArray is, on
 every rank, its block of the gradient of the global function (and with respect to a global array, the whole gradient on
 every rank), whether check_vma is on or off. The collectives shardkit runs take pmap's exact transposes (each rank's
-cotangent of a value is its share; shardkit._jax); the boundary turns shares into cotangents as jax.shard_map's
+cotangent of a value is its share; shardkit.jax._ops); the boundary turns shares into cotangents as jax.shard_map's
 transpose does with check_vma=False: an argument block is marked "pvary" over the mesh axes it does not vary over (its
 cotangent is the psum of the shares over them), an output block "replicated" over the axes its out_spec does not name
 (each rank's share of its cotangent is 1/k of it, k ranks holding it alike).
 
 ``jax.grad`` called inside a body follows jax.shard_map's rules for the check_vma given. With check_vma=False the body
 is traced with shardkit's collectives (TracedContext): pmap's rules, psum's transpose a psum. With check_vma=True JAX
-traces the body (shardkit._jax_check_vma): jax.shard_map on an abstract mesh of the mesh's axis names and sizes, the
+traces the body (shardkit.jax._check_vma): jax.shard_map on an abstract mesh of the mesh's axis names and sizes, the
 body's collectives JAX's own (JaxContext, after shardkit's checks), so JAX types every value by the mesh axes it varies
 over and applies its rules: psum of a varying value transposes to a copy, an unvarying value read by varying code (JAX's
 pvary) to a psum, and a psum'ed loss's gradient is that of the global loss. shardkit then runs the traced body's
@@ -43,80 +43,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _core
-from . import _jax
-
-
-def _axes(axis_name):
-    return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
-
-
-def _moves(x, moves):
-    """Applies a plan's shape moves: ("move", from, to) as jnp.moveaxis, ("reshape", shape)."""
-    for kind, *a in moves:
-        x = jnp.moveaxis(x, a[0], a[1]) if kind == "move" else x.reshape(a[0])
-    return x
-
-
-class TracedContext:
-    """The axis collectives of a shard_map body on JAX tracers: each runs the plan that C++ makes for it
-    (shardkit::plan_axis, as the eager ShardContext does): its checks, shape moves, table operation and partners."""
-
-    def __init__(self, mesh):
-        self.mesh = mesh
-
-    def axis_index(self, axis_name):
-        return int(self.mesh.axis_index(list(_axes(axis_name)), self.mesh.rank))
-
-    def axis_size(self, axis_name):
-        return int(self.mesh.axis_size(list(_axes(axis_name))))
-
-    def _run(self, what, x, axis_name, **args):
-        x = jnp.asarray(x)
-        axes = list(_axes(axis_name))
-        plan = _core._plan_axis(what, self.mesh, axes, list(x.shape), x.dtype.name, **args)
-        comm = _jax.comm_handle(self.mesh.axis_comm(axes))
-        if plan.input != x.dtype.name:
-            x = x.astype(plan.input)
-        x = _moves(x, plan.before)
-        site = _core._call_site_id()  # the body's line, for the flight recorder of the compiled call
-        if what == "ppermute":
-            # One operation (this rank's exchange, chosen when lowered): linear, its transpose the reverse exchange.
-            (y,) = _jax.bind(x, op="ppermute", comm=comm, dest=plan.dest, source=plan.source, send_tag=plan.tag,
-                             recv_tag=plan.tag, sm=True, site=site, peers=plan.peers)
-        else:
-            (y,) = _jax.bind(x, op=plan.op, comm=comm, reduce=plan.reduce, root=plan.root, sm=True, site=site)
-        y = _moves(y, plan.after)
-        if plan.output != y.dtype.name:
-            y = y.astype(plan.output)
-        return y / plan.divide if plan.divide != 1 else y
-
-    def psum(self, x, axis_name):
-        return self._run("psum", x, axis_name)
-
-    def pmax(self, x, axis_name):
-        return self._run("pmax", x, axis_name)
-
-    def pmin(self, x, axis_name):
-        return self._run("pmin", x, axis_name)
-
-    def pmean(self, x, axis_name):
-        return self._run("pmean", x, axis_name)
-
-    def all_gather(self, x, axis_name, axis=0, tiled=False):
-        return self._run("all_gather", x, axis_name, dim=axis, tiled=tiled)
-
-    def psum_scatter(self, x, axis_name, scatter_dimension=0, tiled=False):
-        return self._run("psum_scatter", x, axis_name, dim=scatter_dimension, tiled=tiled)
-
-    def ppermute(self, x, axis_name, perm):
-        return self._run("ppermute", x, axis_name, perm=[(int(s), int(d)) for s, d in perm])
-
-    def all_to_all(self, x, axis_name, split_axis, concat_axis, tiled=False):
-        return self._run("all_to_all", x, axis_name, dim=split_axis, concat_dim=concat_axis, tiled=tiled)
-
-    def pbroadcast(self, x, axis_name, source):
-        return self._run("pbroadcast", x, axis_name, source=int(source))
+from .. import _core, _spec_tree
+from .._core import NamedSharding
+from .._sharded_array import ShardedArray
+from . import _check_vma, _ops
+from ._collectives import TracedContext, axes_of, replicated, vary
 
 
 def _block(x, sharding):
@@ -131,24 +62,6 @@ def holders(sharding):
     for d in range(len(sharding.spec)):
         blocks *= sharding.num_shards(d)
     return int(sharding.mesh.size) // blocks
-
-
-def replicated(x, holders):
-    """x, marked as a value `holders` ranks hold alike: each rank's share of its cotangent is 1/holders of it."""
-    if holders == 1:
-        return x
-    (out,) = _jax.bind(jnp.asarray(x), op="replicated", comm=-1, root=int(holders), sm=True)
-    return out
-
-
-def vary(x, mesh, axes):
-    """x, a value the ranks along mesh `axes` hold alike, marked where code that varies over them reads it: its
-    cotangent is the psum over `axes` of their shares (JAX's pvary)."""
-    x = jnp.asarray(x)
-    if not axes or mesh.axis_size(list(axes)) == 1:
-        return x
-    (out,) = _jax.bind(x, op="pvary", comm=_jax.comm_handle(mesh.axis_comm(list(axes))), sm=True)
-    return out
 
 
 def process_allgather(x):
@@ -172,7 +85,7 @@ def _gather(block, sharding, shape):
         if not sharding.uneven:
             block = ctx.all_gather(block, axes, axis=dim, tiled=True)
             continue
-        names = list(_axes(axes))
+        names = list(axes_of(axes))
         bounds = {}
         for r in range(int(mesh.size)):
             bounds[int(mesh.axis_index(names, r))] = sharding.index(list(shape), r)[dim]
@@ -189,8 +102,6 @@ def _gather(block, sharding, shape):
 def _argument_block(i, a, spec, mesh):
     """This rank's block of argument value `a` (a ShardedArray or a global array) for `spec`; with a ShardedArray
     held as `spec` says, its block as it is (no communication)."""
-    from ._sharding import NamedSharding, ShardedArray  # noqa: PLC0415  (a cycle at import time)
-
     if not isinstance(a, ShardedArray):
         a = jnp.asarray(a)
         want = NamedSharding(mesh, spec)
@@ -240,7 +151,7 @@ def _moved_axes(source, target, ndim):
     """(old dimension, new dimension, axes) where `target` is `source` with one dimension's mesh axes moved to a
     dimension that had none; else None."""
     def dims(spec):
-        out = [tuple(_axes(e)) if e is not None else () for e in spec]
+        out = [tuple(axes_of(e)) if e is not None else () for e in spec]
         return out + [()] * (ndim - len(out))
     s, t = dims(source), dims(target)
     changed = [d for d in range(ndim) if s[d] != t[d]]
@@ -264,7 +175,7 @@ def _global_shape(block, sharding, uneven):
         if not uneven:
             shape[d] *= n
         else:
-            comm = sharding.mesh.axis_comm(list(_axes(sharding.spec[d])))
+            comm = sharding.mesh.axis_comm(list(axes_of(sharding.spec[d])))
             total, _ = comm.allreduce(np.array([shape[d]], np.int64), _core.ReduceOp.SUM)
             shape[d] = int(np.asarray(total)[0])
     return tuple(shape)
@@ -285,11 +196,8 @@ def _check_out_spec(j, sharding, varies):
 
 def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack, check_vma=False):
     """The traced shard_map: blocks in (a ShardedArray's own block where its sharding is the in_spec), f traced with a
-    TracedContext on `stack` (with check_vma: by JAX, _jax_check_vma), a ShardedArray holding this rank's block out
-    for every output."""
-    from . import _spec_tree  # noqa: PLC0415
-    from ._sharding import NamedSharding, ShardedArray  # noqa: PLC0415  (a cycle at import time)
-
+    TracedContext on `stack` (with check_vma: by JAX, shardkit.jax._check_vma), a ShardedArray holding this rank's
+    block out for every output."""
     blocks, uneven = [], False
     for i, (a, spec) in enumerate(zip(leaves, in_specs)):
         block, u = _argument_block(i, a, spec, mesh)
@@ -297,14 +205,12 @@ def run(f, mesh, leaves, in_specs, rebuild_args, out_specs, stack, check_vma=Fal
         uneven = uneven or u
     varying = None
     if check_vma:
-        from . import _jax_check_vma  # noqa: PLC0415  (it imports this module)
-
-        result, varying = _jax_check_vma.traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack)
+        result, varying = _check_vma.traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack)
     else:
         ctx = TracedContext(mesh)
         stack.append(ctx)
         try:
-            with _jax.mesh_key(mesh):  # jit-compiled functions in the body are traced for this mesh
+            with _ops.mesh_key(mesh):  # jit-compiled functions in the body are traced for this mesh
                 result = f(*rebuild_args(blocks))
         finally:
             stack.pop()

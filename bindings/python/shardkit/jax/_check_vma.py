@@ -1,4 +1,4 @@
-"""check_vma=True for the traced shard_map (shardkit._jax_shard_map): the body traced by JAX.
+"""check_vma=True for the traced shard_map (shardkit.jax._shard_map): the body traced by JAX.
 
 With check_vma on, JAX traces the body: jax.shard_map on an abstract mesh of the mesh's axis names and sizes (no
 devices), the body's axis collectives JAX's own (JaxContext), so that JAX types every value by the mesh axes it
@@ -15,11 +15,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec
 
-from . import _core
-from . import _jax
-from . import _jax_compat as jc
-from ._jax_shard_map import TracedContext, _axes, vary
+from .. import _core
+from . import _compat as jc
+from . import _ops
+from ._collectives import TracedContext, axes_of
 
 
 class JaxContext(TracedContext):
@@ -28,16 +29,12 @@ class JaxContext(TracedContext):
     as this rank's index, _collective): a value made of it varies, so an out_spec cannot promise it unvarying."""
 
     def axis_index(self, axis_name):
-        import jax  # noqa: PLC0415
-
-        axes = tuple(_axes(axis_name))
+        axes = tuple(axes_of(axis_name))
         return jax.lax.axis_index(axes if len(axes) > 1 else axes[0])
 
     def _run(self, what, x, axis_name, **args):
-        import jax  # noqa: PLC0415
-
         x = jnp.asarray(x)
-        axes = tuple(_axes(axis_name))
+        axes = tuple(axes_of(axis_name))
         _core._plan_axis(what, self.mesh, list(axes), list(x.shape), x.dtype.name, **args)
         name = axes if len(axes) > 1 else axes[0]
         if what == "pbroadcast":
@@ -78,9 +75,6 @@ def traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack):
     """f's result on this rank's blocks, f traced by jax.shard_map (check_vma=True) on an abstract mesh like `mesh`
     and its equations run by shardkit (_interpret), and the mesh axes each output varies over, by the output's id (its
     type's vma, as JAX traced the body)."""
-    import jax  # noqa: PLC0415
-    from jax.sharding import PartitionSpec  # noqa: PLC0415
-
     names = tuple(mesh.axis_names)
     sizes = {a: int(mesh.axis_size([a])) for a in names}
     abstract = jc.abstract_mesh([sizes[a] for a in names], names)
@@ -89,7 +83,7 @@ def traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack):
     for b, spec in zip(blocks, in_specs):
         shape = list(b.shape)
         for d, e in enumerate(spec):
-            for a in (_axes(e) if e is not None else ()):
+            for a in (axes_of(e) if e is not None else ()):
                 shape[d] *= sizes[a]
         shapes.append(jax.ShapeDtypeStruct(tuple(shape), b.dtype, weak_type=getattr(b, "weak_type", False)))
     tree, types = [], []
@@ -109,9 +103,6 @@ def traced_by_jax(f, mesh, blocks, in_specs, rebuild_args, stack):
 def _traced_as_body(ctx, fn, shapes, in_specs):
     """The jaxpr of jax.shard_map(fn) (check_vma=True) on ctx's abstract mesh, for arguments of these global shapes
     cut by in_specs, the body's collectives JAX's own (JaxContext)."""
-    import jax  # noqa: PLC0415
-    from jax.sharding import PartitionSpec  # noqa: PLC0415
-
     def body(*bs):
         # Out: each leaf behind a leading axis cut by every mesh axis, which JAX takes whether it varies or not (the
         # out_specs are shardkit's, applied by run).
@@ -121,7 +112,7 @@ def _traced_as_body(ctx, fn, shapes, in_specs):
                         check_vma=True)
     ctx.stack.append(JaxContext(ctx.mesh))
     try:
-        with _jax.mesh_key((ctx.mesh, "check_vma")):  # jit-compiled functions in the body are traced for this mesh
+        with _ops.mesh_key((ctx.mesh, "check_vma")):  # jit-compiled functions in the body are traced for this mesh
             return jax.make_jaxpr(jsm)(*shapes)
     finally:
         ctx.stack.pop()
@@ -141,9 +132,6 @@ def _run_body(ctx, closed, args):
 def _in_body(ctx, fn, avals, args):
     """fn's outputs on this rank's values `args`, fn traced as code of the body would be, on values of the body's types
     `avals` (each unvarying in, then varying over the axes its type says), and run by shardkit."""
-    import jax  # noqa: PLC0415
-    from jax.sharding import PartitionSpec  # noqa: PLC0415
-
     names = tuple(ctx.mesh.axis_names)
 
     def typed(*xs):
@@ -159,8 +147,6 @@ def _differentiable(aval):
 
 
 def _float0s(aval):
-    import jax  # noqa: PLC0415
-
     return np.zeros(aval.shape, jax.dtypes.float0)
 
 
@@ -174,11 +160,9 @@ def _custom_call(ctx, eqn, ins):
     A custom_jvp's rule is forward: its tangents are values like the primals, and its transpose outside is that of the
     collectives shardkit runs, as the rest of the body's. A custom_vjp's backward takes and gives JAX's cotangents,
     whole on every rank that holds a value alike, where shardkit's transposes carry shares (each rank's part of the
-    cotangent of a value it holds alike with others, _jax): the shares of an output's cotangent are psum'ed over the
-    mesh axes the output does not vary over, and the cotangent of an argument that k ranks hold alike is shared as 1/k
-    of it on each."""
-    import jax  # noqa: PLC0415
-
+    cotangent of a value it holds alike with others, shardkit.jax._ops): the shares of an output's cotangent are
+    psum'ed over the mesh axes the output does not vary over, and the cotangent of an argument that k ranks hold alike
+    is shared as 1/k of it on each."""
     prim, params = eqn.primitive, eqn.params
     call = jc.custom_call_jaxpr(params)
     if call is None:
@@ -285,8 +269,6 @@ def _equation(ctx, eqn, ins):
 
 def _rerun(ctx, v):
     """A parameter, its jaxprs (a control-flow body, branches) replaced by ones that _interpret runs."""
-    import jax  # noqa: PLC0415
-
     if isinstance(v, (tuple, list)) and v and all(isinstance(j, (jc.ClosedJaxpr, jc.Jaxpr)) for j in v):
         return type(v)(_rerun(ctx, j) for j in v)
     if not isinstance(v, (jc.ClosedJaxpr, jc.Jaxpr)):

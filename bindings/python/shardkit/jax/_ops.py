@@ -1,7 +1,8 @@
 """shardkit's collectives as JAX primitives: inside jax.jit, vmap, grad, lax loops and custom_vjp.
 
-Loaded by shardkit._core the first time a shardkit.mpi function (or Communicator method) is handed a JAX array, tracer
-or token while JAX is imported; shardkit never imports JAX itself. Every operation is one primitive,
+Loaded with shardkit.jax once JAX is imported (shardkit never imports JAX itself), and connected to XLA and to the C++
+side (activate) at its first use: the first time a shardkit.mpi function (or Communicator method) meets a JAX value,
+or the JAX layer's entry points run (shardkit.jax/__init__.py). Every operation is one primitive,
 ``shardkit_collective``, whose parameters name the operation and its arguments; it lowers to the C++ XLA FFI handler
 (bindings/src/jax/ffi_handlers.cpp), which runs the operation table's value form on XLA's buffers. Result shapes come
 from the same table (``_core._value_shape``).
@@ -26,29 +27,23 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import threading
 
 import jax
 import jax.numpy as jnp
 
-from . import _core
-from . import _jax_compat as jc
-from ._jax_compat import ad, batching, hlo, ir, mlir
+from .. import _core
+from . import _compat as jc
+from ._compat import ad, batching, hlo, ir, mlir
 
-__all__ = ["collective_p", "available", "bind"]
+__all__ = ["collective_p", "available", "bind", "activate"]
 
 
 # The ordered side effect of every shardkit operation: one chain, in program order.
 _effect = jc.ordered_effect("shardkit")
-# A compiled program whose shardkit operation failed reports it through its results (blocking on them raises it);
-# the programs after it go on, and a barrier or exit that finds its failed token warns (JAX alone would fail each of
-# them with the same error).
-jc.continue_after_failed_programs(_effect, lambda message: _error_in(message) is not None)
 
+# The XLA FFI handlers (registered with XLA by activate).
 _TARGETS = _core._jax_ffi_targets()
-for _name, _capsule in _TARGETS.items():
-    # XLA's platform names: "cpu" and "CUDA". A target registered for "cuda" is never found by jaxlib's CUDA plugin
-    # (seen with jax 0.11.2 on an H200: "No FFI handler registered for shardkit_collective_cuda on a platform CUDA").
-    jax.ffi.register_ffi_target(_name, _capsule, platform="CUDA" if _name.endswith("_cuda") else "cpu")
 available = "shardkit_collective_cpu" in _TARGETS
 
 _SUM = int(_core.ReduceOp.SUM)
@@ -72,7 +67,7 @@ collective_p.def_impl(lambda *args, **params: jc.apply_primitive(collective_p, *
 def bind(*args, op, comm, reduce=_SUM, root=0, dest=0, source=-1, send_tag=0, recv_tag=-1, transpose=False,
          sm=False, status=0, site=0, peers=0):
     """Binds the primitive: ``args`` are x (and sendbuf for sendrecv); returns the list of results. ``sm``: a
-    collective of a shard_map body (shardkit._jax_shard_map), with the exact transposes of the derivative rules; the
+    collective of a shard_map body (shardkit.jax._shard_map), with the exact transposes of the derivative rules; the
     shard_map-only operation "ppermute" sends to ``dest`` and receives from ``source`` (-1: not); ``status``: the
     address of an MPI_Status (an mpi4py Status) the handler fills when the receive completes, as mpi4jax does, or 0;
     ``site``: the traced call's file and line as _core's call-site id (0: none), for the flight recorder; ``peers``:
@@ -180,7 +175,7 @@ batching.primitive_batchers[collective_p] = _batch_rule
 # A shard_map body's collectives (sm=True) take their exact transposes, as jax.pmap's do: psum's is psum, all_gather's
 # psum_scatter and back, pbroadcast's a psum kept at the source, all_to_all's all_to_all, ppermute's the inverse
 # permutation: inside a body each rank's cotangent of a value is its share, and their sum over the ranks that hold the
-# value alike is its cotangent. The traced shard_map (shardkit._jax_shard_map) turns shares into cotangents at its
+# value alike is its cotangent. The traced shard_map (shardkit.jax._shard_map) turns shares into cotangents at its
 # boundary, as jax.shard_map's transpose does: an output block that k ranks hold alike (its out_spec names no axis
 # among theirs) is marked "replicated" (each rank's share of its cotangent is 1/k of it), and an argument block that
 # ranks hold alike is marked "pvary" over them (its cotangent is the psum of their shares). Outside bodies every rank
@@ -270,12 +265,13 @@ ad.primitive_transposes[collective_p] = _transpose_rule
 # A jit-compiled function called in a shard_map body resolves its axis names to that mesh's communicators when it is
 # traced; its compiled program names them. jax.jit keys its caches on this context, set to the mesh while a body runs
 # (or is traced), so a trace made under one mesh never serves another. Equal meshes (same shape, names, device order
-# and communicator) share traces: the first one's axis communicators, over the same ranks, serve both.
-_mesh_context = jc.user_context()
+# and communicator) share traces: the first one's axis communicators, over the same ranks, serve both. (Made by
+# activate: jax.make_user_context.)
+_mesh_context = None
 
 
 def mesh_key(mesh):
-    """A context manager under which jax.jit's caches are those of `mesh`'s shard_map bodies."""
+    """A context manager under which jax.jit's caches are those of `mesh`'s shard_map bodies (once activated)."""
     return _mesh_context(mesh) if _mesh_context is not None else contextlib.nullcontext()
 
 
@@ -366,11 +362,6 @@ def _translate(e):
     return e if own is None else own
 
 
-# Compiled programs and trace caches hold the functions traced, and through them meshes and communicators: let them go
-# while shardkit can still free communicators (before MPI_Finalize and nanobind's shutdown).
-atexit.register(jax.clear_caches)
-
-
 def _wait_for_compiled():
     """What an eager call on device buffers runs before its NCCL launch (collectives/launch_fence.hpp): the compiled
     programs dispatched before it run on XLA's thread, on the duplicate communicators' NCCL communicators, and two
@@ -379,11 +370,40 @@ def _wait_for_compiled():
     jax.effects_barrier()
 
 
-_core._set_nccl_launch_fence(_wait_for_compiled)
-atexit.register(_core._set_nccl_launch_fence, None)
+# ---- connecting the layer --------------------------------------------------------------------------------------------
+
+_active = False
+_activating = threading.Lock()
 
 
-# shardkit._core's entry into this module, with what it reads of JAX without a Python call (shardkit._jax_compat finds
-# each for the installed JAX).
-_core._set_jax_hook(dispatch, jc.ArrayImpl, jc.Tracer, jc.Token, jc.trace_state_clean, jc.trace_probe(),
-                    *jc.host_importer())
+def activate():
+    """Connects the layer to XLA and to shardkit's C++ side, once: at its first use (the C++ side calls this the first
+    time a shardkit function meets a JAX value or token with JAX loaded; shardkit.jax's entry points call it before
+    they run). Not when the layer is loaded, at ``import jax``: finding jaxlib's DLPack importer starts JAX's CPU
+    backend, which a program may still be configuring then (jax.distributed.initialize, jax_platforms)."""
+    global _active, _mesh_context
+    if _active:
+        return
+    with _activating:
+        if _active:
+            return
+        # A compiled program whose shardkit operation failed reports it through its results (blocking on them raises
+        # it); the programs after it go on, and a barrier or exit that finds its failed token warns (JAX alone would
+        # fail each of them with the same error).
+        jc.continue_after_failed_programs(_effect, lambda message: _error_in(message) is not None)
+        for name, capsule in _TARGETS.items():
+            # XLA's platform names: "cpu" and "CUDA". A target registered for "cuda" is never found by jaxlib's CUDA
+            # plugin (seen with jax 0.11.2 on an H200: "No FFI handler registered for shardkit_collective_cuda on a
+            # platform CUDA").
+            jax.ffi.register_ffi_target(name, capsule, platform="CUDA" if name.endswith("_cuda") else "cpu")
+        _mesh_context = jc.user_context()
+        # Compiled programs and trace caches hold the functions traced, and through them meshes and communicators: let
+        # them go while shardkit can still free communicators (before MPI_Finalize and nanobind's shutdown).
+        atexit.register(jax.clear_caches)
+        _core._set_nccl_launch_fence(_wait_for_compiled)
+        atexit.register(_core._set_nccl_launch_fence, None)
+        # shardkit._core's entry into this module, with what it reads of JAX without a Python call (shardkit.jax._compat
+        # finds each for the installed JAX).
+        _core._set_jax_hook(dispatch, jc.ArrayImpl, jc.Tracer, jc.Token, jc.trace_state_clean, jc.trace_probe(),
+                            *jc.host_importer())
+        _active = True
