@@ -439,7 +439,8 @@ def test_every_operation_has_its_facts(sk):
 def test_make_comm_gives_each_communicator_its_own_settings(sk, mpi, rank, size):
     """make_comm(backend=, timeout=, check=): the collectives layer's settings per communicator (SHARDKIT_BACKEND and
     friends only fill the defaults); what is not given is the base communicator's; a setting it cannot take raises."""
-    forced = sk._core.make_comm(backend="mpi", timeout=7.5, check=True, name="forced mpi")
+    assert sk.make_comm is sk._core.make_comm
+    forced = sk.make_comm(backend="mpi", timeout=7.5, check=True, name="forced mpi")
     assert (forced.backend, forced.timeout, forced.check) == ("mpi", 7.5, True)
     assert forced.transport_for("allreduce") == "mpi"
     on_shm = sk._core.make_comm(backend="shm", name="forced shm")

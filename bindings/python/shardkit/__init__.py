@@ -70,11 +70,14 @@ def world() -> Communicator:
     return _core.world()
 
 
+make_comm = _core.make_comm  # a communicator with settings of its own: backend=, timeout=, check=, async_=, name=
+
+
 __all__ = [
     "Array", "BackendError", "Communicator", "Error", "InternalError", "Interrupted", "InvalidArgument", "MismatchError",
     "ReduceOp", "TimeoutError", "Token", "Mesh", "NamedSharding", "P", "PartitionSpec", "ShardedArray", "all_gather", "all_to_all",
     "axis_index", "axis_size", "distribute", "from_local", "gather", "pbroadcast", "pmax", "pmean", "pmin", "ppermute",
     "process_allgather", "psum", "psum_scatter", "reshard", "shard_map", "visualize_sharding", "mpi", "asarray",
     "matmul", "choose_matmul_algorithm", "checkpoint", "save", "load", "checkpoint_info",
-    "framework_of", "rank", "size", "describe", "device", "world", "__version__",
+    "framework_of", "rank", "size", "describe", "device", "world", "make_comm", "__version__",
 ]
