@@ -16,13 +16,14 @@ namespace {
 
 // The registry: one line per transport. A communicator makes them in this order (NCCL's decision before shm's: it
 // learns whether some rank has a GPU, which shm's reads); routing asks them by priority.
+// Never freed: the trace and the flight recorder's dumps name transports at exit, after static destruction began.
 std::vector<const Transport*>& registry() {
-  static std::vector<const Transport*> r = {
+  static auto* r = new std::vector<const Transport*>{
       &mpi_transport(),
       &nccl_transport(),
       &shm_transport(),
   };
-  return r;
+  return *r;
 }
 
 // Places in the registry by falling priority (stable: equal priorities in registration order).
@@ -36,8 +37,8 @@ std::vector<std::size_t> by_priority() {
 }
 
 std::vector<std::size_t>& order() {
-  static std::vector<std::size_t> o = by_priority();
-  return o;
+  static auto* o = new std::vector<std::size_t>(by_priority());  // never freed, as the registry
+  return *o;
 }
 
 }  // namespace

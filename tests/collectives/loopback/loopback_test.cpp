@@ -28,6 +28,10 @@ TEST(LoopbackTransport, ServesTheCommunicatorsItTakesAndNothingElse) {
   auto before = world();  // made before the registration: it has no slot for it
   register_loopback_once();
   EXPECT_STREQ(detail::transport_name(kLoopbackKind), "loopback");
+  // Asked first (its priority), the fallback last; a second transport recorded as the same kind is refused.
+  EXPECT_EQ(detail::transports()[detail::routing_order().front()]->kind, kLoopbackKind);
+  EXPECT_EQ(detail::transports()[detail::routing_order().back()]->kind, BackendKind::kMpi);
+  EXPECT_THROW(detail::register_transport(loopback_transport()), InvalidArgument);
   const int n = before->size(), r = before->rank();
   auto alone = before->split(r, 0, "loopback:" + std::to_string(r));
   ASSERT_EQ(alone->size(), 1);
