@@ -50,6 +50,19 @@ bool may_need_shm(const Req& r) { return detail::shm_transport().may_take(r); }
 // Whether `r` starts the ranks' NCCL decision (collective).
 bool needs_nccl(const Req& r) { return detail::nccl_transport().may_take(r); }
 
+// The router refuses `r` with an E naming its operation and saying `what`.
+template <typename E>
+void expect_refusal(const Req& r, const std::string& what) {
+  try {
+    route(r);
+    ADD_FAILURE() << "no refusal";
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(op_name(r.op)), std::string::npos) << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  }
+}
+
 constexpr OpKind kAllOps[] = {OpKind::kAllreduce, OpKind::kReduce,   OpKind::kBcast,         OpKind::kAllgather,
                               OpKind::kGather,    OpKind::kScatter,  OpKind::kReduceScatter, OpKind::kAlltoall,
                               OpKind::kSend,      OpKind::kRecv,     OpKind::kSendrecv,      OpKind::kBarrier,
@@ -73,28 +86,14 @@ TEST(Routing, EveryOperationSettingAndPlacement) {
           r.nccl_available = nccl;
           const bool host_involved = where != Placement::kDevice;
           if (setting == BackendKind::kNccl && has_buffers(op) && host_involved) {
-            try {
-              route(r);
-              ADD_FAILURE() << "no InvalidArgument";
-            } catch (const InvalidArgument& e) {
-              const std::string msg = e.what();
-              EXPECT_NE(msg.find(op_name(op)), std::string::npos) << msg;
-              EXPECT_NE(msg.find("SHARDKIT_BACKEND=nccl"), std::string::npos) << msg;
-            }
+            expect_refusal<InvalidArgument>(r, "SHARDKIT_BACKEND=nccl");
             continue;
           }
           const bool could_nccl =
               setting != BackendKind::kMpi && has_buffers(op) && !host_involved && !kNotInNccl.count(op);
           if (setting == BackendKind::kNccl && could_nccl && !nccl) {
             // Forced, on GPU buffers of an operation NCCL implements, where the ranks have no NCCL.
-            try {
-              route(r);
-              ADD_FAILURE() << "no BackendError";
-            } catch (const BackendError& e) {
-              const std::string msg = e.what();
-              EXPECT_NE(msg.find(op_name(op)), std::string::npos) << msg;
-              EXPECT_NE(msg.find("cannot use NCCL"), std::string::npos) << msg;
-            }
+            expect_refusal<BackendError>(r, "cannot use NCCL");
             continue;
           }
           EXPECT_EQ(route(r), could_nccl && nccl ? BackendKind::kNccl : BackendKind::kMpi);
