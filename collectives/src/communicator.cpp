@@ -104,11 +104,11 @@ std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, C
   return m;
 }
 
-// The transports in use, for SHARDKIT_VERBOSE: "mpi+nccl".
+// The transports in use, for SHARDKIT_VERBOSE: "mpi+nccl", in the registry's order (the fallback first).
 std::string made_transports(const CommunicatorImpl& m) {
   std::string s;
   const auto all = transports();
-  for (std::size_t i = all.size(); i-- > 0;)  // the fallback first
+  for (std::size_t i = 0; i < m.slots.size(); ++i)
     if (m.slots[i].backend) s += concat(s.empty() ? "" : "+", all[i]->name);
   return s;
 }

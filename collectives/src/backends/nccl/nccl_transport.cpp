@@ -22,19 +22,20 @@ namespace {
 
 bool declares(const RouteRequest& r) noexcept { return nccl_supports(r.op, r.dtype, r.reduce); }
 
-// GPU buffers, an operation NCCL implements, a setting that allows it; point-to-point operations only where the ranks
-// agreed on NCCL when the communicator was made (a decision made later, by the first collective on GPU buffers, could
-// not be made by a send between two ranks, and a send before it and its receive after it would take different
-// transports).
-bool takes(const RouteRequest& r, const TransportView& v) noexcept {
-  return v.made && r.setting != BackendKind::kMpi && r.placement == Placement::kDevice && declares(r) &&
-         (!r.point_to_point() || v.p2p);
+// GPU buffers, an operation NCCL implements, a setting that allows it.
+bool wants(const RouteRequest& r) noexcept {
+  return r.setting != BackendKind::kMpi && r.placement == Placement::kDevice && declares(r);
 }
 
-// The decision is started by a collective on GPU buffers NCCL implements (never by a point-to-point operation).
-bool may_take(const RouteRequest& r) noexcept {
-  return r.setting != BackendKind::kMpi && r.placement == Placement::kDevice && declares(r) && !r.point_to_point();
+// Point-to-point operations only where the ranks agreed on NCCL when the communicator was made (a decision made later,
+// by the first collective on GPU buffers, could not be made by a send between two ranks, and a send before it and its
+// receive after it would take different transports).
+bool takes(const RouteRequest& r, const TransportView& v) noexcept {
+  return v.made && wants(r) && (!r.point_to_point() || v.p2p);
 }
+
+// The decision is started by a collective (never by a point-to-point operation).
+bool may_take(const RouteRequest& r) noexcept { return wants(r) && !r.point_to_point(); }
 
 // SHARDKIT_BACKEND=nccl: host buffers are an error (InvalidArgument); GPU buffers of an operation NCCL implements where
 // the ranks have no NCCL (or, for point-to-point, agreed on it only after the communicator was made) a BackendError.
