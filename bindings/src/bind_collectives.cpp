@@ -177,6 +177,12 @@ void register_collectives(nb::module_& m) {
       .def_prop_ro("timeout", [](const Communicator& c) { return c.options().timeout.count() / 1000.0; },
                    "Its timeout in seconds (0: none).")
       .def_prop_ro("check", [](const Communicator& c) { return c.options().check; }, "Whether it runs checked mode.")
+      .def_prop_ro("trace_buffer", [](const Communicator& c) { return c.options().trace_buffer; },
+                   "Operations its flight recorder keeps (0: none; make_comm's trace_buffer=).")
+      .def_prop_ro("shm_single_copy", [](const Communicator& c) { return c.options().shm_single_copy; },
+                   "Whether the shm transport may read other ranks' memory for large messages.")
+      .def_prop_ro("shm_pending_bytes", [](const Communicator& c) { return c.options().shm_pending_bytes; },
+                   "Bytes of eager shm sends a rank may hold back before a send waits for its receiver.")
       .def("transport_for", [](const Communicator& c, const std::string& op, const std::string& device) {
         return backend_name(c.backend_for(op_from_name(op), *device_from(device)));
       }, nb::arg("op"), nb::arg("device") = "cpu",
@@ -209,7 +215,9 @@ void register_collectives(nb::module_& m) {
   }, nb::arg("handle"), nb::arg("name") = "mpi4py duplicate",
      "A new communicator over a duplicate of an mpi4py communicator (collective).");
   m.def("make_comm", [](nb::handle base, std::optional<bool> check, std::optional<double> timeout_s, bool async,
-                        const std::string& name, std::optional<std::string> backend) {
+                        const std::string& name, std::optional<std::string> backend, std::optional<bool> verbose,
+                        std::optional<std::int64_t> trace_buffer, std::optional<bool> shm_single_copy,
+                        std::optional<std::int64_t> shm_pending_bytes) {
     CommPtr b = comm_from(base);
     CommOptions o = b->options();
     if (check) o.check = *check;
@@ -225,15 +233,27 @@ void register_collectives(nb::module_& m) {
         throw InvalidArgument(detail::concat("make_comm: backend='", *backend, "': expected auto, mpi, nccl or shm"));
       o.backend = *kind;
     }
+    auto count = [](const char* what, std::optional<std::int64_t> v, std::size_t& into) {
+      if (!v) return;
+      if (*v < 0) throw InvalidArgument(detail::concat("make_comm: ", what, "=", *v, ": expected a count >= 0"));
+      into = static_cast<std::size_t>(*v);
+    };
+    count("trace_buffer", trace_buffer, o.trace_buffer);
+    count("shm_pending_bytes", shm_pending_bytes, o.shm_pending_bytes);
+    if (verbose) o.verbose = *verbose;
+    if (shm_single_copy) o.shm_single_copy = *shm_single_copy;
     o.async = async;
     o.name = name;
     nb::gil_scoped_release release;
     return Communicator::from_mpi(b->mpi_handle(), o);
   }, nb::arg("base") = nb::none(), nb::kw_only(), nb::arg("check") = nb::none(), nb::arg("timeout") = nb::none(),
      nb::arg("async_") = false, nb::arg("name") = "communicator", nb::arg("backend") = nb::none(),
+     nb::arg("verbose") = nb::none(), nb::arg("trace_buffer") = nb::none(), nb::arg("shm_single_copy") = nb::none(),
+     nb::arg("shm_pending_bytes") = nb::none(),
      "A new communicator over the ranks of `base` (a duplicate: its own message space) with its own settings: "
      "checked mode, timeout in seconds (0: none), asynchronous MPI, backend ('auto', 'mpi', 'nccl' or 'shm'; as "
-     "SHARDKIT_BACKEND). What is not given is `base`'s. Collective.");
+     "SHARDKIT_BACKEND), verbose creation, the flight recorder's ring (operations; 0: none), the shm transport's "
+     "single copy and its bound on held-back eager sends (bytes). What is not given is `base`'s. Collective.");
   m.attr("ANY_SOURCE") = kAnySource;
   m.attr("ANY_TAG") = kAnyTag;
 }

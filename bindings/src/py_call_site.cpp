@@ -21,7 +21,7 @@
 
 #include "py_comm.hpp"
 #include "shardkit/collectives/call_site.hpp"
-#include "shardkit/launch/config.hpp"
+#include "shardkit/collectives/options.hpp"
 
 namespace shardkit::py {
 
@@ -95,7 +95,8 @@ const CachedSite& site_of(PyFrameObject* f, PyCodeObject* code) {
 
 void note_call_site() {
   // SHARDKIT_TRACE_BUFFER=0 without SHARDKIT_TRACE: nothing to pay for
-  static const bool recording = Config::get().trace_buffer > 0 || !Config::get().trace_dir.empty();
+  static const bool recording =
+      CommOptions::defaults().trace_buffer > 0 || !ProcessSettings::current().trace_dir.empty();
   if (!recording) return;
   CallSite& site = current_call_site();
   site = {};

@@ -15,7 +15,6 @@
 #include "creation.hpp"
 #include "op_table.hpp"
 #include "shardkit/core/error.hpp"
-#include "shardkit/launch/runtime.hpp"
 #include "transport.hpp"
 #include "watchdog.hpp"
 
@@ -98,7 +97,7 @@ std::unique_ptr<CommunicatorImpl> build(MpiComm owned, MpiCommHandle borrowed, C
     SHARDKIT_MPI_CHECK(MPI_Group_translate_ranks(g, m->size, mine.data(), w, world.data()));
     MPI_Group_free(&g);
     MPI_Group_free(&w);
-    m->recorder = FlightRecorder::make(m->options.name, m->rank, m->size, std::move(world), Config::get().trace_buffer);
+    m->recorder = FlightRecorder::make(m->options.name, m->rank, m->size, std::move(world), m->options.trace_buffer);
   }
   if (!m->owned.is_null()) m->control();  // owned communicators are made collectively anyway: set up now
   return m;
@@ -114,15 +113,15 @@ std::string made_transports(const CommunicatorImpl& m) {
 }
 
 void announce(const CommunicatorImpl& m) {
-  if (Config::get().verbose && m.rank == 0)
+  if (m.options.verbose && m.rank == 0)
     std::fprintf(stderr, "shardkit: communicator '%s': %d ranks, backends %s\n", m.options.name.c_str(), m.size,
                  made_transports(m).c_str());
 }
 
 int runtime_device() {
-  const Runtime* rt = Runtime::current();
-  if (!rt || rt->device().kind != DeviceKind::kCUDA) return -1;
-  return rt->device().index;
+  const JobInfo* job = JobInfo::current();
+  if (!job || job->device.kind != DeviceKind::kCUDA) return -1;
+  return job->device.index;
 }
 
 }  // namespace
@@ -133,17 +132,18 @@ int runtime_device() {
 Communicator::Communicator(std::unique_ptr<detail::CommunicatorImpl> impl) : impl_(std::move(impl)) {}
 Communicator::~Communicator() = default;
 
-std::shared_ptr<Communicator> Communicator::world(const Runtime& runtime, CommOptions options,
+std::shared_ptr<Communicator> Communicator::world(const JobInfo& job, CommOptions options,
                                                  std::string_view first_op) {
-  const int device = runtime.device().kind == DeviceKind::kCUDA ? runtime.device().index : -1;
-  // The Runtime's world duplicate is shardkit's own: in checked mode the ranks first agree on it, which names the
-  // ranks that do not arrive. Every rank makes its world communicators in the same order (the sequence number).
+  const int device = job.device.kind == DeviceKind::kCUDA ? job.device.index : -1;
+  // The job's world duplicate (the Runtime's) is shardkit's own: in checked mode the ranks first agree on it, which
+  // names the ranks that do not arrive. Every rank makes its world communicators in the same order (the sequence
+  // number).
   static std::uint64_t creations = 0;
   // Messages read "<step> of communicator 'world'": "creation of ...", or "allreduce, the first collective of ...".
   const std::string step = first_op.empty() ? "creation" : detail::concat(first_op, ", the first collective");
   detail::AbortState abort;
-  detail::agree_to_create(runtime.world(), step.c_str(), options.name, creations++, options, abort);
-  MpiComm dup = detail::dup_within_timeout(runtime.world(), step.c_str(), options.name, options, abort);
+  detail::agree_to_create(job.world, step.c_str(), options.name, creations++, options, abort);
+  MpiComm dup = detail::dup_within_timeout(job.world, step.c_str(), options.name, options, abort);
   auto impl = detail::build(std::move(dup), 0, std::move(options), device);
   impl->make_transports(true);
   detail::announce(*impl);
@@ -152,7 +152,9 @@ std::shared_ptr<Communicator> Communicator::world(const Runtime& runtime, CommOp
 }
 
 std::shared_ptr<Communicator> Communicator::world(CommOptions options) {
-  return world(Runtime::instance(), std::move(options));
+  const JobInfo* job = JobInfo::current();
+  SHARDKIT_CHECK(job != nullptr, "no shardkit Runtime: create one (shardkit::Runtime rt(&argc, &argv);)");
+  return world(*job, std::move(options));
 }
 
 std::shared_ptr<Communicator> Communicator::from_mpi(MpiCommHandle comm, CommOptions options) {

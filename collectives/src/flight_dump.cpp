@@ -18,10 +18,9 @@
 #include <thread>
 
 #include "flight_recorder.hpp"
+#include "shardkit/core/clock.hpp"
 #include "shardkit/core/error.hpp"
-#include "shardkit/launch/clock_sync.hpp"
 #include "shardkit/launch/mpi.hpp"
-#include "shardkit/launch/runtime.hpp"
 #include "trace_writer.hpp"
 #include "watchdog.hpp"
 
@@ -53,7 +52,7 @@ void dump_before_abort(const std::string& reason) {
 std::int64_t flight_last_dump_us() noexcept { return g_last_dump_us.load(); }
 
 std::string flight_dump_dir() {
-  if (const std::string& d = Config::get().dump_dir; !d.empty()) return d;
+  if (const std::string& d = ProcessSettings::current().dump_dir; !d.empty()) return d;
   for (const char* v : {"SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"})
     if (const char* id = std::getenv(v); id && *id) {
       std::string s = id;
@@ -68,7 +67,7 @@ void wait_for_dumps(int size) {
   const std::string dir = flight_dump_dir();
   // This job's dumps name it; where it is unknown (no Runtime) any file of the name counts.
   const std::string mine = job_text().empty() ? std::string("\"job\": ") : concat("\"job\": \"", job_text(), "\"");
-  const auto until = std::chrono::steady_clock::now() + Config::get().dump_wait;
+  const auto until = std::chrono::steady_clock::now() + ProcessSettings::current().dump_wait;
   // A rank's dump of this job: its head names the job (a file an earlier job left names another).
   auto ours = [&](int k) {
     char head[256] = {};

@@ -7,9 +7,9 @@
 #include <mutex>
 #include <thread>
 
+#include "shardkit/core/clock.hpp"
 #include "shardkit/core/error.hpp"
-#include "shardkit/launch/clock_sync.hpp"
-#include "shardkit/launch/runtime.hpp"
+#include "shardkit/launch/mpi.hpp"
 #include "trace_writer.hpp"
 #include "transport.hpp"
 
@@ -36,7 +36,7 @@ const char* state_name(OpState s) {
 }
 
 std::atomic<int> g_world_rank{-1};  // set by the first recorder: the dump never calls MPI for it
-std::atomic<std::uint64_t> g_job{0};  // the job's identity (Runtime::job_id), set by the first recorder; 0: unknown
+std::atomic<std::uint64_t> g_job{0};  // the job's identity (JobInfo::id), set by the first recorder; 0: unknown
 
 // "allreduce #5 (4 x float64) peer/root 0": the operation as every message names it (the dumps carry it as "what",
 // which `shardkit-trace analyze` prints).
@@ -161,10 +161,10 @@ std::shared_ptr<FlightRecorder> FlightRecorder::make(std::string name, int rank,
 FlightRecorder::FlightRecorder(std::string name, int rank, int size, std::vector<int> world_ranks,
                                std::size_t capacity)
     : name_(std::move(name)), rank_(rank), size_(size), world_(std::move(world_ranks)), ring_(capacity) {
-  if (!Config::get().trace_dir.empty()) track_ = trace_track(name_);
+  if (!ProcessSettings::current().trace_dir.empty()) track_ = trace_track(name_);
   if (capacity || track_ >= 0) set_before_abort(&dump_before_abort);
   if (rank_ >= 0 && static_cast<std::size_t>(rank_) < world_.size()) g_world_rank.store(world_[rank_]);
-  if (const Runtime* rt = Runtime::current(); rt && g_job.load() == 0) g_job.store(rt->job_id());
+  if (const JobInfo* job = JobInfo::current(); job && g_job.load() == 0) g_job.store(job->id);
 }
 
 // The registry holds weak references, dropped as they expire (make); nothing to do here, so that the last reference

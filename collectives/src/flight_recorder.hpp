@@ -26,10 +26,10 @@
 
 #include "shardkit/collectives/call_site.hpp"
 #include "shardkit/collectives/ops.hpp"
+#include "shardkit/collectives/options.hpp"
 #include "shardkit/collectives/token.hpp"
 #include "shardkit/core/dtype.hpp"
 #include "shardkit/core/json.hpp"
-#include "shardkit/launch/config.hpp"
 
 namespace shardkit::detail {
 

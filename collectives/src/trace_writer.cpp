@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "op_table.hpp"
+#include "shardkit/collectives/options.hpp"
+#include "shardkit/core/clock.hpp"
 #include "shardkit/core/error.hpp"
-#include "shardkit/launch/clock_sync.hpp"
-#include "shardkit/launch/config.hpp"
-#include "shardkit/launch/runtime.hpp"
+#include "shardkit/launch/mpi.hpp"
 #include "transport.hpp"
 
 namespace shardkit::detail {
@@ -39,17 +39,13 @@ class TraceFile {
   // Opens DIR/rank<R>.trace.json and writes its head (false, said once on stderr, when it cannot).
   bool open() {
     if (file_ || failed_) return file_ != nullptr;
-    const Runtime* rt = Runtime::current();
     int rank = 0, size = 1;
-    if (rt) {
-      rank = rt->rank();
-      size = rt->size();
-    } else if (mpi_initialized() && !mpi_finalized()) {
+    if (mpi_initialized() && !mpi_finalized()) {
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       MPI_Comm_size(MPI_COMM_WORLD, &size);
     }
     rank_ = rank;
-    const std::string dir = Config::get().trace_dir;
+    const std::string dir = ProcessSettings::current().trace_dir;
     make_dirs(dir);
     path_ = concat(dir, "/rank", rank, ".trace.json");
     file_ = std::fopen(path_.c_str(), "w");
@@ -62,7 +58,8 @@ class TraceFile {
     origin_us_ = wall_clock_us();
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
-    const ClockOffset clock = rt ? rt->clock_offset() : ClockOffset{};
+    const JobInfo* job = JobInfo::current();
+    const ClockOffset clock = job ? job->clock : ClockOffset{};
     std::string head =
         concat("{\"otherData\": {\"shardkit_trace\": 1, \"rank\": ", rank, ", \"size\": ", size, ", \"host\": ");
     append_json_string(head, host);

@@ -26,10 +26,10 @@
 #include "backend.hpp"
 #include "flight_recorder.hpp"
 #include "backends/mpi/mpi_request.hpp"
+#include "shardkit/collectives/options.hpp"
+#include "shardkit/core/clock.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/core/interrupt.hpp"
-#include "shardkit/launch/clock_sync.hpp"
-#include "shardkit/launch/config.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -159,7 +159,7 @@ void report_and_dump(Watchdog& d, const std::string& reason) {
 }
 
 void check_hang(Watchdog& d) {
-  const auto warn = Config::get().hang_warn;
+  const auto warn = ProcessSettings::current().hang_warn;
   if (warn.count() <= 0) return;
   const std::int64_t since = busy_since();
   if (!since || since == d.warned_since_us || wall_clock_us() - since < warn.count() * 1000) return;
@@ -260,7 +260,7 @@ void request_dumps(const std::string& reason) noexcept {
 
 void start_watchdog(MpiCommHandle control, const std::string& name, const CommOptions& options, AbortState& abort) {
   static bool started = false;  // the first world communicator's creation, on every rank alike
-  if (started || Config::get().trace_buffer == 0) return;
+  if (started || options.trace_buffer == 0) return;
   started = true;
   MPI_Comm c = to_mpi<MPI_Comm>(control);
   int rank = 0, size = 1;
@@ -301,7 +301,7 @@ void start_watchdog(MpiCommHandle control, const std::string& name, const CommOp
 
   Watchdog* dog = d.release();  // lives as long as the process: its thread may act until the very end
   g_dog.store(dog);
-  if (Config::get().handle_signals) {
+  if (ProcessSettings::current().handle_signals) {
     struct sigaction sa {};
     sa.sa_sigaction = on_usr1;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;

@@ -2,8 +2,6 @@
 
 #include <mpi.h>
 
-#include <time.h>
-
 #include <chrono>
 #include <limits>
 
@@ -14,21 +12,6 @@ namespace shardkit {
 namespace {
 constexpr int kTag = 0x5c10;  // the Runtime's world duplicate carries no other point-to-point traffic when this runs
 }  // namespace
-
-std::int64_t wall_clock_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::int64_t wall_clock_us() noexcept { return wall_clock_ns() / 1000; }
-
-std::int64_t coarse_wall_clock_us() noexcept {
-#ifdef CLOCK_REALTIME_COARSE
-  timespec ts{};
-  if (clock_gettime(CLOCK_REALTIME_COARSE, &ts) == 0) return std::int64_t{ts.tv_sec} * 1000000 + ts.tv_nsec / 1000;
-#endif
-  return wall_clock_us();
-}
 
 ClockOffset measure_clock_offset(MpiCommHandle handle, int rounds) {
   MPI_Comm comm = to_mpi<MPI_Comm>(handle);

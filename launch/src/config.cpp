@@ -3,31 +3,13 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
-#include <vector>
 
 #include "shardkit/core/error.hpp"
 
 namespace shardkit {
-
-const char* backend_name(BackendKind kind) noexcept {
-  switch (kind) {
-    case BackendKind::kAuto: return "auto";
-    case BackendKind::kMpi: return "mpi";
-    case BackendKind::kShm: return "shm";
-    case BackendKind::kNccl: break;
-  }
-  return "nccl";
-}
-
-std::optional<BackendKind> backend_from_name(std::string_view name) noexcept {
-  for (BackendKind k : {BackendKind::kAuto, BackendKind::kMpi, BackendKind::kNccl, BackendKind::kShm})
-    if (name == backend_name(k)) return k;
-  return std::nullopt;
-}
 
 namespace {
 
@@ -62,10 +44,13 @@ std::size_t parse_count(const char* name, std::string_view v, long long most, co
 }
 
 std::mutex g_mu;
-// Never freed, nor rewritten: a reference that get() returned stays valid and unchanged (other threads read through
-// theirs, the watchdog's among them), and set() publishes a new one. The ones it replaced are kept here.
-std::atomic<const Config*> g_config{nullptr};
-std::vector<std::unique_ptr<const Config>>* g_replaced = new std::vector<std::unique_ptr<const Config>>;
+std::atomic<bool> g_applied{false};  // the environment (or a set()) reached the collectives layer's defaults
+
+void apply(const Config& config) {
+  CommOptions::set_defaults(config.comm);
+  ProcessSettings::set(config.process);
+  g_applied.store(true, std::memory_order_release);
+}
 
 }  // namespace
 
@@ -74,40 +59,42 @@ Config Config::from_env() {
   if (auto v = env("SHARDKIT_BACKEND")) {
     const std::optional<BackendKind> kind = backend_from_name(*v);
     if (!kind) throw InvalidArgument(detail::concat("SHARDKIT_BACKEND='", *v, "': expected auto, mpi, nccl or shm"));
-    c.backend = *kind;
+    c.comm.backend = *kind;
   }
-  if (auto v = env("SHARDKIT_CHECK")) c.check = parse_bool("SHARDKIT_CHECK", *v);
-  if (auto v = env("SHARDKIT_VERBOSE")) c.verbose = parse_bool("SHARDKIT_VERBOSE", *v);
-  if (auto v = env("SHARDKIT_SHM_SINGLE_COPY")) c.shm_single_copy = parse_bool("SHARDKIT_SHM_SINGLE_COPY", *v);
+  if (auto v = env("SHARDKIT_CHECK")) c.comm.check = parse_bool("SHARDKIT_CHECK", *v);
+  if (auto v = env("SHARDKIT_VERBOSE")) c.comm.verbose = parse_bool("SHARDKIT_VERBOSE", *v);
+  if (auto v = env("SHARDKIT_SHM_SINGLE_COPY")) c.comm.shm_single_copy = parse_bool("SHARDKIT_SHM_SINGLE_COPY", *v);
   if (auto v = env("SHARDKIT_TRACE_BUFFER"))
-    c.trace_buffer = parse_count("SHARDKIT_TRACE_BUFFER", *v, 1LL << 24, "operations");
+    c.comm.trace_buffer = parse_count("SHARDKIT_TRACE_BUFFER", *v, 1LL << 24, "operations");
   if (auto v = env("SHARDKIT_SHM_PENDING_BYTES"))
-    c.shm_pending_bytes = parse_count("SHARDKIT_SHM_PENDING_BYTES", *v, 1LL << 40, "bytes");
+    c.comm.shm_pending_bytes = parse_count("SHARDKIT_SHM_PENDING_BYTES", *v, 1LL << 40, "bytes");
   if (auto v = env("SHARDKIT_TRACE")) {
     if (*v == "1" || *v == "true" || *v == "on" || *v == "yes")
       throw InvalidArgument(detail::concat("SHARDKIT_TRACE='", *v,
                                            "': expected the directory to write the traces to (0 or off: no trace)"));
-    if (*v != "0" && *v != "off" && *v != "false" && *v != "no") c.trace_dir = std::string(*v);
+    if (*v != "0" && *v != "off" && *v != "false" && *v != "no") c.process.trace_dir = std::string(*v);
   }
-  if (auto v = env("SHARDKIT_HANDLE_SIGNALS")) c.handle_signals = parse_bool("SHARDKIT_HANDLE_SIGNALS", *v);
-  if (auto v = env("SHARDKIT_TIMEOUT_S")) c.timeout = parse_seconds("SHARDKIT_TIMEOUT_S", *v);
-  if (auto v = env("SHARDKIT_HANG_WARN_S")) c.hang_warn = parse_seconds("SHARDKIT_HANG_WARN_S", *v);
-  if (auto v = env("SHARDKIT_DUMP_WAIT_S")) c.dump_wait = parse_seconds("SHARDKIT_DUMP_WAIT_S", *v);
-  if (auto v = env("SHARDKIT_DUMP_DIR")) c.dump_dir = std::string(*v);
+  if (auto v = env("SHARDKIT_HANDLE_SIGNALS")) c.process.handle_signals = parse_bool("SHARDKIT_HANDLE_SIGNALS", *v);
+  if (auto v = env("SHARDKIT_TIMEOUT_S")) c.comm.timeout = parse_seconds("SHARDKIT_TIMEOUT_S", *v);
+  if (auto v = env("SHARDKIT_HANG_WARN_S")) c.process.hang_warn = parse_seconds("SHARDKIT_HANG_WARN_S", *v);
+  if (auto v = env("SHARDKIT_DUMP_WAIT_S")) c.process.dump_wait = parse_seconds("SHARDKIT_DUMP_WAIT_S", *v);
+  if (auto v = env("SHARDKIT_DUMP_DIR")) c.process.dump_dir = std::string(*v);
+  if (auto v = env("SHARDKIT_STAGING_POOL_MB"))
+    c.process.staging_pool_bytes = parse_count("SHARDKIT_STAGING_POOL_MB", *v, 1LL << 30, "MiB") << 20;
   return c;
 }
 
-const Config& Config::get() {
-  if (const Config* c = g_config.load(std::memory_order_acquire)) return *c;
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_config.load(std::memory_order_relaxed)) g_config.store(new Config(from_env()), std::memory_order_release);
-  return *g_config.load(std::memory_order_relaxed);
+Config Config::get() {
+  if (!g_applied.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_applied.load(std::memory_order_relaxed)) apply(from_env());
+  }
+  return {.comm = CommOptions::defaults(), .process = ProcessSettings::current()};
 }
 
 void Config::set(const Config& config) {
-  auto next = std::make_unique<const Config>(config);
   std::lock_guard<std::mutex> lock(g_mu);
-  if (const Config* old = g_config.exchange(next.release(), std::memory_order_acq_rel)) g_replaced->emplace_back(old);
+  apply(config);
 }
 
 }  // namespace shardkit

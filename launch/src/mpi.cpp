@@ -5,12 +5,13 @@
 #include <mpi-ext.h>
 #endif
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "shardkit/core/error.hpp"
-#include "shardkit/launch/runtime.hpp"
 
 namespace shardkit {
 
@@ -113,6 +114,41 @@ MpiComm& MpiComm::operator=(MpiComm&& o) noexcept {
     o.size_ = 0;
   }
   return *this;
+}
+
+namespace {
+std::mutex g_abort_mu;
+std::string g_abort_reason;
+std::atomic<void (*)(const std::string&)> g_before_abort{nullptr};
+std::atomic<void (*)() noexcept> g_before_finalize{nullptr};
+}  // namespace
+
+void request_abort_at_exit(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(g_abort_mu);
+  if (g_abort_reason.empty()) g_abort_reason = reason.empty() ? "unspecified" : reason;
+}
+
+std::string abort_at_exit_reason() {
+  std::lock_guard<std::mutex> lock(g_abort_mu);
+  return g_abort_reason;
+}
+
+void set_before_abort(void (*fn)(const std::string& reason)) { g_before_abort.store(fn); }
+
+void run_before_abort(const std::string& reason) noexcept {
+  static std::atomic<bool> ran{false};
+  if (auto* fn = g_before_abort.load(); fn && !ran.exchange(true)) {
+    try {
+      fn(reason);
+    } catch (...) {
+    }
+  }
+}
+
+void set_before_finalize(void (*fn)() noexcept) { g_before_finalize.store(fn); }
+
+void run_before_finalize() noexcept {
+  if (auto* fn = g_before_finalize.load()) fn();
 }
 
 namespace detail {

@@ -19,8 +19,6 @@ namespace shardkit {
 namespace {
 
 std::atomic<Runtime*> g_current{nullptr};
-std::mutex g_abort_mu;
-std::string g_abort_reason;
 
 int to_mpi_level(ThreadLevel level) {
   switch (level) {
@@ -48,36 +46,6 @@ std::string host_name() {
 std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 
 }  // namespace
-
-void request_abort_at_exit(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(g_abort_mu);
-  if (g_abort_reason.empty()) g_abort_reason = reason.empty() ? "unspecified" : reason;
-}
-
-namespace {
-std::atomic<void (*)(const std::string&)> g_before_abort{nullptr};
-std::atomic<void (*)() noexcept> g_before_finalize{nullptr};
-}  // namespace
-
-void set_before_abort(void (*fn)(const std::string& reason)) { g_before_abort.store(fn); }
-void set_before_finalize(void (*fn)() noexcept) {
-  g_before_finalize.store(fn);
-}
-
-void run_before_abort(const std::string& reason) noexcept {
-  static std::atomic<bool> ran{false};
-  if (auto* fn = g_before_abort.load(); fn && !ran.exchange(true)) {
-    try {
-      fn(reason);
-    } catch (...) {
-    }
-  }
-}
-
-std::string abort_at_exit_reason() {
-  std::lock_guard<std::mutex> lock(g_abort_mu);
-  return g_abort_reason;
-}
 
 const char* thread_level_name(ThreadLevel level) noexcept {
   switch (level) {
@@ -113,6 +81,8 @@ Runtime::Runtime(int* argc, char*** argv, RuntimeOptions options) {
   if (!g_current.compare_exchange_strong(expected, this))
     throw Error(ErrorCode::kInvalidArgument, "a shardkit Runtime already exists in this process; use Runtime::instance()");
   try {
+    // The environment fills the collectives layer's defaults before anything is made (a malformed value throws).
+    const Config config = Config::get();
     if (mpi_finalized())
       throw BackendError("MPI", 0, "MPI has already been finalised in this process; it cannot be initialised again");
     int provided = MPI_THREAD_SINGLE;
@@ -155,10 +125,10 @@ Runtime::Runtime(int* argc, char*** argv, RuntimeOptions options) {
       std::uint64_t id = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(wall_clock_ns()) ^
                          (static_cast<std::uint64_t>(getpid()) << 32);
       SHARDKIT_MPI_CHECK(MPI_Bcast(&id, 1, MPI_UINT64_T, 0, to_mpi<MPI_Comm>(world_.handle())));
-      job_id_ = id;
+      job_.id = id;
     }
     // Only for traces: the merged timeline needs every rank's clock against rank 0's (a few ping-pongs per rank).
-    if (!Config::get().trace_dir.empty()) clock_ = measure_clock_offset(world_.handle());
+    if (!config.process.trace_dir.empty()) job_.clock = measure_clock_offset(world_.handle());
 
     gpu_count_ = cuda::device_count();
     binding_ = choose_device(local_rank_, local_size_, options.bind_device ? gpu_count_ : 0);
@@ -167,8 +137,12 @@ Runtime::Runtime(int* argc, char*** argv, RuntimeOptions options) {
     if (options.print_warnings && local_rank_ == 0)
       for (const auto& w : warnings_) std::fprintf(stderr, "shardkit: warning: %s\n", w.c_str());
     // After MPI_Init_thread, so that the handlers chain to any MPI installed as well as to Python's.
-    if (options.handle_signals && Config::get().handle_signals)
+    if (options.handle_signals && config.process.handle_signals)
       installed_signal_handlers_ = install_interrupt_handlers();
+    // The collectives layer learns the job's facts (Communicator::world(), the recorders' job id, the traces' clock).
+    job_.world = world_.handle();
+    job_.device = binding_.device;
+    JobInfo::set_current(&job_);
   } catch (...) {
     world_ = MpiComm();
     if (owns_mpi_ && !mpi_finalized()) MPI_Finalize();
@@ -184,7 +158,8 @@ Runtime::~Runtime() {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  if (auto* fn = g_before_finalize.load()) fn();
+  run_before_finalize();
+  JobInfo::set_current(nullptr);
   if (installed_signal_handlers_) uninstall_interrupt_handlers();
   world_ = MpiComm();  // free our duplicate before MPI goes away
   if (owns_mpi_ && !mpi_finalized()) {
@@ -202,12 +177,12 @@ Runtime& Runtime::instance() {
 }
 
 std::string Runtime::describe() const {
-  const Config& config = Config::get();
+  const CommOptions& defaults = CommOptions::defaults();
   std::string device = binding_.device.to_string();
   if (binding_.device.kind == DeviceKind::kCUDA) device += " (" + cuda::device_name(binding_.device.index) + ")";
   std::string backend;
-  if (config.backend != BackendKind::kAuto)
-    backend = backend_name(config.backend);
+  if (defaults.backend != BackendKind::kAuto)
+    backend = backend_name(defaults.backend);
   else
     backend = (binding_.device.kind == DeviceKind::kCUDA && SHARDKIT_HAVE_NCCL) ? "nccl" : "mpi";
 

@@ -27,19 +27,19 @@ class DumpDirHere {
  public:
   DumpDirHere() {
     if (!mkdtemp(dir_)) throw std::runtime_error("mkdtemp failed");
-    Config here = saved_;
+    ProcessSettings here = saved_;
     here.dump_dir = dir_;
-    Config::set(here);
+    ProcessSettings::set(here);
   }
   ~DumpDirHere() {
-    Config::set(saved_);
+    ProcessSettings::set(saved_);
     std::filesystem::remove_all(dir_);
   }
   const char* path() const { return dir_; }
 
  private:
   char dir_[28] = "/tmp/shardkit-flight-XXXXXX";
-  Config saved_ = Config::get();
+  ProcessSettings saved_ = ProcessSettings::current();
 };
 
 // The JSON of communicator `name` in this rank's dump.
@@ -59,12 +59,7 @@ std::string record(const std::string& comm, const std::string& op) {
 
 TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
   const int r = world()->rank(), n = world()->size();
-  const Config saved = Config::get();
-  Config small = saved;
-  small.trace_buffer = 3;
-  Config::set(small);
-  const std::shared_ptr<Communicator> comm = Communicator::world({.name = "recorded"});
-  Config::set(saved);
+  const std::shared_ptr<Communicator> comm = Communicator::world({.name = "recorded", .trace_buffer = 3});
 
   Array x = Array::from_values<float>({1, 2, 3, 4, 5}).to(buffer_device());
   comm->allreduce(x, ReduceOp::kSum).token.wait();
@@ -117,12 +112,7 @@ TEST(FlightRecorder, RecordsEveryOperationAndKeepsTheLastN) {
 // SHARDKIT_TRACE_BUFFER=0 turns the recorder off (docs/environment.md): a communicator made then keeps no ring, and a dump has no
 // section for it, while one made with a ring (before and after) is there with its operations.
 TEST(FlightRecorder, ABufferOfZeroRecordsNothing) {
-  const Config saved = Config::get();
-  Config off = saved;
-  off.trace_buffer = 0;
-  Config::set(off);
-  const std::shared_ptr<Communicator> silent = Communicator::world({.name = "unrecorded"});
-  Config::set(saved);
+  const std::shared_ptr<Communicator> silent = Communicator::world({.name = "unrecorded", .trace_buffer = 0});
   const std::shared_ptr<Communicator> heard = Communicator::world({.name = "recorded beside it"});
   Array x = Array::from_values<float>({1, 2}).to(buffer_device());
   silent->allreduce(x, ReduceOp::kSum).token.wait();
@@ -168,15 +158,15 @@ TEST(FlightRecorder, WaitingForDumpsTakesThisJobsOnly) {
       std::ofstream(std::string(dir.path()) + "/rank" + std::to_string(k) + ".json")
           << "{\"rank\": " << k << ", \"job\": \"" << job << "\", \"pid\": 1, \"communicators\": []}\n";
   };
-  Config c = Config::get();
+  ProcessSettings c = ProcessSettings::current();
   c.dump_wait = std::chrono::milliseconds(300);
-  Config::set(c);
+  ProcessSettings::set(c);
   write_all(std::string(ours) == "00000000000000ab" ? "00000000000000cd" : "00000000000000ab");
   auto t0 = std::chrono::steady_clock::now();
   detail::wait_for_dumps(n);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300)) << "an earlier job's dumps counted";
   c.dump_wait = std::chrono::seconds(60);
-  Config::set(c);
+  ProcessSettings::set(c);
   write_all(ours);
   t0 = std::chrono::steady_clock::now();
   detail::wait_for_dumps(n);

@@ -39,7 +39,8 @@ struct RoomyBackend {
   void open(std::uint32_t first_step = 0, std::uint64_t ring_use = 0) {
     if (on_gpu()) GTEST_SKIP() << "host buffers only";  // the helpers make device arrays there
     if (world->size() < 2 || !world_on_one_node()) GTEST_SKIP() << "single copy needs 2 ranks or more on one node";
-    if (!detail::probe_cma(world->mpi_handle()).usable) GTEST_SKIP() << "the kernel refuses process_vm_readv here";
+    if (!detail::probe_cma(world->mpi_handle(), world->options().shm_single_copy).usable)
+      GTEST_SKIP() << "the kernel refuses process_vm_readv here";
     static const WaitPolicy roomy = WaitPolicy::choose(1, 1, 1, 1);
     ASSERT_FALSE(roomy.crowded);
     world->barrier().wait();  // every rank has arrived: the backend's making blocks

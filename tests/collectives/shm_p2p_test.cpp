@@ -24,6 +24,13 @@ namespace {
 using detail::P2pGeometry;
 using detail::ShmP2p;
 
+// A message of `bytes` (whole int32 elements) from rank `from` with `tag`: its contents say both.
+Array message(std::int64_t bytes, int from, int tag) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(bytes / 4));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int32_t>(from * 1000003 + tag * 7919 + i);
+  return Array::from_values<std::int32_t>(v);
+}
+
 class ShmP2pTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -49,12 +56,6 @@ class ShmP2pTest : public ::testing::Test {
             3 * payload - 4,
             static_cast<std::int64_t>(ShmP2p::kSingleCopyBytes) + 4,
             2 * entries * payload + 12};
-  }
-  // A message of `bytes` (whole int32 elements) from rank `from` with `tag`: its contents say both.
-  static Array message(std::int64_t bytes, int from, int tag) {
-    std::vector<std::int32_t> v(static_cast<std::size_t>(bytes / 4));
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int32_t>(from * 1000003 + tag * 7919 + i);
-    return Array::from_values<std::int32_t>(v);
   }
   static bool on_shm(OpKind op) { return comm().backend_for(op, Device::cpu()) == BackendKind::kShm; }
 
@@ -160,31 +161,44 @@ TEST_F(ShmP2pTest, EverySizeArrivesWholeThroughSendrecv) {
 
 // A large message sent eagerly (in several entries: below the single-copy threshold, or at any size where single copy
 // is off), then a small one; the receiver takes the small one first, so the large one is queued, whole or in part (its
-// rest then goes straight into the receive's buffer). Pairs of ranks; the last of an odd count sits out.
-TEST_F(ShmP2pTest, ALargeMessageWaitsInTheQueueWhileALaterOneIsTaken) {
-  if (!on_shm(OpKind::kSend))
-    GTEST_SKIP() << "point-to-point on MPI (across hosts), whose large sends wait for the receive";
-  const char* single_copy = std::getenv("SHARDKIT_SHM_SINGLE_COPY");
-  const bool eager_large = single_copy && std::string(single_copy) == "0";
-  const int partner = size() == 1 ? 0 : (rank() % 2 == 0 ? rank() + 1 : rank() - 1);
-  for (std::int64_t b : sizes()) {
-    if (b >= static_cast<std::int64_t>(ShmP2p::kSingleCopyBytes) && !eager_large && size() > 1) continue;
-    SCOPED_TRACE(::testing::Message() << "bytes=" << b);
-    if (partner < size()) {
-      if (rank() % 2 == 0 || size() == 1) {
-        comm().send(message(b, rank(), 1), partner, 1).wait();
-        comm().send(message(8, rank(), 2), partner, 2).wait();
+// rest then goes straight into the receive's buffer). Pairs of ranks; the last of an odd count sits out. Once on the
+// suite's communicator and once on one made with single copy off (CommOptions::shm_single_copy, whatever the
+// environment says): there a large send must not wait for its receive, or the pair deadlocks (until its timeout).
+void large_message_waits_in_the_queue(Communicator& c) {
+  const int rank = c.rank(), size = c.size();
+  const bool eager_large = !c.options().shm_single_copy;
+  const int partner = size == 1 ? 0 : (rank % 2 == 0 ? rank + 1 : rank - 1);
+  const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(size).payload);
+  const auto entries = static_cast<std::int64_t>(P2pGeometry::for_ranks(size).entries);
+  for (std::int64_t b : {std::int64_t{8}, 3 * payload - 4, static_cast<std::int64_t>(ShmP2p::kSingleCopyBytes) + 4,
+                         2 * entries * payload + 12}) {
+    if (b >= static_cast<std::int64_t>(ShmP2p::kSingleCopyBytes) && !eager_large && size > 1) continue;
+    SCOPED_TRACE(::testing::Message() << c.name() << ", bytes=" << b);
+    if (partner < size) {
+      if (rank % 2 == 0 || size == 1) {
+        c.send(message(b, rank, 1), partner, 1).wait();
+        c.send(message(8, rank, 2), partner, 2).wait();
       }
-      if (rank() % 2 == 1 || size() == 1) {
+      if (rank % 2 == 1 || size == 1) {
         Array small = Array::zeros({2}, DType::kInt32), large = Array::zeros({b / 4}, DType::kInt32);
-        comm().recv_into(small, partner, 2).wait();
+        c.recv_into(small, partner, 2).wait();
         EXPECT_TRUE(same(small, message(8, partner, 2)));
-        comm().recv_into(large, partner, 1).wait();
+        c.recv_into(large, partner, 1).wait();
         EXPECT_TRUE(same(large, message(b, partner, 1)));
       }
     }
-    comm().barrier().wait();
+    c.barrier().wait();
   }
+}
+
+TEST_F(ShmP2pTest, ALargeMessageWaitsInTheQueueWhileALaterOneIsTaken) {
+  if (!on_shm(OpKind::kSend))
+    GTEST_SKIP() << "point-to-point on MPI (across hosts), whose large sends wait for the receive";
+  large_message_waits_in_the_queue(comm());
+  static std::shared_ptr<Communicator> no_single_copy = Communicator::world(
+      {.timeout = std::chrono::seconds(60), .name = "shm p2p without single copy", .shm_single_copy = false});
+  ASSERT_EQ(no_single_copy->backend_for(OpKind::kSend, Device::cpu()), BackendKind::kShm);
+  large_message_waits_in_the_queue(*no_single_copy);
 }
 
 // Every rank but 0 sends rank 0 two messages of one tag (and rank 0 itself one); rank 0 takes them from any source with
@@ -375,12 +389,7 @@ long resident_kib() {
 // sends to itself are held for it: no wait could end before its own receive).
 TEST_F(ShmP2pTest, AProducerPastTheBoundWaitsForItsReceiverAndItsMemoryStaysFlat) {
   if (!on_shm(OpKind::kSend)) GTEST_SKIP() << "point-to-point on MPI (across hosts)";
-  const Config saved = Config::get();
-  Config bounded = saved;
-  bounded.shm_pending_bytes = std::size_t{1} << 20;
-  Config::set(bounded);
-  auto c = Communicator::world({.name = "shm p2p bounded"});
-  Config::set(saved);
+  auto c = Communicator::world({.name = "shm p2p bounded", .shm_pending_bytes = std::size_t{1} << 20});
   const int me = c->rank(), partner = me % 2 == 0 ? me + 1 : me - 1;
   const auto payload = static_cast<std::int64_t>(P2pGeometry::for_ranks(c->size()).payload) / 4;
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

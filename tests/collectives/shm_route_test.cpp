@@ -32,13 +32,13 @@ std::vector<std::string> recorded_routes(const std::string& name, OpKind op) {
   static int dumps = 0;
   char dir[] = "/tmp/shardkit-routes-XXXXXX";
   if (mkdtemp(dir) == nullptr) return {"mkdtemp failed"};
-  const Config saved = Config::get();  // read once: the environment would not reach it now
-  Config here = saved;
+  const ProcessSettings saved = ProcessSettings::current();
+  ProcessSettings here = saved;
   here.dump_dir = dir;
-  Config::set(here);
+  ProcessSettings::set(here);
   const std::string path =
       detail::dump_flight_records("routes of '" + name + "' #" + std::to_string(++dumps), /*local=*/false);
-  Config::set(saved);
+  ProcessSettings::set(saved);
   std::stringstream text;
   text << std::ifstream(path).rdbuf();
   std::filesystem::remove_all(dir);

@@ -17,7 +17,7 @@ using namespace std::chrono_literals;
 // A communicator whose MPI operations return pending tokens (nonblocking MPI). `check` = false leaves out checked
 // mode, whose exchange of signatures before each collective waits for every rank on the host and so orders
 // operations by itself.
-std::shared_ptr<Communicator> make_async(const std::string& name, bool check = Config::get().check) {
+std::shared_ptr<Communicator> make_async(const std::string& name, bool check = CommOptions::defaults().check) {
   CommOptions o;
   o.async = true;
   o.check = check;

@@ -22,14 +22,14 @@ std::string read(const std::string& path) {
 TEST(TraceWriter, KeepsEveryOperationInOrderWritingAChunkAtATime) {
   char dir[] = "/tmp/shardkit-trace-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
-  const Config saved = Config::get();
-  Config traced = saved;
+  const ProcessSettings saved = ProcessSettings::current();
+  ProcessSettings traced = saved;
   traced.trace_dir = dir;
-  Config::set(traced);
+  ProcessSettings::set(traced);
   // A communicator of this rank alone: its operations are local and quick, so the chunks fill long before the writer's
   // one-second write comes due.
   const std::shared_ptr<Communicator> self = world()->split(world()->rank(), 0, "self");
-  Config::set(saved);
+  ProcessSettings::set(saved);
 
   // Host buffers in every suite (the writer is the same whatever the backend; on the simulated GPU, 8000 NCCL
   // operations would take seconds). The GPU suites add one NCCL operation below.

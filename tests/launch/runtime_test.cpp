@@ -35,6 +35,25 @@ TEST(Runtime, WorldIsADuplicateNotTheWorld) {
   MPI_Errhandler_free(&handler);
 }
 
+// The Runtime hands the collectives layer the job's facts (JobInfo) while it lives: the same world duplicate, device,
+// job id (the same on every rank) and clock offset it reports itself.
+TEST(Runtime, PublishesTheJobsFactsToTheCollectivesLayer) {
+  const Runtime& rt = testing::runtime();
+  const JobInfo* job = JobInfo::current();
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job, &rt.job());
+  const JobInfo& as_job = rt;  // a Runtime passes for its JobInfo: Communicator::world(rt)
+  EXPECT_EQ(&as_job, job);
+  EXPECT_EQ(job->world, rt.world());
+  EXPECT_EQ(job->device, rt.device());
+  EXPECT_EQ(job->id, rt.job_id());
+  EXPECT_NE(job->id, 0u);
+  EXPECT_EQ(job->clock.offset_us, rt.clock_offset().offset_us);
+  std::uint64_t root_id = job->id;
+  MPI_Bcast(&root_id, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(root_id, job->id);
+}
+
 TEST(Runtime, LocalRanksAndHost) {
   const Runtime& rt = testing::runtime();
   EXPECT_GE(rt.local_rank(), 0);

@@ -1,6 +1,7 @@
 """shardkit.mpi: every function of the mpi4jax API with its documented arguments, defaults, per-rank shape rules
 and token behaviour."""
 
+import os
 import re
 import threading
 import time
@@ -458,3 +459,14 @@ def test_make_comm_gives_each_communicator_its_own_settings(sk, mpi, rank, size)
         sk._core.make_comm(backend="tcp")
     with pytest.raises(sk.InvalidArgument, match="timeout=-1"):
         sk._core.make_comm(timeout=-1)
+    # The rest of CommOptions: given, read back, inherited; a count below zero raises.
+    tuned = sk.make_comm(trace_buffer=0, shm_single_copy=False, shm_pending_bytes=4096, verbose=False, name="tuned")
+    assert (tuned.trace_buffer, tuned.shm_single_copy, tuned.shm_pending_bytes) == (0, False, 4096)
+    again = sk.make_comm(tuned, name="from tuned")
+    assert (again.trace_buffer, again.shm_single_copy, again.shm_pending_bytes) == (0, False, 4096)
+    assert sk.world().trace_buffer != 0 or os.environ.get("SHARDKIT_TRACE_BUFFER") == "0"
+    r, _ = mpi.allreduce(x, op="sum", comm=tuned)
+    np.testing.assert_array_equal(r, want)
+    for what in ("trace_buffer", "shm_pending_bytes"):
+        with pytest.raises(sk.InvalidArgument, match=what + "=-1"):
+            sk.make_comm(**{what: -1})

@@ -70,7 +70,7 @@ def world() -> Communicator:
     return _core.world()
 
 
-make_comm = _core.make_comm  # a communicator with settings of its own: backend=, timeout=, check=, async_=, name=
+make_comm = _core.make_comm  # a communicator with settings of its own (C++ CommOptions): backend=, timeout=, ...
 
 
 __all__ = [

@@ -38,7 +38,7 @@ CommOptions fast_comm_options(bool check) {
   CommOptions o;
   // Host buffers, measured against MPI: the default route (shm where its table says, else MPI), or the backend
   // SHARDKIT_BACKEND forces (nccl means nothing for host buffers: MPI then).
-  const BackendKind b = Config::get().backend;
+  const BackendKind b = o.backend;  // SHARDKIT_BACKEND's, or auto
   o.backend = b == BackendKind::kNccl ? BackendKind::kMpi : b;
   o.check = check;
   o.timeout = std::chrono::milliseconds(0);

@@ -10,33 +10,17 @@
 #include <vector>
 
 #include "shardkit/collectives/ops.hpp"
+#include "shardkit/collectives/options.hpp"
 #include "shardkit/collectives/token.hpp"
 #include "shardkit/core/array.hpp"
-#include "shardkit/launch/config.hpp"
 #include "shardkit/launch/mpi.hpp"
 
 namespace shardkit {
-
-class Runtime;
 
 /// An operation's value and the token that orders what comes after it.
 struct Result {
   Array value;
   Token token;
-};
-
-/// How a communicator behaves; defaults come from Config (the environment).
-struct CommOptions {
-  BackendKind backend = Config::get().backend;
-  bool check = Config::get().check;
-  std::chrono::milliseconds timeout = Config::get().timeout;
-  /// MPI operations return at once with a pending token (nonblocking MPI) instead of completing before returning.
-  bool async = false;
-  /// A name for messages ("world", "mesh axis x", ...).
-  std::string name = "world";
-  /// The largest element count passed to one MPI call (MPI counts are int). Larger messages are split into chunks or
-  /// point-to-point pieces. Lowered by tests to exercise those paths on small buffers.
-  std::int64_t max_message_elements = 2147483647;
 };
 
 namespace detail {
@@ -61,12 +45,13 @@ struct CommunicatorImpl;
 /// InvalidArgument before it sends anything (the first goes on).
 class Communicator {
  public:
-  /// All ranks of the job (a duplicate of the Runtime's world communicator). Collective.
+  /// All ranks of the job (a duplicate of its world communicator: `job` is the Runtime, or what it published,
+  /// JobInfo::current()). Collective.
   /// `first_op`: for a default communicator made on first use, the operation that makes it ("allreduce"); a rank that
   /// never arrives then gives a TimeoutError naming that operation, which is what the caller called.
-  static std::shared_ptr<Communicator> world(const Runtime& runtime, CommOptions options = {},
+  static std::shared_ptr<Communicator> world(const JobInfo& job, CommOptions options = {},
                                              std::string_view first_op = {});
-  /// All ranks of the job of the live Runtime. Collective.
+  /// All ranks of the job of the live Runtime. Collective. @throws InvalidArgument when no Runtime lives.
   static std::shared_ptr<Communicator> world(CommOptions options = {});
   /// A communicator over the ranks of an existing MPI communicator, which it duplicates (an independent message
   /// space). Collective over it.

@@ -9,7 +9,6 @@
 #include "shardkit/core/error.hpp"
 #include "shardkit/core/interrupt.hpp"
 #include "shardkit/launch/mpi.hpp"
-#include "shardkit/launch/runtime.hpp"
 
 namespace shardkit::detail {
 

@@ -1,11 +1,11 @@
 #include "backends/mpi/staging.hpp"
 
 #include <bit>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
 
+#include "shardkit/collectives/options.hpp"
 #include "shardkit/core/cuda.hpp"
 
 namespace shardkit::detail {
@@ -88,10 +88,7 @@ class PinnedPool {
   std::map<std::size_t, std::vector<void*>> free_;
   std::size_t allocated_ = 0;
   std::size_t idle_ = 0;
-  std::size_t cap_ = [] {
-    const char* v = std::getenv("SHARDKIT_STAGING_POOL_MB");
-    return (v && *v ? static_cast<std::size_t>(std::atoll(v)) : std::size_t{256}) << 20;
-  }();
+  std::size_t cap_ = ProcessSettings::current().staging_pool_bytes;
 };
 
 PinnedPool& pool() {

@@ -32,7 +32,6 @@
 #include "shardkit/core/interrupt.hpp"
 #include "shardkit/core/kernels.hpp"
 #include "shardkit/launch/mpi.hpp"
-#include "shardkit/launch/runtime.hpp"
 #include "backends/nccl/nccl_backend.hpp"
 
 namespace shardkit::detail {

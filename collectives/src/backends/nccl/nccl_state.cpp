@@ -6,7 +6,7 @@
 #include "flight_recorder.hpp"
 #include "shardkit/core/cuda.hpp"
 #include "shardkit/core/interrupt.hpp"
-#include "shardkit/launch/runtime.hpp"
+#include "shardkit/launch/mpi.hpp"
 
 namespace shardkit::detail {
 

@@ -294,7 +294,8 @@ bool hier_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept {
 }
 
 std::unique_ptr<Backend> make_hier_backend(MpiCommHandle comm, std::shared_ptr<AbortState> abort_state,
-                                           std::int64_t max_count, bool* spans_nodes, std::string* why) {
+                                           const CommOptions& options, bool* spans_nodes, std::string* why) {
+  const std::int64_t max_count = options.max_message_elements;
   MPI_Comm c = to_mpi<MPI_Comm>(comm);
   int rank = 0, size = 1;
   SHARDKIT_MPI_CHECK(MPI_Comm_rank(c, &rank));
@@ -325,8 +326,8 @@ std::unique_ptr<Backend> make_hier_backend(MpiCommHandle comm, std::shared_ptr<A
   // Every node's segment, or none: a node without one would leave the others waiting for its steps. Its messages name
   // the node's ranks by their ranks in `comm`.
   const auto on_this_node = at.members.begin() + at.first[at.node];
-  std::unique_ptr<Backend> shm = make_shm_backend(node.handle(), abort_state, why,
-                                                  std::vector<int>(on_this_node, on_this_node + node.size()));
+  std::unique_ptr<Backend> shm = make_shm_backend(
+      node.handle(), abort_state, why, std::vector<int>(on_this_node, on_this_node + node.size()), nullptr, options);
   int made = shm ? 1 : 0, everywhere = 0;
   SHARDKIT_MPI_CHECK(MPI_Allreduce(&made, &everywhere, 1, MPI_INT, MPI_MIN, c));
   if (!everywhere) {

@@ -34,8 +34,9 @@ bool hier_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 /// The hierarchical backend over `comm` when its ranks are on more than one node. Else nullptr on every rank:
 /// `*spans_nodes` false when they are all on one node (make_shm_backend then applies), true with the reason in `why`
 /// when some node's shared segment could not be made. Collective with blocking MPI calls on `comm`: every rank must be
-/// known to have arrived (agree_within_operation) first. `max_count`: CommOptions::max_message_elements.
+/// known to have arrived (agree_within_operation) first. `options`: the communicator's (its max_message_elements
+/// and the shm settings of each node's part).
 std::unique_ptr<Backend> make_hier_backend(MpiCommHandle comm, std::shared_ptr<AbortState> abort_state,
-                                           std::int64_t max_count, bool* spans_nodes, std::string* why);
+                                           const CommOptions& options, bool* spans_nodes, std::string* why);
 
 }  // namespace shardkit::detail

@@ -41,7 +41,7 @@ namespace {
 class ShmBackend final : public Backend {
  public:
   ShmBackend(ShmSegment seg, CmaPeers cma, WaitPolicy policy, int rank, std::vector<int> names,
-             std::shared_ptr<AbortState> abort)
+             std::shared_ptr<AbortState> abort, std::size_t pending_bytes)
       : seg_(std::move(seg)),
         cma_(std::move(cma)),
         me_(rank),
@@ -49,7 +49,7 @@ class ShmBackend final : public Backend {
         abort_(std::move(abort)),
         policy_(policy),
         steps_(seg_, me_, policy_, std::move(names), *abort_),
-        p2p_(seg_, cma_, me_, policy_, *abort_),
+        p2p_(seg_, cma_, me_, policy_, *abort_, pending_bytes),
         single_copy_(seg_, cma_, steps_, me_, *abort_) {}
 
   BackendKind kind() const noexcept override { return BackendKind::kShm; }
@@ -385,7 +385,8 @@ bool shm_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept {
 }
 
 std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<AbortState> abort_state,
-                                          std::string* why, std::vector<int> rank_names, const WaitPolicy* policy) {
+                                          std::string* why, std::vector<int> rank_names, const WaitPolicy* policy,
+                                          const CommOptions& options) {
   MPI_Comm c = to_mpi<MPI_Comm>(comm);
   int rank = 0, size = 1, node_size = 0;
   SHARDKIT_MPI_CHECK(MPI_Comm_rank(c, &rank));
@@ -402,12 +403,12 @@ std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<Ab
   }
   ShmSegment seg = ShmSegment::create(comm, why);
   if (!seg.valid()) return nullptr;
-  CmaPeers cma = probe_cma(comm);
+  CmaPeers cma = probe_cma(comm, options.shm_single_copy);
   SHARDKIT_ASSERT(rank_names.empty() || static_cast<int>(rank_names.size()) == size, "rank names for ", size,
                   " ranks, got ", rank_names.size());
   const WaitPolicy waits = policy ? *policy : WaitPolicy::for_comm(comm);
   return std::make_unique<ShmBackend>(std::move(seg), std::move(cma), waits, rank, std::move(rank_names),
-                                      std::move(abort_state));
+                                      std::move(abort_state), options.shm_pending_bytes);
 }
 
 }  // namespace shardkit::detail

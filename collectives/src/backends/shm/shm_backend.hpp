@@ -21,9 +21,9 @@ bool shm_supports(OpKind op, DType dtype, ReduceOp reduce) noexcept;
 /// `comm`: every rank must be known to have arrived (agree_to_create) first. `rank_names`: the number its messages
 /// give each rank of `comm` (empty: its rank in `comm`), e.g. its rank in a communicator `comm` is a node's part of.
 /// `policy`: how its ranks wait (nullptr: WaitPolicy::for_comm; tests give one, e.g. a CPU per rank where the machine
-/// has fewer).
+/// has fewer). `options`: the communicator's (its shm_single_copy and shm_pending_bytes).
 std::unique_ptr<Backend> make_shm_backend(MpiCommHandle comm, std::shared_ptr<AbortState> abort_state,
                                           std::string* why, std::vector<int> rank_names = {},
-                                          const WaitPolicy* policy = nullptr);
+                                          const WaitPolicy* policy = nullptr, const CommOptions& options = {});
 
 }  // namespace shardkit::detail

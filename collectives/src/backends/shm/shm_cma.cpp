@@ -9,7 +9,6 @@
 #include <cstring>
 
 #include "shardkit/core/error.hpp"
-#include "shardkit/launch/config.hpp"
 
 namespace shardkit::detail {
 
@@ -47,7 +46,7 @@ bool cma_write(pid_t pid, void* to, const void* from, std::size_t bytes) noexcep
   return cma_copy(pid, const_cast<void*>(from), reinterpret_cast<std::uintptr_t>(to), bytes, true);
 }
 
-CmaPeers probe_cma(MpiCommHandle handle) {
+CmaPeers probe_cma(MpiCommHandle handle, bool allowed) {
   MPI_Comm comm = to_mpi<MPI_Comm>(handle);
   int rank = 0, size = 1;
   SHARDKIT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -72,7 +71,7 @@ CmaPeers probe_cma(MpiCommHandle handle) {
   const Offer& right = all[(rank + 1) % size];
   // -1: turned off here (SHARDKIT_SHM_SINGLE_COPY=0); else 0 or the errno of the refused read.
   int err = -1;
-  if (Config::get().shm_single_copy) {
+  if (allowed) {
     std::uint64_t read = 0;
     const auto pid = static_cast<pid_t>(right.pid);
     auto* at = reinterpret_cast<void*>(right.address);

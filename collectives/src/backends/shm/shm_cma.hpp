@@ -40,7 +40,8 @@ struct CmaPeers {
   bool usable = false;
   std::string why;
 };
-CmaPeers probe_cma(MpiCommHandle comm);
+/// `allowed`: CommOptions::shm_single_copy (false: not tried, usable false on every rank).
+CmaPeers probe_cma(MpiCommHandle comm, bool allowed);
 
 /// Copies `bytes` from address `from` of process `pid` to `to`. False (errno set) when the kernel refuses.
 bool cma_read(pid_t pid, void* to, const void* from, std::size_t bytes) noexcept;

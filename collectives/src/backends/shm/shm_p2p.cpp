@@ -12,7 +12,6 @@
 
 #include "backends/mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
-#include "shardkit/launch/config.hpp"
 #include "backends/shm/shm_p2p.hpp"
 #include "backends/shm/shm_p2p_wire.hpp"
 #include "backends/shm/shm_poster.hpp"
@@ -22,7 +21,8 @@ namespace shardkit::detail {
 using namespace shm_p2p_wire;  // NOLINT(google-build-using-namespace): the entries' format both halves share
 
 
-ShmP2p::ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitPolicy& policy, AbortState& abort)
+ShmP2p::ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitPolicy& policy, AbortState& abort,
+               std::size_t pending_bytes)
     : seg_(seg),
       cma_(cma),
       me_(rank),
@@ -37,7 +37,7 @@ ShmP2p::ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitP
       reads_done_(posted_),
       incoming_(static_cast<std::size_t>(n_)),
       pending_(static_cast<std::size_t>(n_)),
-      pending_limit_(Config::get().shm_pending_bytes),
+      pending_limit_(pending_bytes),
       dropped_(static_cast<std::size_t>(n_), 0) {
   static_assert(sizeof(Head) == 24 && sizeof(ShmLine::data) >= sizeof(Head) + kInlineBytes);
   // An eager message (one entry) never goes by single copy: send() does not wait for its receiver.

@@ -48,7 +48,9 @@ class ShmP2p {
   /// From this many bytes the receiver reads the sender's buffer itself, where the ranks may (shm_cma.hpp).
   static constexpr std::size_t kSingleCopyBytes = std::size_t{16} << 10;
 
-  ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitPolicy& policy, AbortState& abort);
+  /// `pending_bytes`: CommOptions::shm_pending_bytes, how much of its eager sends a rank may hold back.
+  ShmP2p(const ShmSegment& seg, const CmaPeers& cma, int rank, const WaitPolicy& policy, AbortState& abort,
+         std::size_t pending_bytes);
   /// Marks this rank's end gone (senders waiting for room to it drop what they have for it), then waits until its own
   /// pending sends are posted (see above).
   ~ShmP2p();

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "shardkit/core/interrupt.hpp"
-#include "shardkit/launch/runtime.hpp"
+#include "shardkit/launch/mpi.hpp"
 #include "backends/shm/shm_p2p.hpp"
 
 namespace shardkit::detail {

@@ -7,7 +7,7 @@
 
 #include "backends/mpi/mpi_request.hpp"
 #include "shardkit/core/error.hpp"
-#include "shardkit/launch/runtime.hpp"
+#include "shardkit/launch/mpi.hpp"
 
 namespace shardkit::detail {
 namespace {

@@ -10,7 +10,6 @@
 #include "communicator_impl.hpp"
 #include "creation.hpp"
 #include "shardkit/core/error.hpp"
-#include "shardkit/launch/config.hpp"
 #include "backends/shm/shm_backend.hpp"
 
 namespace shardkit::detail {
@@ -129,10 +128,10 @@ void decide(CommunicatorImpl& c, TransportSlot& slot, const OpContext& op) {
     return;
   }
   bool hierarchical = false;
-  slot.backend = make_hier_backend(c.control(), c.abort, c.options.max_message_elements, &hierarchical, &slot.refusal);
-  if (!hierarchical) slot.backend = make_shm_backend(c.control(), c.abort, &slot.refusal);
+  slot.backend = make_hier_backend(c.control(), c.abort, c.options, &hierarchical, &slot.refusal);
+  if (!hierarchical) slot.backend = make_shm_backend(c.control(), c.abort, &slot.refusal, {}, nullptr, c.options);
   if (slot.backend) slot.view = {true, false, slot.backend->route_traits()};
-  if (Config::get().verbose && c.rank == 0)
+  if (c.options.verbose && c.rank == 0)
     std::fprintf(stderr, "shardkit: communicator '%s': shm %s%s\n", c.options.name.c_str(),
                  !slot.backend ? "refused: " : hierarchical ? "in use, hierarchical (its ranks span nodes)" : "in use",
                  slot.backend ? "" : slot.refusal.c_str());

@@ -75,6 +75,23 @@ class MpiComm {
   int size_ = 0;
 };
 
+// ---- how the job ends: MPI_Finalize, or MPI_Abort when a collective was left in flight ----------------------------
+
+/// Asks that the job end with MPI_Abort instead of MPI_Finalize when the Runtime goes away: used after a collective
+/// timed out or was interrupted, when finalising could hang on the operation left in flight. `reason` is printed then.
+void request_abort_at_exit(const std::string& reason);
+/// The reason given to request_abort_at_exit ("" when none).
+std::string abort_at_exit_reason();
+/// What runs just before shardkit ends the job with MPI_Abort (the flight recorder: its dumps, and a short wait for
+/// the other ranks'); set once by the collectives layer. run_before_abort runs it (at most once; never throws).
+void set_before_abort(void (*fn)(const std::string& reason));
+void run_before_abort(const std::string& reason) noexcept;
+/// What runs as the Runtime goes away, before MPI_Finalize, unless the job ends with MPI_Abort (the shm backend: the
+/// ends of communicators still alive are closed, their pending sends posted or dropped, so that no peer waits for
+/// them); set once by the collectives layer. Must not throw.
+void set_before_finalize(void (*fn)() noexcept);
+void run_before_finalize() noexcept;
+
 namespace detail {
 /// Throws BackendError with MPI_Error_string's text for a failed MPI call. A truncated message (MPI_ERR_TRUNCATE: the
 /// ranks disagree on a size, and only the receiver knows) also asks that the job end at exit.

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/collectives/options.hpp"
 #include "shardkit/core/device.hpp"
 #include "shardkit/core/error.hpp"
 #include "shardkit/launch/clock_sync.hpp"
@@ -14,20 +15,6 @@ namespace shardkit {
 /// MPI thread support levels, weakest first.
 enum class ThreadLevel { kSingle = 0, kFunneled = 1, kSerialized = 2, kMultiple = 3 };
 const char* thread_level_name(ThreadLevel level) noexcept;
-
-/// Asks that the job end with MPI_Abort instead of MPI_Finalize when the Runtime goes away: used after a collective
-/// timed out or was interrupted, when finalising could hang on the operation left in flight. `reason` is printed then.
-void request_abort_at_exit(const std::string& reason);
-/// The reason given to request_abort_at_exit ("" when none).
-std::string abort_at_exit_reason();
-/// What runs just before shardkit ends the job with MPI_Abort (the flight recorder: its dumps, and a short wait for
-/// the other ranks'); set once by the collectives layer. run_before_abort runs it (at most once; never throws).
-void set_before_abort(void (*fn)(const std::string& reason));
-void run_before_abort(const std::string& reason) noexcept;
-/// What runs as the Runtime goes away, before MPI_Finalize, unless the job ends with MPI_Abort (the shm backend: the
-/// ends of communicators still alive are closed, their pending sends posted or dropped, so that no peer waits for
-/// them); set once by the collectives layer. Must not throw.
-void set_before_finalize(void (*fn)() noexcept);
 
 /// Options of the Runtime.
 struct RuntimeOptions {
@@ -93,10 +80,14 @@ class Runtime {
   /// The duplicated world communicator (handle of an MPI_Comm; valid while the Runtime lives).
   MpiCommHandle world() const noexcept { return world_.handle(); }
   /// This rank's wall clock against rank 0's, measured at start-up when SHARDKIT_TRACE is set (else rounds == 0).
-  const ClockOffset& clock_offset() const noexcept { return clock_; }
+  const ClockOffset& clock_offset() const noexcept { return job_.clock; }
   /// This job's identity, the same on every rank (rank 0's random number, handed to all at start-up): the flight
   /// recorder's dumps carry it, so that a dump an earlier job left is never taken for this job's.
-  std::uint64_t job_id() const noexcept { return job_id_; }
+  std::uint64_t job_id() const noexcept { return job_.id; }
+  /// What the Runtime hands the collectives layer (published as JobInfo::current() while it lives): a Runtime passes
+  /// for its JobInfo, as in Communicator::world(runtime).
+  const JobInfo& job() const noexcept { return job_; }
+  operator const JobInfo&() const noexcept { return job_; }  // NOLINT(google-explicit-constructor)
   /// Warnings raised at start-up.
   const std::vector<std::string>& warnings() const noexcept { return warnings_; }
   /// One line: rank, host, device, backend and library versions.
@@ -110,8 +101,7 @@ class Runtime {
   int gpu_count_ = 0;
   DeviceBinding binding_;
   MpiComm world_;
-  ClockOffset clock_;
-  std::uint64_t job_id_ = 0;
+  JobInfo job_;
   std::vector<std::string> warnings_;
   bool installed_signal_handlers_ = false;
 };
