@@ -31,4 +31,5 @@ def misuse(mesh: sk.Mesh, x: sk.ShardedArray) -> None:
     sk.visualize_sharding(x, print_on_rank="0")  # E: arg-type
     x.shape.append(1)  # E: attr-defined
     sk.tree_global_norm([x], True)  # E: call-arg
+    sk.optax.lamb(b1=0.9)  # E: call-arg
     del n
