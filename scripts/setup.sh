@@ -13,8 +13,8 @@ DEB_PACKAGES=(g++ cmake make openmpi-bin libopenmpi-dev libopenblas-dev libscala
 # (tests/python/test_typing.py), the frameworks the tests exchange arrays with, and matplotlib for
 # scripts/plot_bench.py and `shardkit-trace merge --png`; mpi4jax is the baseline of
 # examples/benchmarks/jax_overhead.py; tensorstore and zarr are the other readers a checkpoint is tested with
-# (tests/python/test_checkpoint.py); optax is the optimiser whose state examples/jax/train_mlp.py checkpoints; mkdocs
-# builds the documentation site (scripts/docs.sh).
+# (tests/python/test_checkpoint.py); optax is the optimiser whose state examples/jax/train_mlp.py checkpoints, and
+# what tests/python/test_optax.py checks sk.optax against; mkdocs builds the documentation site (scripts/docs.sh).
 # apache-tvm-ffi ships the DLPack 1.x header (Debian's libdlpack-dev is 0.6, without versioned tensors).
 PY_PACKAGES=(numpy=numpy pytest=pytest mypy=mypy mpi4py=mpi4py nanobind=nanobind scikit_build_core=scikit-build-core
              "jax=jax[cpu]>=0.8,<0.12" warp=warp-lang tvm_ffi=apache-tvm-ffi matplotlib=matplotlib ml_dtypes=ml_dtypes

@@ -30,4 +30,6 @@ def misuse(mesh: sk.Mesh, x: sk.ShardedArray) -> None:
     sk.ppermute(x, "x", perm=3)  # E: arg-type
     sk.visualize_sharding(x, print_on_rank="0")  # E: arg-type
     x.shape.append(1)  # E: attr-defined
+    sk.tree_global_norm([x], True)  # E: call-arg
+    sk.optax.lamb(b1=0.9)  # E: call-arg
     del n

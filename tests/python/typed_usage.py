@@ -81,6 +81,11 @@ def run() -> None:
     want = 4.0 * n * (4 * n - 1) / 2
     assert float(sk.process_allgather(total(x))[0]) == want
 
+    # Reductions over trees of sharded arrays: the global value, on every rank.
+    assert float(sk.tree_sum({"x": x, "held": np.ones(2)})) == want + 2
+    assert_type(sk.tree_global_norm([x, y], squared=True), Any)
+    assert float(sk.tree_global_norm([x], squared=True)) == float((np.arange(4.0 * n) ** 2).sum())
+
     gathered: Optional[Any] = sk.gather(y, root=0)
     assert (gathered is None) == (sk.rank() != 0)
 

@@ -13,7 +13,9 @@ shardkit initialises MPI (or adopts mpi4py's), binds this rank's GPU if there is
     print(sk.process_allgather(y))
 
 Modules: ``shardkit.mpi`` (the mpi4jax API), ``shardkit.checkpoint`` (sharded checkpoints: ``save``, ``load`` and
-``checkpoint_info`` are here too), the sharding API here (Mesh, P, NamedSharding, shard_map, psum, ...).
+``checkpoint_info`` are here too), ``shardkit.optax`` (optax's reducing transforms, global on sharded state), the
+sharding API here (Mesh, P, NamedSharding, shard_map, psum, ...) and reductions over trees of sharded arrays
+(tree_sum, tree_global_norm: the global value on every rank).
 """
 
 from . import _core
@@ -37,8 +39,10 @@ from ._sharding import (  # noqa: E402
     choose_matmul_algorithm, distribute, from_local, gather, matmul, pbroadcast, pmax, pmean, pmin, ppermute,
     process_allgather, psum, psum_scatter, reshard, shard_map, visualize_sharding,
 )
+from ._reductions import tree_global_norm, tree_sum  # noqa: E402
 from . import mpi  # noqa: E402
 from . import checkpoint  # noqa: E402
+from . import optax  # noqa: E402  (imports optax only when a transform is made)
 from .checkpoint import checkpoint_info, load, save  # noqa: E402
 from . import _after_jax  # noqa: E402
 
@@ -78,6 +82,6 @@ __all__ = [
     "ReduceOp", "TimeoutError", "Token", "Mesh", "NamedSharding", "P", "PartitionSpec", "ShardedArray", "all_gather", "all_to_all",
     "axis_index", "axis_size", "distribute", "from_local", "gather", "pbroadcast", "pmax", "pmean", "pmin", "ppermute",
     "process_allgather", "psum", "psum_scatter", "reshard", "shard_map", "visualize_sharding", "mpi", "asarray",
-    "matmul", "choose_matmul_algorithm", "checkpoint", "save", "load", "checkpoint_info",
-    "framework_of", "rank", "size", "describe", "device", "world", "make_comm", "__version__",
-]
+    "matmul", "choose_matmul_algorithm", "tree_sum", "tree_global_norm", "checkpoint", "save", "load",
+    "checkpoint_info", "framework_of", "rank", "size", "describe", "device", "world", "make_comm", "__version__",
+]  # not "optax": `from shardkit import *` would shadow the optax a program imported (use sk.optax)

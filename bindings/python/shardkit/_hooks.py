@@ -38,6 +38,9 @@ class JaxLayer:
     tree_children: Callable[[Any], tuple[list[tuple[str, Any]], Rebuild] | None]
     """A pytree node JAX knows, one level: its (key, child) pairs and the function rebuilding it from new children;
     None where JAX takes the value for a leaf."""
+    optax: Any
+    """shardkit.optax's transforms (the module shardkit.jax._optax: clip_by_global_norm, scale_by_trust_ratio, lamb,
+    lars), made once optax is imported."""
 
 
 _layer: JaxLayer | None = None

@@ -32,8 +32,8 @@ def _node(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any], Any] | None
     return None
 
 
-def _leaves(tree: Any) -> tuple[list[Any], Rebuild]:
-    """Every value of `tree` and the function rebuilding it from new ones."""
+def tree_leaves(tree: Any) -> tuple[list[Any], Rebuild]:
+    """Every value of `tree` (a ShardedArray is one value) and the function rebuilding it from new ones."""
     layer = _hooks.jax_layer()
     if layer is not None and not is_sharded(tree):
         return layer.tree_flatten(tree, is_sharded)
@@ -41,7 +41,7 @@ def _leaves(tree: Any) -> tuple[list[Any], Rebuild]:
     if node is None:
         return [tree], lambda c: c[0]
     children, rebuild, _ = node
-    parts = [_leaves(c) for c in children]
+    parts = [tree_leaves(c) for c in children]
     return [x for p, _ in parts for x in p], _joined(parts, rebuild)
 
 
@@ -59,7 +59,7 @@ def flatten(specs: Any, tree: Any, what: str) -> tuple[list[Any], list[Partition
     """The values of `tree`, the P of each (from `specs`, a prefix of `tree`), and the function that rebuilds `tree`'s
     structure from one new value per value. Raises InvalidArgument naming `what` where `specs` is not a prefix."""
     if isinstance(specs, PartitionSpec):
-        leaves, rebuild = _leaves(tree)
+        leaves, rebuild = tree_leaves(tree)
         return leaves, [specs] * len(leaves), rebuild
     spec_node, tree_node = _node(specs), _node(tree)
     if spec_node is None:

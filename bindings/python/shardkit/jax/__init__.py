@@ -16,12 +16,13 @@ points connect it to XLA and to the C++ side at their first use (_ops.activate).
     _shard_map   the traced shard_map: argument blocks, compiled resharding, outputs, process_allgather
     _check_vma   check_vma=True: the body traced by jax.shard_map, its equations run by shardkit
     _pytree      ShardedArray as a pytree, and JAX's pytrees for the core's trees
+    _optax       shardkit.optax's transforms: optax's clip_by_global_norm and trust ratio (lamb, lars) with global norms
 """
 
 from __future__ import annotations
 
 from .. import _hooks
-from . import _compat, _ops, _pytree, _shard_map
+from . import _compat, _ops, _optax, _pytree, _shard_map
 from ._collectives import TracedContext
 
 __all__: list[str] = []
@@ -49,4 +50,5 @@ _hooks.register_jax(_hooks.JaxLayer(
     body_scope=_activated(_ops.mesh_key),
     tree_flatten=_pytree.tree_flatten,
     tree_children=_pytree.tree_children,
+    optax=_optax,
 ))
