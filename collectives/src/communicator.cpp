@@ -118,11 +118,13 @@ void announce(const CommunicatorImpl& m) {
                  made_transports(m).c_str());
 }
 
-int runtime_device() {
-  const JobInfo* job = JobInfo::current();
+// The GPU a job's rank computes on (-1: none, or no job known).
+int gpu_of(const JobInfo* job) {
   if (!job || job->device.kind != DeviceKind::kCUDA) return -1;
   return job->device.index;
 }
+
+int runtime_device() { return gpu_of(JobInfo::current()); }
 
 }  // namespace
 }  // namespace detail
@@ -134,7 +136,6 @@ Communicator::~Communicator() = default;
 
 std::shared_ptr<Communicator> Communicator::world(const JobInfo& job, CommOptions options,
                                                  std::string_view first_op) {
-  const int device = job.device.kind == DeviceKind::kCUDA ? job.device.index : -1;
   // The job's world duplicate (the Runtime's) is shardkit's own: in checked mode the ranks first agree on it, which
   // names the ranks that do not arrive. Every rank makes its world communicators in the same order (the sequence
   // number).
@@ -144,7 +145,7 @@ std::shared_ptr<Communicator> Communicator::world(const JobInfo& job, CommOption
   detail::AbortState abort;
   detail::agree_to_create(job.world, step.c_str(), options.name, creations++, options, abort);
   MpiComm dup = detail::dup_within_timeout(job.world, step.c_str(), options.name, options, abort);
-  auto impl = detail::build(std::move(dup), 0, std::move(options), device);
+  auto impl = detail::build(std::move(dup), 0, std::move(options), detail::gpu_of(&job));
   impl->make_transports(true);
   detail::announce(*impl);
   detail::start_watchdog(impl->control(), impl->options.name, impl->options, *impl->abort);

@@ -69,7 +69,7 @@ CmaPeers probe_cma(MpiCommHandle handle, bool allowed) {
     return out;
   }
   const Offer& right = all[(rank + 1) % size];
-  // -1: turned off here (SHARDKIT_SHM_SINGLE_COPY=0); else 0 or the errno of the refused read.
+  // -1: turned off here (CommOptions::shm_single_copy, SHARDKIT_SHM_SINGLE_COPY=0); else 0 or the refused read's errno.
   int err = -1;
   if (allowed) {
     std::uint64_t read = 0;
@@ -84,7 +84,7 @@ CmaPeers probe_cma(MpiCommHandle handle, bool allowed) {
   SHARDKIT_MPI_CHECK(MPI_Allreduce(&err, &least, 1, MPI_INT, MPI_MIN, comm));
   out.usable = worst == 0 && least == 0;
   if (least < 0)
-    out.why = "SHARDKIT_SHM_SINGLE_COPY=0";
+    out.why = "single copy turned off (shm_single_copy = false, SHARDKIT_SHM_SINGLE_COPY=0)";
   else if (!out.usable)
     out.why = concat("process_vm_readv refused (", std::strerror(worst), ")");
   return out;

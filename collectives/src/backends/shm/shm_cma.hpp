@@ -33,7 +33,7 @@ inline constexpr std::size_t kCmaAlltoallBytes = std::size_t{8} << 10;
 inline constexpr std::size_t kCmaReduceBytes = std::size_t{16} << 10;
 
 /// Every rank's process id, and whether every rank could read and write another's memory (collective, blocking MPI
-/// calls over `comm`; false at 1 rank, or where SHARDKIT_SHM_SINGLE_COPY=0 on any rank). `why` says why not, on every
+/// calls over `comm`; false at 1 rank, or where single copy is turned off on any rank). `why` says why not, on every
 /// rank.
 struct CmaPeers {
   std::vector<pid_t> pids;
